@@ -1,0 +1,217 @@
+"""Config compilation: defaults merged under the user's values, with errors that say how to fix them.
+
+``compile_config(main_config, create_config)`` looks up the policy and env named by ``create_config``'s
+``type`` fields, deep-merges their ``default_config()`` under ``main_config``, and rejects what it does not
+know: a misspelt key names its full path and the closest valid key; a value of the wrong type names the
+field and both types. A default dict that is empty (``{}``) accepts any keys; a default of ``None``
+accepts any value.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import math
+import os
+from typing import Any, Dict, Mapping, Optional
+
+from easydict import EasyDict
+
+from .registry import ENV_REGISTRY, POLICY_REGISTRY
+
+__all__ = ["ConfigError", "compile_config", "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
+
+CONFIG_FILE = "config.json"
+
+
+class ConfigError(ValueError):
+    """A config value or key that cannot be used; the message names the key path."""
+
+
+def base_config() -> Dict[str, Any]:
+    """Top-level keys every pipeline understands, beside ``env`` and ``policy``."""
+    return dict(
+        exp_name="default_experiment",
+        seed=0,
+        log=dict(
+            progress=True,          # tqdm progress bar on rank 0
+            tensorboard=True,       # tensorboardX scalars under <exp_name>/log
+            print_freq=0,           # >0: log a line every N train iterations
+        ),
+        ckpt=dict(
+            save_freq=0,            # >0: also save every N train iterations
+            save_replay_buffer=False,
+        ),
+    )
+
+
+_CREATE_KEYS = {"env": {"type", "import_names"}, "policy": {"type", "import_names"},
+                "env_manager": {"type", "shared_memory", "context"}, "replay_buffer": {"type"}}
+
+
+def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mapping[str, Any]] = None, *,
+                   seed: Optional[int] = None, exp_name: Optional[str] = None, save: bool = True) -> EasyDict:
+    """Merge registered defaults under ``main_config`` and validate every key and type.
+
+    Args:
+        main_config: the user's config (``exp_name``, ``env``, ``policy``, ...).
+        create_config: ``env=dict(type=...)``, ``policy=dict(type=...)``, optionally
+            ``env_manager=dict(type='sync'|'async')``; a DI-engine ``import_names`` list is honoured.
+        seed, exp_name: override the config's values (the CLI's ``--seed`` and ``--exp-name``).
+        save: write the compiled config to ``<exp_name>/config.json``.
+
+    Returns:
+        The compiled config as an EasyDict, with ``env.type``, ``policy.type`` and ``env.manager`` filled.
+
+    Raises:
+        ConfigError: unknown key, wrong type, missing ``type``.
+        engine.registry.UnknownTypeError: a ``type`` that is not registered (lists the registered ones).
+    """
+    if not isinstance(main_config, Mapping):
+        raise ConfigError(f"main_config must be a dict, got {type(main_config).__name__}")
+    main_config = _plain(main_config)
+    create_config = _plain(create_config or {})
+    _check_create_config(create_config)
+
+    user_policy = dict(main_config.get("policy", {}))
+    user_env = dict(main_config.get("env", {}))
+    policy_type = _type_name(create_config, main_config, "policy")
+    env_type = _type_name(create_config, main_config, "env")
+    POLICY_REGISTRY.import_modules(create_config.get("policy", {}).get("import_names", []))
+    ENV_REGISTRY.import_modules(create_config.get("env", {}).get("import_names", []))
+    policy_cls = POLICY_REGISTRY.get(policy_type)
+    env_cls = ENV_REGISTRY.get(env_type)
+
+    defaults = base_config()
+    defaults["policy"] = dict(type=policy_type, **_without(policy_cls.default_config(), "type"))
+    defaults["env"] = dict(type=env_type, manager=dict(type="sync", shared_memory=False, context=None),
+                           **_without(env_cls.default_config(), "type", "manager"))
+    if "env_manager" in create_config:
+        defaults["env"]["manager"] = deep_merge(defaults["env"]["manager"],
+                                                create_config["env_manager"], path="create_config.env_manager")
+    user_policy.pop("type", None)
+    user_env.pop("type", None)
+    user = dict(main_config, policy=user_policy, env=user_env)
+    merged = deep_merge(defaults, user, path="")
+    if seed is not None:
+        merged["seed"] = int(seed)
+    if exp_name is not None:
+        merged["exp_name"] = str(exp_name)
+    if not merged["exp_name"]:
+        raise ConfigError("exp_name must be a non-empty path")
+    cfg = EasyDict(merged)
+    if hasattr(policy_cls, "check_config"):
+        policy_cls.check_config(cfg)
+    if save:
+        save_config(cfg)
+    return cfg
+
+
+def deep_merge(defaults: Mapping[str, Any], user: Mapping[str, Any], path: str = "") -> Dict[str, Any]:
+    """Return ``defaults`` updated by ``user``, recursively; unknown keys and wrong types raise ConfigError."""
+    result = copy.deepcopy(dict(defaults))
+    free_form = len(defaults) == 0
+    for key, value in user.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in defaults:
+            if free_form:
+                result[key] = copy.deepcopy(value)
+                continue
+            raise ConfigError(_unknown_key_message(key_path, key, defaults))
+        default = defaults[key]
+        if isinstance(default, Mapping):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"config key {key_path!r} must be a dict (type dict), got "
+                                  f"{type(value).__name__}: {value!r}")
+            result[key] = deep_merge(default, value, key_path)
+        else:
+            _check_type(key_path, default, value)
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def save_config(cfg: Mapping[str, Any]) -> str:
+    """Write ``cfg`` to ``<exp_name>/config.json`` atomically and return the path."""
+    exp_dir = cfg["exp_name"]
+    os.makedirs(exp_dir, exist_ok=True)
+    path = os.path.join(exp_dir, CONFIG_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(_plain(cfg), f, indent=2, sort_keys=True, default=repr)
+    os.replace(tmp, path)
+    return path
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """EasyDicts and tuples to plain dicts and lists, so merging and JSON see one shape."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _without(d: Mapping[str, Any], *keys: str) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+def _type_name(create_config: Mapping[str, Any], main_config: Mapping[str, Any], section: str) -> str:
+    name = create_config.get(section, {}).get("type") or main_config.get(section, {}).get("type")
+    if not name:
+        raise ConfigError(f"create_config.{section}.type is missing: name the registered {section} type, "
+                          f"e.g. create_config = dict({section}=dict(type=...))")
+    if not isinstance(name, str):
+        raise ConfigError(f"create_config.{section}.type must be a str, got {type(name).__name__}")
+    return name
+
+
+def _check_create_config(create_config: Mapping[str, Any]) -> None:
+    for section, value in create_config.items():
+        if section not in _CREATE_KEYS:
+            raise ConfigError(_unknown_key_message(f"create_config.{section}", section,
+                                                   {k: None for k in _CREATE_KEYS}))
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"create_config.{section} must be a dict, got {type(value).__name__}")
+        for key in value:
+            if key not in _CREATE_KEYS[section]:
+                raise ConfigError(_unknown_key_message(f"create_config.{section}.{key}", key,
+                                                       {k: None for k in _CREATE_KEYS[section]}))
+
+
+def _type_label(value: Any) -> str:
+    return type(value).__name__
+
+
+def _check_type(key_path: str, default: Any, value: Any) -> None:
+    if default is None:
+        return
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif isinstance(default, (list, tuple)):
+        ok = isinstance(value, (list, tuple))
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ConfigError(f"config key {key_path!r} expects {_type_label(default)} "
+                          f"(default {default!r}), got {_type_label(value)}: {value!r}")
+    if isinstance(default, float) and isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"config key {key_path!r} is NaN")
+
+
+def _unknown_key_message(key_path: str, key: Any, valid: Mapping[str, Any]) -> str:
+    candidates = [str(k) for k in valid]
+    close = difflib.get_close_matches(str(key), candidates, n=1, cutoff=0.5)
+    parent = key_path.rsplit(".", 1)[0] if "." in key_path else ""
+    msg = f"unknown config key {key_path!r}"
+    if close:
+        suggestion = f"{parent}.{close[0]}" if parent else close[0]
+        msg += f"; did you mean {suggestion!r}?"
+    msg += f" Valid keys{' under ' + repr(parent) if parent else ''}: {', '.join(sorted(candidates))}"
+    return msg

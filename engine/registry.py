@@ -1,0 +1,84 @@
+"""Name -> class registries for policies and envs, the ``type`` names used in ``create_config``.
+
+Packages make their types known in two ways: importing a module that calls ``register`` (what a user's
+own code does), or declaring an entry point in the ``baton.policies`` / ``baton.envs`` groups, which is
+loaded the first time an unknown name is asked for. The second keeps ``import engine`` free of torch.
+"""
+from __future__ import annotations
+
+import importlib
+
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+__all__ = ["Registry", "POLICY_REGISTRY", "ENV_REGISTRY", "UnknownTypeError"]
+
+
+class UnknownTypeError(KeyError):
+    """A ``type`` name that no registered policy or env carries."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+class Registry:
+    def __init__(self, kind: str, entry_point_group: str) -> None:
+        self.kind = kind
+        self._group = entry_point_group
+        self._items: Dict[str, Any] = {}
+        self._entry_points_loaded = False
+
+    def register(self, name: str, obj: Any = None) -> Any:
+        """Register ``obj`` under ``name``; usable as ``@REGISTRY.register("name")``."""
+        if obj is None:
+            def decorator(target: Any) -> Any:
+                self._items[name] = target
+                return target
+            return decorator
+        self._items[name] = obj
+        return obj
+
+    def import_modules(self, names: Iterable[str]) -> None:
+        """Import modules that register types (DI-engine's ``import_names``)."""
+        for module in names:
+            try:
+                importlib.import_module(module)
+            except ImportError as err:
+                raise ImportError(f"create_config {self.kind}.import_names: cannot import {module!r}: {err}") from err
+
+    def get(self, name: str) -> Any:
+        if name not in self._items:
+            self._load_entry_point(name)
+        if name not in self._items:
+            self._load_all_entry_points()
+            known = ", ".join(sorted(self.names())) or "none"
+            raise UnknownTypeError(f"unknown {self.kind} type {name!r}; registered {self.kind} types: {known}")
+        return self._items[name]
+
+    def names(self) -> List[str]:
+        self._load_all_entry_points()
+        return sorted(self._items)
+
+    def _entry_points(self) -> List[Any]:
+        from importlib import metadata  # deferred: costs ~25 ms, needed only for an unknown name
+
+        return list(metadata.entry_points(group=self._group))
+
+    def _load_entry_point(self, name: str) -> None:
+        for ep in self._entry_points():
+            if ep.name == name:
+                ep.load()  # the module registers itself on import
+
+    def _load_all_entry_points(self) -> None:
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for ep in self._entry_points():
+            if ep.name not in self._items:
+                try:
+                    ep.load()
+                except ImportError:  # an extra that is not installed (box2d, atari): not listed
+                    continue
+
+
+POLICY_REGISTRY = Registry("policy", "baton.policies")
+ENV_REGISTRY = Registry("env", "baton.envs")

@@ -1,0 +1,201 @@
+"""The task loop: middleware run as an onion, one iteration at a time.
+
+One iteration is:
+
+1. **forward**: each middleware is called with ``ctx`` in registration order. A plain function runs to
+   completion; a generator middleware runs up to its single ``yield``.
+2. **backward**: the generators started in step 1 are resumed in reverse order and must finish.
+3. ``ctx.renew()`` resets the per-step fields.
+
+The loop stops after the backward pass of the iteration in which ``task.finish`` (``ctx.finish``) was set,
+or when ``max_step`` iterations have run. However it ends (finish, max_step, an exception or
+KeyboardInterrupt), generators still suspended are closed in reverse order and the ``finish`` event is
+emitted exactly once per ``run()`` with ``ctx``; an exception then reaches the caller.
+"""
+from __future__ import annotations
+
+import logging
+import types
+from typing import Any, Callable, List, Optional
+
+from .context import Context
+from .events import EventBus
+
+__all__ = ["Task", "Middleware", "MiddlewareError", "middleware_name"]
+
+logger = logging.getLogger(__name__)
+
+Middleware = Callable[[Any], Any]
+_GENERATOR = types.GeneratorType
+
+
+class MiddlewareError(RuntimeError):
+    """A middleware broke the protocol (for example a generator that yielded twice)."""
+
+
+def middleware_name(mw: Any) -> str:
+    """A readable name for error messages: the function or class name."""
+    name = getattr(mw, "__qualname__", None) or getattr(mw, "__name__", None)
+    return name or type(mw).__name__
+
+
+class Task:
+    """Runs a pipeline of middleware over a shared context.
+
+    Examples:
+        >>> from engine import Task, OnlineRLContext
+        >>> task = Task()
+        >>> def count(ctx):
+        ...     ctx.env_step += 1
+        >>> with task.start(ctx=OnlineRLContext()):
+        ...     task.use(count)
+        ...     task.run(max_step=3)
+        >>> task.ctx.env_step
+        3
+    """
+
+    def __init__(self) -> None:
+        self._middleware: List[Middleware] = []
+        self._events = EventBus()
+        self._ctx: Optional[Context] = None
+        self._finish_emitted = False
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def start(self, ctx: Optional[Context] = None) -> "Task":
+        """Begin a run with ``ctx`` (a fresh ``Context`` when None); usable as a context manager.
+
+        Starting again drops the middleware and listeners of the previous run.
+        """
+        if ctx is not None and not isinstance(ctx, Context):
+            raise TypeError(f"Task.start(ctx=...) wants an engine.context.Context, got {type(ctx).__name__}")
+        self._middleware = []
+        self._events = EventBus()
+        self._ctx = ctx if ctx is not None else Context()
+        self._finish_emitted = False
+        return self
+
+    def __enter__(self) -> "Task":
+        if self._ctx is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """End the run: forget middleware and listeners (the loop already emitted ``finish``)."""
+        self._middleware = []
+        self._events = EventBus()
+
+    @property
+    def ctx(self) -> Context:
+        if self._ctx is None:
+            raise RuntimeError("This task has no context: call task.start(ctx=...) first")
+        return self._ctx
+
+    @property
+    def finish(self) -> bool:
+        """True once a middleware or user asked the loop to stop; backed by ``ctx.finish``."""
+        return self._ctx is not None and self._ctx.finish
+
+    @finish.setter
+    def finish(self, value: bool) -> None:
+        self.ctx.finish = bool(value)
+
+    # ---- composition -----------------------------------------------------------------------------
+    def use(self, middleware: Middleware) -> "Task":
+        """Append a middleware: a function of ``ctx``, or one whose call is a generator that yields once.
+
+        A middleware object with an ``on_finish(ctx)`` method has it subscribed to the ``finish`` event.
+
+        Raises:
+            TypeError: if ``middleware`` is not callable.
+            RuntimeError: if the task was not started.
+        """
+        if not callable(middleware):
+            raise TypeError(f"task.use() wants a callable middleware (a function of ctx), "
+                            f"got {middleware!r} of type {type(middleware).__name__}")
+        if self._ctx is None:
+            raise RuntimeError("task.use() outside a run: call task.start(ctx=...) first")
+        self._middleware.append(middleware)
+        on_finish = getattr(middleware, "on_finish", None)
+        if callable(on_finish):
+            self._events.on("finish", on_finish)
+        return self
+
+    @property
+    def middleware(self) -> List[Middleware]:
+        return list(self._middleware)
+
+    # ---- events ----------------------------------------------------------------------------------
+    def on(self, event: str, fn: Callable[..., Any]) -> None:
+        self._events.on(event, fn)
+
+    def once(self, event: str, fn: Callable[..., Any]) -> None:
+        self._events.once(event, fn)
+
+    def off(self, event: str, fn: Optional[Callable[..., Any]] = None) -> None:
+        self._events.off(event, fn)
+
+    def emit(self, event: str, *args: Any, **kwargs: Any) -> None:
+        """Call ``event``'s listeners now; a listener's exception propagates from here."""
+        self._events.emit(event, *args, **kwargs)
+
+    # ---- the loop --------------------------------------------------------------------------------
+    def run(self, max_step: Optional[int] = None) -> Context:
+        """Iterate until ``task.finish`` is set or ``max_step`` iterations have run; returns ``ctx``."""
+        if self._ctx is None:
+            raise RuntimeError("task.run() outside a run: call task.start(ctx=...) or use "
+                               "`with task.start(ctx=OnlineRLContext()):` first")
+        if max_step is not None and (not isinstance(max_step, int) or max_step < 0):
+            raise ValueError(f"max_step must be a non-negative int or None, got {max_step!r}")
+        ctx = self._ctx
+        self._finish_emitted = False
+        middleware = tuple(self._middleware)
+        suspended: List[Any] = []
+        suspend = suspended.append
+        renew = ctx.renew
+        steps = 0
+        limit = float("inf") if max_step is None else max_step
+        try:
+            while not ctx.finish and steps < limit:
+                # forward: registration order; generators stop at their yield
+                for mw in middleware:
+                    out = mw(ctx)
+                    if type(out) is _GENERATOR:
+                        next(out)
+                        suspend((mw, out))
+                # backward: reverse order; each generator must finish now
+                while suspended:
+                    mw, gen = suspended.pop()
+                    try:
+                        next(gen)
+                    except StopIteration:
+                        continue
+                    gen.close()
+                    raise MiddlewareError(f"middleware {middleware_name(mw)} yielded more than once; "
+                                          f"a generator middleware must yield exactly once per call")
+                renew()
+                steps += 1
+        except BaseException:
+            _close_all(suspended)
+            self._emit_finish()
+            raise
+        self._emit_finish()
+        return ctx
+
+    def _emit_finish(self) -> None:
+        if self._finish_emitted:
+            return
+        self._finish_emitted = True
+        self._events.emit("finish", self._ctx)
+
+
+def _close_all(suspended: List[Any]) -> None:
+    """Close suspended generators in reverse order, so their ``finally`` blocks run."""
+    while suspended:
+        mw, gen = suspended.pop()
+        try:
+            gen.close()
+        except Exception:  # a broken close must not mask the error that ended the loop
+            logger.exception("closing middleware %s failed", middleware_name(mw))

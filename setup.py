@@ -1,0 +1,41 @@
+"""Distribution of baton: an event-driven middleware pipeline for RL that scales with PyTorch DDP."""
+from setuptools import find_packages, setup
+
+with open("README.md", encoding="utf-8") as readme:
+    long_description = readme.read()
+
+setup(
+    name="baton-rl",
+    version="0.1.0",
+    description="Reinforcement-learning pipelines as middleware, from one CPU to many GPUs with PyTorch DDP",
+    long_description=long_description,
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["engine", "engine.*", "middleware", "middleware.*",
+                                    "policies", "policies.*", "dizoo", "dizoo.*"]),
+    install_requires=[
+        "torch>=2.1",
+        "gymnasium>=1.0",
+        "DI-treetensor>=0.4",
+        "easydict>=1.9",
+        "tensorboardX>=2.5",
+        "numpy",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "pytest-timeout>=2.1"],
+        "atari": ["ale-py>=0.9", "opencv-python-headless>=4.5"],
+        "box2d": ["gymnasium[box2d]>=1.0"],
+        "mujoco": ["gymnasium[mujoco]>=1.0"],
+    },
+    entry_points={
+        "console_scripts": ["baton=engine.cli:main"],
+        "baton.envs": [
+            "cartpole=dizoo.classic_control.cartpole.envs",
+            "lunarlander=dizoo.box2d.lunarlander.envs",
+        ],
+        "baton.policies": [
+            "dqn=policies.dqn",
+        ],
+    },
+)
