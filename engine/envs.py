@@ -1,0 +1,105 @@
+"""Env helpers: registered gymnasium env types and seeded vector envs.
+
+Vector envs use gymnasium's ``AutoresetMode.SAME_STEP``: when an episode ends, ``step`` returns the reset
+observation in ``obs`` and the real last observation in ``info["final_obs"]``. So every step is a real
+transition (no dummy step after a reset to filter out), and a truncated transition can bootstrap from its
+real final observation. ``terminated`` and ``truncated`` are returned separately and stay separate.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+__all__ = ["GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError", "final_observations"]
+
+
+class UnknownEnvIdError(ValueError):
+    """A gymnasium env id that is not registered."""
+
+
+def check_env_id(env_id: str, config_key: str = "env.env_id") -> None:
+    """Raise UnknownEnvIdError naming ``env_id`` and listing registered ids when gymnasium lacks it."""
+    if env_id in gym.registry:
+        return
+    ids = sorted(gym.registry.keys())
+    close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise UnknownEnvIdError(f"{config_key}={env_id!r} is not a registered gymnasium env id.{hint} "
+                            f"Registered ids ({len(ids)}): {', '.join(ids)}. An id from a package of its "
+                            f"own (ale_py, box2d) appears once its package is installed and imported.")
+
+
+class GymEnvType:
+    """An env ``type`` for ``create_config``: a gymnasium id plus the defaults of its dizoo configs.
+
+    Args:
+        env_id: gymnasium id, e.g. ``"CartPole-v1"``.
+        stop_value: evaluation return at which training stops by default.
+        requires: ``(module, extra)`` pairs imported before ``gym.make``; a missing module raises an
+            ImportError that names the pip extra to install.
+        defaults: further default config values.
+    """
+
+    def __init__(self, env_id: str, stop_value: float, requires: Sequence[tuple] = (), **defaults: Any) -> None:
+        self.env_id = env_id
+        self.requires = list(requires)
+        self._defaults = dict(env_id=env_id, collector_env_num=8, evaluator_env_num=5,
+                              n_evaluator_episode=5, stop_value=float(stop_value), max_episode_steps=None,
+                              env_kwargs={})
+        self._defaults.update(defaults)
+
+    def default_config(self) -> Dict[str, Any]:
+        return dict(self._defaults)
+
+    def make(self, env_cfg: Mapping[str, Any]) -> gym.Env:
+        """One env for ``env_cfg``; the vector helpers call this once per sub-env."""
+        for module, extra in self.requires:
+            try:
+                __import__(module)
+            except ImportError as err:
+                raise ImportError(f"env {env_cfg['env_id']!r} needs the package {module!r}: "
+                                  f"pip install -c constraints.txt -e \".[{extra}]\"") from err
+        kwargs = dict(env_cfg.get("env_kwargs") or {})
+        if env_cfg.get("max_episode_steps"):
+            kwargs["max_episode_steps"] = env_cfg["max_episode_steps"]
+        return gym.make(env_cfg["env_id"], **kwargs)
+
+
+def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, seed: int,
+                    manager: Optional[str] = None) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``env_type``'s env, reset once with seeds ``seed, seed + 1, ...``.
+
+    Args:
+        manager: ``"sync"`` (``SyncVectorEnv``, for cheap envs) or ``"async"`` (``AsyncVectorEnv``: one
+            process per env, for expensive ones); defaults to ``env_cfg.manager.type``.
+    """
+    check_env_id(env_cfg["env_id"])
+    manager_cfg = env_cfg.get("manager") or {}
+    kind = manager or manager_cfg.get("type", "sync")
+    env_fns = [lambda: env_type.make(env_cfg) for _ in range(num_envs)]
+    if kind in ("sync", "base"):
+        venv = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    elif kind in ("async", "subprocess"):
+        venv = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP,
+                                         shared_memory=bool(manager_cfg.get("shared_memory", False)),
+                                         context=manager_cfg.get("context"))
+    else:
+        raise ValueError(f"env.manager.type must be 'sync' or 'async', got {kind!r}")
+    venv.reset(seed=[seed + i for i in range(num_envs)])
+    venv.action_space.seed(seed)
+    return venv
+
+
+def final_observations(next_obs: np.ndarray, done: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
+    """The real next observation of each env: ``info["final_obs"]`` where an episode just ended."""
+    if not done.any():
+        return next_obs
+    real = next_obs.copy()
+    final = info["final_obs"]
+    for i in np.flatnonzero(done):
+        real[i] = final[i]
+    return real

@@ -1,0 +1,88 @@
+"""The replay buffer: ring storage plus a sampler, batches in and batches out as treetensors."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import torch
+
+from .._treetensor import to_tree
+from .samplers import PrioritizedSampler, Sampler, UniformSampler
+from .storage import RingStorage
+
+__all__ = ["ReplayBuffer", "make_replay_buffer"]
+
+
+class ReplayBuffer:
+    """Transitions in a preallocated ring, sampled with one index gather per field.
+
+    Args:
+        capacity: transitions kept; the oldest are overwritten.
+        sampler: ``UniformSampler()`` (default) or ``PrioritizedSampler(capacity, ...)``.
+
+    Sampled batches carry two extra fields: ``index`` (for ``update_priority``) and ``weight`` (importance
+    weights, ones for uniform sampling).
+    """
+
+    def __init__(self, capacity: int, sampler: Optional[Sampler] = None) -> None:
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise TypeError(f"sampler must be a middleware.replay.Sampler, got {type(sampler).__name__}")
+        self.storage = RingStorage(capacity)
+        self.sampler = sampler or UniformSampler()
+        self._ones: Optional[torch.Tensor] = None
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    @property
+    def capacity(self) -> int:
+        return self.storage.capacity
+
+    def push(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """Store a batch of transitions (a treetensor or a dict of tensors with a shared leading dim)."""
+        if hasattr(batch, "items") and not isinstance(batch, Mapping):
+            batch = {k: v for k, v in batch.items()}
+        if not batch:
+            return
+        idx = self.storage.extend(batch)
+        self.sampler.on_extend(idx)
+
+    def sample(self, batch_size: int) -> Any:
+        """``batch_size`` transitions as a ``treetensor.torch.Tensor``.
+
+        Raises:
+            ValueError: if the buffer is empty.
+        """
+        size = len(self.storage)
+        if size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        idx, weight = self.sampler.sample(size, batch_size)
+        data = self.storage.gather(idx)
+        if weight is None:
+            if self._ones is None or len(self._ones) != batch_size:
+                self._ones = torch.ones(batch_size)
+            weight = self._ones
+        data["index"] = idx
+        data["weight"] = weight
+        return to_tree(data)
+
+    def update_priority(self, idx: torch.Tensor, priority: torch.Tensor) -> None:
+        self.sampler.update_priority(idx, priority)
+
+    def state_dict(self) -> dict:
+        return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.storage.load_state_dict(state["storage"])
+        self.sampler.load_state_dict(state["sampler"])
+
+
+def make_replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None) -> ReplayBuffer:
+    """The buffer a policy config asks for: ``other.replay_buffer`` sizes, ``priority`` picks the sampler."""
+    rb = policy_cfg["other"]["replay_buffer"]
+    capacity = int(rb["replay_buffer_size"])
+    if policy_cfg.get("priority", False):
+        sampler: Sampler = PrioritizedSampler(capacity, alpha=rb["alpha"], beta=rb["beta"], seed=seed)
+    else:
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        sampler = UniformSampler(generator)
+    return ReplayBuffer(capacity, sampler)
