@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 import math
 import os
 from typing import Any, Dict, Mapping, Optional
 
 from easydict import EasyDict
 
+from .fileio import atomic_write_json
 from .registry import ENV_REGISTRY, POLICY_REGISTRY
 
 __all__ = ["ConfigError", "compile_config", "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
@@ -132,14 +132,7 @@ def deep_merge(defaults: Mapping[str, Any], user: Mapping[str, Any], path: str =
 
 def save_config(cfg: Mapping[str, Any]) -> str:
     """Write ``cfg`` to ``<exp_name>/config.json`` atomically and return the path."""
-    exp_dir = cfg["exp_name"]
-    os.makedirs(exp_dir, exist_ok=True)
-    path = os.path.join(exp_dir, CONFIG_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(_plain(cfg), f, indent=2, sort_keys=True, default=repr)
-    os.replace(tmp, path)
-    return path
+    return atomic_write_json(os.path.join(cfg["exp_name"], CONFIG_FILE), _plain(cfg))
 
 
 # ---- helpers ---------------------------------------------------------------------------------------

@@ -177,8 +177,10 @@ class Task:
                                           f"a generator middleware must yield exactly once per call")
                 renew()
                 steps += 1
-        except BaseException:
+        except BaseException as err:
             _close_all(suspended)
+            if ctx.stop_reason is None:
+                ctx.stop_reason = "interrupted" if isinstance(err, KeyboardInterrupt) else f"error: {err!r}"
             self._emit_finish()
             raise
         self._emit_finish()

@@ -1,0 +1,6 @@
+"""Algorithms and their torch models. Each policy registers under a ``type`` name for ``create_config``."""
+from .base import CollectMode, EvalMode, LearnMode, NonFiniteLossError, Policy, SpaceMismatchError
+from .dqn import DQNPolicy
+
+__all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
+           "DQNPolicy"]

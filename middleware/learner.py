@@ -1,0 +1,58 @@
+"""Learners: run the policy's updates on replayed data."""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Mapping
+
+import torch
+
+__all__ = ["OffPolicyLearner"]
+
+
+class OffPolicyLearner:
+    """``policy.learn.update_per_collect`` updates of ``policy.learn.batch_size`` sampled from ``buffer``.
+
+    Updates start once the buffer holds ``max(batch_size, policy.random_collect_size)`` transitions. With
+    prioritized replay the TD errors returned by the policy become the sampled transitions' priorities.
+    Writes ``ctx.train_iter`` (one per update), ``ctx.train_data`` (the last batch) and
+    ``ctx.train_output`` (floats of the last update; ``loss`` averaged over the call's updates).
+
+    ``ready(ctx)`` decides whether to train this iteration; the ddp middleware makes that decision
+    collective, so that no rank skips a backward that the others run.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], policy: Any, buffer: Any) -> None:
+        pcfg = cfg["policy"]
+        self._policy = policy
+        self._buffer = buffer
+        self._updates = int(pcfg["learn"]["update_per_collect"])
+        self._batch_size = int(pcfg["learn"]["batch_size"])
+        self._warmup = max(self._batch_size, int(pcfg.get("random_collect_size", 0)))
+        self._priority = bool(pcfg.get("priority", False))
+        self.train_time = 0.0
+
+    def ready(self, ctx: Any) -> bool:
+        return len(self._buffer) >= self._warmup
+
+    def __call__(self, ctx: Any) -> None:
+        if not self.ready(ctx):
+            return
+        start = time.perf_counter()
+        losses = []
+        out: Dict[str, Any] = {}
+        for _ in range(self._updates):
+            data = self._buffer.sample(self._batch_size)
+            out = self._policy.forward(data)
+            if self._priority:
+                self._buffer.update_priority(data.index, out["priority"])
+            losses.append(out["loss"])
+            ctx.train_iter += 1
+        ctx.train_data = data
+        stats = {k: float(v) for k, v in out.items() if k != "priority" and _is_scalar(v)}
+        stats["loss"] = float(torch.stack(losses).mean()) if losses else float("nan")
+        ctx.train_output = stats
+        self.train_time += time.perf_counter() - start
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (int, float)) or (isinstance(value, torch.Tensor) and value.numel() == 1)

@@ -1,0 +1,53 @@
+"""The run summary, ``<exp_name>/summary.json``, written at finish however the run ended."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Dict, Optional
+
+from engine.fileio import atomic_write_json
+
+__all__ = ["RunSummary", "SUMMARY_FILE"]
+
+SUMMARY_FILE = "summary.json"
+
+
+class RunSummary:
+    """Tracks the best evaluation and the wall time; writes ``summary.json`` at finish.
+
+    Fields: ``stop_reason``, ``eval_return`` (last evaluation), ``best_eval_return``, ``env_step``,
+    ``env_episode``, ``train_iter``, ``wall_time_s`` (from the first iteration to finish),
+    ``time_to_stop_value_s`` (when the stop value was reached, else None), ``evaluations``.
+    """
+
+    def __init__(self, exp_dir: str, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._path = os.path.join(exp_dir, SUMMARY_FILE)
+        self._clock = clock
+        self._start: Optional[float] = None
+        self._best = float("-inf")
+        self._evals = 0
+        self._last_eval_iter = -1
+        self.result: Dict[str, Any] = {}
+
+    def __call__(self, ctx: Any) -> None:
+        if self._start is None:
+            self._start = self._clock()
+        if ctx.eval_output is not None and ctx.last_eval_iter != self._last_eval_iter:
+            self._last_eval_iter = ctx.last_eval_iter
+            self._evals += 1
+            self._best = max(self._best, ctx.eval_value)
+
+    def on_finish(self, ctx: Any) -> None:
+        wall = self._clock() - self._start if self._start is not None else 0.0
+        self.result = {
+            "stop_reason": ctx.stop_reason or "max_step",
+            "eval_return": ctx.eval_value if ctx.eval_output is not None else None,
+            "best_eval_return": self._best if self._evals else None,
+            "env_step": ctx.env_step,
+            "env_episode": ctx.env_episode,
+            "train_iter": ctx.train_iter,
+            "wall_time_s": wall,
+            "time_to_stop_value_s": wall if ctx.stop_reason == "stop_value" else None,
+            "evaluations": self._evals,
+        }
+        atomic_write_json(self._path, self.result)
