@@ -15,7 +15,7 @@ setup(
                                     "policies", "policies.*", "dizoo", "dizoo.*"]),
     install_requires=[
         "torch>=2.1",
-        "gymnasium>=1.0",
+        "gymnasium>=1.1",  # AutoresetMode.SAME_STEP
         "DI-treetensor>=0.4",
         "easydict>=1.9",
         "tensorboardX>=2.5",
@@ -23,9 +23,12 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2.1"],
+        # the box2d packages are in the test extra so CI runs the LunarLander configs too
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "box2d>=2.3.10", "pygame>=2.1"],
         "atari": ["ale-py>=0.9", "opencv-python-headless>=4.5"],
-        "box2d": ["gymnasium[box2d]>=1.0"],
+        # gymnasium[box2d] builds box2d-py from source (needs swig); the `box2d` wheel provides the same
+        # Box2D module, and gymnasium's box2d package imports pygame
+        "box2d": ["box2d>=2.3.10", "pygame>=2.1"],
         "mujoco": ["gymnasium[mujoco]>=1.0"],
     },
     entry_points={

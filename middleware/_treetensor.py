@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
     import treetensor.torch as ttorch  # noqa: E402
     from treevalue.tree.common import create_storage  # noqa: E402
 

@@ -185,4 +185,8 @@ class DQNPolicy(Policy):
         self._model.load_state_dict(state["model"])
         self._target_model.load_state_dict(state["target_model"])
         self._optimizer.load_state_dict(state["optimizer"])
+        # the config in force wins over the checkpoint's hyperparameters, so a resume can change them
+        for group in self._optimizer.param_groups:
+            group["lr"] = self.cfg["learn"]["learning_rate"]
+            group["weight_decay"] = self.cfg["learn"]["weight_decay"]
         self._updates = int(state["updates"])

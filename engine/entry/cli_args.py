@@ -27,11 +27,18 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] =
 
 
 def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
+    """Run ``serial_pipeline`` with the parsed options and print its one-line result (an application's
+    output, not library logging)."""
     from .serial import serial_pipeline
 
-    return serial_pipeline(input_cfg, seed=args.seed, max_env_step=args.max_env_step,
-                           max_train_iter=args.max_train_iter, exp_name=args.exp_name, resume=args.resume,
-                           progress=False if args.no_progress else None)
+    summary = serial_pipeline(input_cfg, seed=args.seed, max_env_step=args.max_env_step,
+                              max_train_iter=args.max_train_iter, exp_name=args.exp_name, resume=args.resume,
+                              progress=False if args.no_progress else None)
+    if summary:
+        print(f"baton: {summary['stop_reason']}: eval_return={summary['eval_return']} "
+              f"best_eval_return={summary['best_eval_return']} env_step={summary['env_step']} "
+              f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f}", flush=True)
+    return summary
 
 
 def cli_main(input_cfg: Tuple[Any, Any], argv: Optional[List[str]] = None) -> dict:

@@ -3,4 +3,4 @@ from engine.envs import GymEnvType
 from engine.registry import ENV_REGISTRY
 
 LUNARLANDER = ENV_REGISTRY.register("lunarlander", GymEnvType("LunarLander-v3", stop_value=200,
-                                                               requires=[("Box2D", "box2d")]))
+                                                               requires=[("Box2D", "box2d"), ("pygame", "box2d")]))

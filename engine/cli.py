@@ -1,0 +1,66 @@
+"""The ``baton`` command (also ``python -m engine``).
+
+Usage::
+
+    baton train -c CONFIG [-s SEED] [--max-env-step N] [--max-train-iter N] [--exp-name NAME] [--resume]
+                [--no-progress]
+
+``CONFIG`` is a Python file defining ``main_config`` and ``create_config`` (a dizoo config). Under
+``torch.distributed.launch`` the appended ``--local-rank`` is accepted and ignored (the runtime reads
+``LOCAL_RANK`` from the environment).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import runpy
+import sys
+from typing import Any, List, Optional, Tuple
+
+__all__ = ["main", "load_config_file"]
+
+
+def load_config_file(path: str) -> Tuple[Any, Any]:
+    """``(main_config, create_config)`` of a config file, without running its ``__main__`` block.
+
+    Raises:
+        FileNotFoundError: naming the path.
+        ValueError: when the file does not define both names.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config file not found: {path}")
+    namespace = runpy.run_path(path, run_name="__baton_config__")
+    missing = [name for name in ("main_config", "create_config") if name not in namespace]
+    if missing:
+        raise ValueError(f"config file {path} does not define {' and '.join(missing)}")
+    return namespace["main_config"], namespace["create_config"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .entry.cli_args import add_train_options
+
+    parser = argparse.ArgumentParser(prog="baton", description="Train RL pipelines from dizoo-style configs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train the pipeline of a config file")
+    train.add_argument("-c", "--config", required=True, help="path of a config file (main_config, create_config)")
+    add_train_options(train)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .entry.cli_args import run_from_args
+
+    try:
+        input_cfg = load_config_file(args.config)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"baton: {err}", file=sys.stderr)
+        return 2
+    run_from_args(input_cfg, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine.cli import load_config_file, main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
+
+
+def test_baton_console_script_trains(tmp_path):
+    exp = tmp_path / "cli_exp"
+    proc = subprocess.run(["baton", "train", "-c", CARTPOLE, "-s", "2", "--max-env-step", "128",
+                           "--exp-name", str(exp), "--no-progress"],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((exp / "config.json").read_text())["seed"] == 2
+    assert json.loads((exp / "summary.json").read_text())["env_step"] >= 128
+
+
+def test_python_m_engine_is_the_cli(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "engine", "train", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "--max-env-step" in proc.stdout and "--resume" in proc.stdout
+
+
+def test_cli_resume_flag_continues(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "-c", CARTPOLE, "--max-env-step", "64", "--exp-name", "r", "--no-progress"]) == 0
+    assert main(["train", "-c", CARTPOLE, "--max-env-step", "128", "--exp-name", "r", "--no-progress",
+                 "--resume"]) == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["env_step"] == 128 or summary["stop_reason"] == "stop_value"
+
+
+def test_cli_missing_config_file_is_a_clear_error(tmp_path, capsys):
+    assert main(["train", "-c", str(tmp_path / "missing.py")]) == 2
+    assert "missing.py" in capsys.readouterr().err
+
+
+def test_load_config_file_requires_both_names(tmp_path):
+    bad = tmp_path / "bad_config.py"
+    bad.write_text("main_config = {}\n")
+    with pytest.raises(ValueError, match="create_config"):
+        load_config_file(str(bad))
+
+
+def test_load_config_file_does_not_run_main_block():
+    main_config, create_config = load_config_file(CARTPOLE)
+    assert create_config.policy.type == "dqn"

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from easydict import EasyDict
+
+from engine import ConfigError, compile_config
+from engine.registry import UnknownTypeError
+
+CREATE = dict(env=dict(type="cartpole"), policy=dict(type="dqn"))
+
+
+def _main(tmp_path, **policy):
+    return dict(exp_name=str(tmp_path / "exp"), env=dict(stop_value=100), policy=policy)
+
+
+def test_compile_config_merges_defaults_under_user_values(tmp_path):
+    cfg = compile_config(_main(tmp_path, learn=dict(batch_size=32)), CREATE)
+    assert isinstance(cfg, EasyDict)
+    assert cfg.policy.learn.batch_size == 32
+    assert cfg.policy.learn.learning_rate == 1e-3  # default kept
+    assert cfg.env.stop_value == 100 and cfg.env.env_id == "CartPole-v1"
+    assert cfg.policy.type == "dqn" and cfg.env.type == "cartpole" and cfg.env.manager.type == "sync"
+
+
+def test_compile_config_saves_compiled_config_in_exp_dir(tmp_path):
+    cfg = compile_config(_main(tmp_path), CREATE)
+    with open(os.path.join(cfg.exp_name, "config.json")) as f:
+        saved = json.load(f)
+    assert saved["policy"]["learn"]["batch_size"] == cfg.policy.learn.batch_size
+
+
+def test_compile_config_exp_name_is_relative_to_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    compile_config(dict(exp_name="rel_exp"), CREATE)
+    assert (tmp_path / "rel_exp" / "config.json").is_file()
+
+
+def test_unknown_key_names_full_path_and_closest_key(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        compile_config(_main(tmp_path, learn=dict(learning_rat=0.1)), CREATE, save=False)
+    msg = str(err.value)
+    assert "policy.learn.learning_rat" in msg and "policy.learn.learning_rate" in msg
+
+
+def test_unknown_top_level_key(tmp_path):
+    with pytest.raises(ConfigError, match="'polcy'.*'policy'"):
+        compile_config(dict(exp_name=str(tmp_path), polcy=dict()), CREATE, save=False)
+
+
+@pytest.mark.parametrize("path,value,expect", [
+    (("learn", "batch_size"), "64", "expects int"),
+    (("learn", "batch_size"), 64.0, "expects int"),
+    (("learn", "learning_rate"), "fast", "expects float"),
+    (("learn", "double_q"), 1, "expects bool"),
+    (("model", "encoder_hidden_size_list"), 64, "expects list"),
+    (("learn",), 3, "must be a dict"),
+])
+def test_wrong_type_names_field_and_both_types(tmp_path, path, value, expect):
+    policy = {}
+    node = policy
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    with pytest.raises(ConfigError) as err:
+        compile_config(_main(tmp_path, **policy), CREATE, save=False)
+    msg = str(err.value)
+    assert "policy." + ".".join(path) in msg and expect in msg and type(value).__name__ in msg
+
+
+def test_int_accepted_for_float(tmp_path):
+    cfg = compile_config(_main(tmp_path, learn=dict(learning_rate=1)), CREATE, save=False)
+    assert cfg.policy.learn.learning_rate == 1
+
+
+def test_unknown_policy_type_lists_registered(tmp_path):
+    with pytest.raises(UnknownTypeError, match="'dqnn'.*dqn"):
+        compile_config(_main(tmp_path), dict(env=dict(type="cartpole"), policy=dict(type="dqnn")), save=False)
+
+
+def test_unknown_env_type_lists_registered(tmp_path):
+    with pytest.raises(UnknownTypeError, match="'cartpol'.*cartpole"):
+        compile_config(_main(tmp_path), dict(env=dict(type="cartpol"), policy=dict(type="dqn")), save=False)
+
+
+def test_missing_type_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="create_config.policy.type"):
+        compile_config(_main(tmp_path), dict(env=dict(type="cartpole")), save=False)
+
+
+def test_unknown_create_config_key(tmp_path):
+    with pytest.raises(ConfigError, match="create_config.env_manger.*env_manager"):
+        compile_config(_main(tmp_path), dict(CREATE, env_manger=dict(type="sync")), save=False)
+
+
+def test_import_names_are_imported(tmp_path):
+    create = dict(env=dict(type="cartpole", import_names=["dizoo.classic_control.cartpole.envs"]),
+                  policy=dict(type="dqn"))
+    assert compile_config(_main(tmp_path), create, save=False).env.type == "cartpole"
+    with pytest.raises(ImportError, match="no_such_module"):
+        compile_config(_main(tmp_path), dict(env=dict(type="cartpole", import_names=["no_such_module"]),
+                                             policy=dict(type="dqn")), save=False)
+
+
+def test_seed_and_exp_name_overrides(tmp_path):
+    cfg = compile_config(_main(tmp_path), CREATE, seed=7, exp_name=str(tmp_path / "other"), save=False)
+    assert cfg.seed == 7 and cfg.exp_name.endswith("other")
+
+
+def test_env_manager_from_create_config(tmp_path):
+    cfg = compile_config(_main(tmp_path), dict(CREATE, env_manager=dict(type="async")), save=False)
+    assert cfg.env.manager.type == "async"
+
+
+def test_free_form_empty_default_accepts_any_keys(tmp_path):
+    cfg = compile_config(_main(tmp_path) | dict(env=dict(env_kwargs=dict(render_mode=None))), CREATE, save=False)
+    assert cfg.env.env_kwargs == {"render_mode": None}
+
+
+def test_engine_import_is_light():
+    import subprocess
+    import sys
+    code = "import engine, sys; print(any(m in sys.modules for m in ('torch', 'gymnasium', 'tensorboardX')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

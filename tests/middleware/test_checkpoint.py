@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from engine import OnlineRLContext, Task
+from engine.fileio import atomic_write
+from middleware import CheckpointError, CkptSaver, load_checkpoint
+
+
+class Model:
+    def __init__(self):
+        self.w = torch.zeros(2)
+
+    def state_dict(self):
+        return {"w": self.w.clone()}
+
+
+def test_atomic_write_keeps_old_file_when_writer_fails(tmp_path):
+    path = str(tmp_path / "f.bin")
+    atomic_write(path, lambda f: f.write(b"good"))
+
+    def broken(f):
+        f.write(b"half")
+        raise KeyboardInterrupt  # a kill mid-write
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(path, broken)
+    assert open(path, "rb").read() == b"good"
+    assert os.listdir(tmp_path) == ["f.bin"]  # no temporary left behind
+
+
+def test_ckpt_saver_best_periodic_and_final(tmp_path):
+    model = Model()
+    saver = CkptSaver(model, str(tmp_path), train_freq=2)
+    task = Task()
+    with task.start(ctx=OnlineRLContext()):
+        def fake_train(ctx):
+            ctx.train_iter += 1
+            model.w += 1
+            if ctx.train_iter in (1, 3):
+                ctx.eval_value, ctx.last_eval_iter = float(ctx.train_iter), ctx.train_iter
+                ctx.eval_output = {"mean": ctx.eval_value}
+        task.use(fake_train)
+        task.use(saver)
+        task.run(max_step=4)
+    files = sorted(os.listdir(tmp_path))
+    assert files == ["best.pth.tar", "iteration_2.pth.tar", "iteration_4.pth.tar", "latest.pth.tar"]
+    assert load_checkpoint(str(tmp_path / "best.pth.tar"))["ctx"]["train_iter"] == 3
+    latest = load_checkpoint(str(tmp_path / "latest.pth.tar"))
+    assert latest["ctx"]["train_iter"] == 4 and latest["policy"]["w"].tolist() == [4.0, 4.0]
+
+
+def test_ckpt_saver_error_keeps_last_good_checkpoint(tmp_path):
+    model = Model()
+    saver = CkptSaver(model, str(tmp_path), train_freq=1)
+    task = Task()
+    with task.start(ctx=OnlineRLContext()):
+        def train(ctx):
+            ctx.train_iter += 1
+            model.w += 1
+            if ctx.train_iter == 3:
+                raise FloatingPointError("loss is nan")
+        task.use(train)
+        task.use(saver)
+        with pytest.raises(FloatingPointError):
+            task.run()
+    latest = load_checkpoint(str(tmp_path / "latest.pth.tar"))
+    assert latest["ctx"]["train_iter"] == 2  # the failed iteration wrote nothing
+
+
+def test_load_checkpoint_missing_and_corrupt_name_the_path(tmp_path):
+    missing = str(tmp_path / "nope.pth.tar")
+    with pytest.raises(CheckpointError, match="nope.pth.tar"):
+        load_checkpoint(missing)
+    corrupt = tmp_path / "bad.pth.tar"
+    corrupt.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="bad.pth.tar"):
+        load_checkpoint(str(corrupt))
+    foreign = tmp_path / "foreign.pth.tar"
+    torch.save({"state_dict": {}}, foreign)
+    with pytest.raises(CheckpointError, match="foreign.pth.tar"):
+        load_checkpoint(str(foreign))
