@@ -2,7 +2,8 @@
 
 One ``StepCollector`` call, for ``E`` envs and ``T = ceil(n_sample / E)`` vector steps:
 
-1. for each vector step: one batched ``policy.forward(obs, **ctx.collect_kwargs)``; one ``env.step``;
+1. for each vector step: one batched ``policy.forward(obs, **ctx.collect_kwargs)`` on the numpy
+   observations (the policy returns numpy arrays or tensors); one ``env.step``;
    the step's arrays go into preallocated ``[T, E]`` numpy buffers; where an episode ended, the real
    final observation (``info["final_obs"]``, gymnasium's SAME_STEP autoreset) becomes ``next_obs``;
 2. the chunk is turned into n-step transitions per env stream (``NStepBuilder``);
@@ -24,8 +25,12 @@ from .replay.nstep import NStepBuilder
 __all__ = ["StepCollector", "EpisodeCollector"]
 
 
+def _to_numpy(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
 class _EnvRunner:
-    """What both collectors share: the current observations, seeding, and per-env episode tallies."""
+    """What both collectors share: the current observations, seeding, and per-env episode returns."""
 
     def __init__(self, policy: Any, env: Any, seed: int) -> None:
         self.policy = policy
@@ -34,7 +39,6 @@ class _EnvRunner:
         self.seed = seed
         self.obs: Optional[np.ndarray] = None
         self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
-        self.ep_length = np.zeros(self.num_envs, dtype=np.int64)
 
     def current_obs(self) -> np.ndarray:
         if self.obs is None:
@@ -44,12 +48,11 @@ class _EnvRunner:
     def step(self, obs: np.ndarray, collect_kwargs: Mapping[str, Any]):
         """One batched act + env step. Returns (policy output, next_obs, real_next_obs, reward, term, trunc,
         finished-episode returns)."""
-        out = self.policy.forward(torch.from_numpy(obs), **collect_kwargs)
-        action = out["action"].cpu().numpy()
+        out = self.policy.forward(obs, **collect_kwargs)
+        action = _to_numpy(out["action"])
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         done = terminated | truncated
         self.ep_return += reward
-        self.ep_length += 1
         real_next = next_obs
         finished: List[float] = []
         if done.any():
@@ -59,7 +62,6 @@ class _EnvRunner:
                 real_next[i] = final[i]
                 finished.append(float(self.ep_return[i]))
             self.ep_return[done] = 0.0
-            self.ep_length[done] = 0
         self.obs = next_obs
         return out, action, real_next, reward, terminated, truncated, finished
 
@@ -120,7 +122,7 @@ class StepCollector:
                  "reward": torch.from_numpy(reward_buf), "next_obs": torch.from_numpy(next_buf),
                  "terminated": torch.from_numpy(term_buf), "truncated": torch.from_numpy(trunc_buf)}
         for key, values in extras.items():
-            chunk[key] = torch.stack(values).cpu()
+            chunk[key] = torch.as_tensor(np.stack([_to_numpy(v) for v in values]))
         transitions = self._nstep.push(chunk)
         ctx.trajectories = to_tree(transitions) if transitions else None
         env_steps = steps * envs

@@ -25,7 +25,9 @@ def evaluate_episodes(policy: Any, env: Any, n_episode: int, seed: int) -> Dict[
     lengths: List[int] = []
     obs, _ = env.reset(seed=[seed + i for i in range(num_envs)])
     while (done_count < quota).any():
-        action = policy.forward(torch.from_numpy(obs))["action"].cpu().numpy()
+        action = policy.forward(obs)["action"]
+        if isinstance(action, torch.Tensor):
+            action = action.cpu().numpy()
         obs, reward, terminated, truncated, _ = env.step(action)
         ep_return += reward
         ep_length += 1

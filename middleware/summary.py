@@ -15,6 +15,9 @@ SUMMARY_FILE = "summary.json"
 class RunSummary:
     """Tracks the best evaluation and the wall time; writes ``summary.json`` at finish.
 
+    Register it first: it is a generator middleware whose clock starts before the first iteration's
+    forward pass, and which reads each iteration's evaluation on the way back.
+
     Fields: ``stop_reason``, ``eval_return`` (last evaluation), ``best_eval_return``, ``env_step``,
     ``env_episode``, ``train_iter``, ``wall_time_s`` (from the first iteration to finish),
     ``time_to_stop_value_s`` (when the stop value was reached, else None), ``evaluations``.
@@ -29,15 +32,20 @@ class RunSummary:
         self._last_eval_iter = -1
         self.result: Dict[str, Any] = {}
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: Any):
         if self._start is None:
             self._start = self._clock()
+        yield
+        self._track_eval(ctx)
+
+    def _track_eval(self, ctx: Any) -> None:
         if ctx.eval_output is not None and ctx.last_eval_iter != self._last_eval_iter:
             self._last_eval_iter = ctx.last_eval_iter
             self._evals += 1
             self._best = max(self._best, ctx.eval_value)
 
     def on_finish(self, ctx: Any) -> None:
+        self._track_eval(ctx)  # an evaluation in an iteration cut short by an error
         wall = self._clock() - self._start if self._start is not None else 0.0
         self.result = {
             "stop_reason": ctx.stop_reason or "max_step",

@@ -92,8 +92,8 @@ class DQNPolicy(Policy):
         self._learn_model = self._model
         self._target_model = copy.deepcopy(self._model).requires_grad_(False)
         learn = cfg["learn"]
-        self._optimizer = torch.optim.Adam(self._model.parameters(), lr=learn["learning_rate"],
-                                           weight_decay=learn["weight_decay"])
+        self._optimizer = _adam(self._model.parameters(), lr=learn["learning_rate"],
+                                weight_decay=learn["weight_decay"])
         self._gamma = cfg["discount_factor"]
         self._target_update_freq = int(learn["target_update_freq"])
         self._target_theta = float(learn["target_theta"])
@@ -106,6 +106,10 @@ class DQNPolicy(Policy):
         self._td_loss = F.smooth_l1_loss if learn["td_loss"] == "huber" else F.mse_loss
         self._updates = 0
         self._action_dim = action_dim
+        # acting on the CPU goes through numpy (see QNetwork.numpy_greedy_action); its RNG is drawn from torch's,
+        # so torch.manual_seed still makes collection reproducible
+        self._act_numpy = self.device.type == "cpu"
+        self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
@@ -157,24 +161,28 @@ class DQNPolicy(Policy):
             self._target_model.load_state_dict(self._model.state_dict())
 
     # ---- act -------------------------------------------------------------------------------------
-    def _q_values(self, obs: Any) -> torch.Tensor:
-        obs_t = torch.as_tensor(obs, device=self.device).float()
-        return self._model(obs_t)
+    def _greedy(self, obs: Any) -> np.ndarray:
+        if self._act_numpy:
+            return self._model.numpy_greedy_action(np.asarray(obs))
+        with torch.inference_mode():
+            obs_t = torch.as_tensor(np.asarray(obs), device=self.device).float()
+            return self._model(obs_t).argmax(dim=1).cpu().numpy()
 
-    @torch.inference_mode()
     def _forward_collect(self, obs: Any, eps: float = 0.0) -> Dict[str, Any]:
-        """Epsilon-greedy: each env acts at random with probability ``eps``."""
-        action = self._q_values(obs).argmax(dim=1)
+        """Epsilon-greedy: each env acts at random with probability ``eps``. Returns numpy actions."""
+        action = self._greedy(obs)
         if eps > 0:
-            explore = torch.rand(len(action), device=self.device) < eps
+            # one uniform draw per env decides both: explore when u < eps, and then u / eps is itself
+            # uniform on [0, 1), so it picks the random action
+            u = self._rng.random(len(action))
+            explore = u < eps
             if explore.any():
-                random = torch.randint(0, self._action_dim, (len(action),), device=self.device)
-                action = torch.where(explore, random, action)
+                random_action = np.minimum((u / eps * self._action_dim).astype(np.int64), self._action_dim - 1)
+                action = np.where(explore, random_action, action)
         return {"action": action}
 
-    @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        return {"action": self._q_values(obs).argmax(dim=1)}
+        return {"action": self._greedy(obs)}
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -190,3 +198,13 @@ class DQNPolicy(Policy):
             group["lr"] = self.cfg["learn"]["learning_rate"]
             group["weight_decay"] = self.cfg["learn"]["weight_decay"]
         self._updates = int(state["updates"])
+
+
+def _adam(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
+    """Adam, fused where this torch supports it (CPU fused Adam since torch 2.4: ~20% faster updates for
+    small networks, where per-parameter Python loops dominate)."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, fused=True, **kwargs)
+    except (RuntimeError, ValueError, TypeError):
+        return torch.optim.Adam(params, foreach=True, **kwargs)

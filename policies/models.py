@@ -1,8 +1,9 @@
 """Torch models: the MLP torso and the (dueling) Q-network head used by value-based policies."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -42,9 +43,33 @@ class QNetwork(nn.Module):
         else:
             self.head = nn.Linear(feat, action_dim)
 
+        self._numpy_layers: Optional[List[Tuple[np.ndarray, np.ndarray]]] = None
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.torso(obs)
         if not self.dueling:
             return self.head(x)
         adv = self.advantage(x)
         return self.value(x) + adv - adv.mean(dim=-1, keepdim=True)
+
+    def numpy_greedy_action(self, obs: np.ndarray) -> np.ndarray:
+        """``argmax_a Q(obs, a)`` computed with numpy, for acting on the CPU.
+
+        Why: acting on a handful of envs is a batch of ~8 rows, where torch's per-op dispatch costs more
+        than the arithmetic (about 75 us against 17 us per step here). With a dueling head,
+        ``argmax_a Q = argmax_a A`` (V and the mean of A are the same for every action), so the value
+        stream is skipped. The arrays are views of the live parameters (optimizer steps and
+        ``load_state_dict`` write in place), so they never go stale; valid only while the parameters
+        are on the CPU.
+        """
+        if self._numpy_layers is None:
+            linears = [m for m in self.torso if isinstance(m, nn.Linear)]
+            linears.append(self.advantage if self.dueling else self.head)
+            self._numpy_layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in linears]
+        x = obs.astype(np.float32, copy=False)
+        for w, b in self._numpy_layers[:-1]:
+            x = x @ w
+            x += b
+            np.maximum(x, 0.0, out=x)
+        w, b = self._numpy_layers[-1]
+        return (x @ w + b).argmax(axis=1)

@@ -2,6 +2,7 @@
 
 The off-policy pipeline, in order (one iteration)::
 
+    RunSummary              wall clock from the start of the first iteration; summary.json at finish
     interaction_evaluator   every eval_freq updates; stops the task at env.stop_value
     eps_greedy_handler      epsilon of ctx.env_step
     StepCollector           n_sample transitions, n-step, into ctx.trajectories
@@ -11,7 +12,6 @@ The off-policy pipeline, in order (one iteration)::
     online_logger           tensorboardX scalars
     termination_checker     max_env_step / max_train_iter
     progress_bar            tqdm (optional)
-    RunSummary              <exp_name>/summary.json at finish
 """
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ def serial_pipeline(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], seed
         summary = RunSummary(exp_dir)
         task = Task()
         with task.start(ctx=ctx):
+            task.use(summary)
             task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
             task.use(eps_greedy_handler(cfg))
             task.use(StepCollector(cfg, policy.collect_mode, collector_env))
@@ -88,7 +89,6 @@ def serial_pipeline(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], seed
             task.use(termination_checker(max_env_step, max_train_iter))
             if cfg.log.progress if progress is None else progress:
                 task.use(progress_bar(max_env_step))
-            task.use(summary)
             task.run()
         return summary.result
     finally:

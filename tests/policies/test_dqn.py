@@ -123,5 +123,20 @@ def test_dqn_state_dict_round_trip():
     a.learn_mode.forward(_batch())
     b.load_state_dict(a.state_dict())
     obs = torch.randn(5, 3)
-    assert torch.equal(a.eval_mode.forward(obs)["action"], b.eval_mode.forward(obs)["action"])
+    assert np.array_equal(a.eval_mode.forward(obs)["action"], b.eval_mode.forward(obs)["action"])
     assert b._updates == 1
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_numpy_greedy_action_matches_torch_and_tracks_updates(dueling):
+    policy = _policy(model=dict(dueling=dueling))
+    obs = np.random.default_rng(0).standard_normal((256, 3)).astype(np.float32)
+
+    def torch_greedy():
+        with torch.no_grad():
+            return policy._model(torch.from_numpy(obs)).argmax(1).numpy()
+
+    assert (policy._model.numpy_greedy_action(obs) == torch_greedy()).all()
+    for _ in range(20):  # in-place optimizer steps must show through the numpy views
+        policy.learn_mode.forward(_batch())
+    assert (policy._model.numpy_greedy_action(obs) == torch_greedy()).all()
