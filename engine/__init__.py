@@ -15,10 +15,17 @@ from .task import MiddlewareError, Task
 __all__ = [
     "Task", "task", "serial", "parallel", "MiddlewareError",
     "Context", "OnlineRLContext", "OfflineRLContext", "EventBus",
-    "compile_config", "ConfigError", "POLICY_REGISTRY", "ENV_REGISTRY",
+    "compile_config", "ConfigError", "POLICY_REGISTRY", "ENV_REGISTRY", "launch",
 ]
 
 __version__ = "0.1.0"
+
+
+def launch(*args, **kwargs):
+    """``engine.distributed.launch``: run a function on N local processes (imports torch when called)."""
+    from .distributed import launch as _launch
+
+    return _launch(*args, **kwargs)
 
 #: The default task for DI-engine-style scripts. Library code never reads it: middleware get ``ctx``.
 task = Task()

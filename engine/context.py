@@ -118,13 +118,15 @@ class OnlineRLContext(Context):
     Persistent: ``env_step`` (env transitions collected, global under DDP), ``env_episode`` (finished
     episodes), ``train_iter`` (learner updates), ``last_eval_iter``, ``last_eval_value``, ``eval_value``
     (latest evaluation return; ``last_eval_value`` holds the same, DI-engine's name), ``eval_output``
-    (latest evaluation details: returns, lengths).
+    (latest evaluation details: returns, lengths), ``learn_gate`` (None: each learner decides alone
+    whether it has enough data; True/False: the decision all DDP ranks agreed on).
 
     Per-step: ``trajectories`` (this iteration's transitions as a treetensor batch), ``episodes``
     (whole episodes collected this iteration), ``train_data`` (the batch the learner used),
     ``train_output`` (learner statistics: loss, q value, ...), ``collect_kwargs`` (arguments for the
     collect policy, e.g. ``eps``), ``collect_stats`` (this iteration's collector counts: samples,
-    env_steps, episodes, duration), ``episode_returns`` (returns of training episodes finished now).
+    env_steps, episodes, duration), ``episode_returns`` (returns of training episodes finished now),
+    ``learner_ready`` (whether this rank's learner had enough data this iteration).
     """
 
     env_step: int = persistent(0)
@@ -134,6 +136,7 @@ class OnlineRLContext(Context):
     last_eval_value: float = persistent(float("-inf"))
     eval_value: float = persistent(float("-inf"))
     eval_output: Optional[Dict[str, Any]] = persistent(None)
+    learn_gate: Optional[bool] = persistent(None)
 
     trajectories: Any = per_step(None)
     episodes: Any = per_step(None)
@@ -142,6 +145,7 @@ class OnlineRLContext(Context):
     collect_kwargs: Dict[str, Any] = per_step(default_factory=dict)
     collect_stats: Optional[Dict[str, float]] = per_step(None)
     episode_returns: Optional[List[float]] = per_step(None)
+    learner_ready: Optional[bool] = per_step(None)
 
 
 @dataclass

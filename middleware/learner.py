@@ -17,8 +17,9 @@ class OffPolicyLearner:
     Writes ``ctx.train_iter`` (one per update), ``ctx.train_data`` (the last batch) and
     ``ctx.train_output`` (floats of the last update; ``loss`` averaged over the call's updates).
 
-    ``ready(ctx)`` decides whether to train this iteration; the ddp middleware makes that decision
-    collective, so that no rank skips a backward that the others run.
+    ``ready(ctx)`` says whether this rank has enough data (written to ``ctx.learner_ready``). Alone, that
+    decides; under DDP the ddp middleware agrees ``ctx.learn_gate`` across ranks at the end of each
+    iteration and the learner follows it, so no rank skips a backward that the others run.
     """
 
     def __init__(self, cfg: Mapping[str, Any], policy: Any, buffer: Any) -> None:
@@ -35,7 +36,9 @@ class OffPolicyLearner:
         return len(self._buffer) >= self._warmup
 
     def __call__(self, ctx: Any) -> None:
-        if not self.ready(ctx):
+        ctx.learner_ready = self.ready(ctx)
+        # under DDP, ctx.learn_gate is the readiness all ranks agreed on, so none skips alone
+        if not (ctx.learner_ready if ctx.learn_gate is None else ctx.learn_gate):
             return
         start = time.perf_counter()
         losses = []

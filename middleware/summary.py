@@ -23,8 +23,9 @@ class RunSummary:
     ``time_to_stop_value_s`` (when the stop value was reached, else None), ``evaluations``.
     """
 
-    def __init__(self, exp_dir: str, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, exp_dir: str, write: bool = True, clock: Callable[[], float] = time.perf_counter) -> None:
         self._path = os.path.join(exp_dir, SUMMARY_FILE)
+        self._write = write
         self._clock = clock
         self._start: Optional[float] = None
         self._best = float("-inf")
@@ -58,4 +59,5 @@ class RunSummary:
             "time_to_stop_value_s": wall if ctx.stop_reason == "stop_value" else None,
             "evaluations": self._evals,
         }
-        atomic_write_json(self._path, self.result)
+        if self._write:
+            atomic_write_json(self._path, self.result)

@@ -1,17 +1,18 @@
 """``serial_pipeline``: compile a dizoo-style config and run the standard pipeline for its policy.
 
-The off-policy pipeline, in order (one iteration)::
+The off-policy pipeline, in order (one iteration); (0) marks rank 0 only under DDP::
 
+    DDPMiddleware           DDP-wrapped learner; one allreduce per iteration on the way back (no-op alone)
     RunSummary              wall clock from the start of the first iteration; summary.json at finish
-    interaction_evaluator   every eval_freq updates; stops the task at env.stop_value
+    interaction_evaluator   (0) every eval_freq updates; stops the task at env.stop_value
     eps_greedy_handler      epsilon of ctx.env_step
     StepCollector           n_sample transitions, n-step, into ctx.trajectories
     data_pusher             into the replay buffer
     OffPolicyLearner        update_per_collect updates
-    CkptSaver               best / periodic / final checkpoints
-    online_logger           tensorboardX scalars
+    CkptSaver               (0) best / periodic / final checkpoints
+    online_logger           (0) tensorboardX scalars
     termination_checker     max_env_step / max_train_iter
-    progress_bar            tqdm (optional)
+    progress_bar            (0) tqdm (optional)
 """
 from __future__ import annotations
 
@@ -40,60 +41,102 @@ def serial_pipeline(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], seed
                     progress: Optional[bool] = None) -> Dict[str, Any]:
     """Train the policy of ``(main_config, create_config)`` and return the run summary.
 
+    Runs data-parallel when launched with ``WORLD_SIZE > 1`` (torchrun, ``torch.distributed.launch``,
+    ``engine.launch``) or with ``policy.multi_gpu=True`` under a launcher: see docs/distributed.md.
+
     Args:
         input_cfg: ``(main_config, create_config)`` as in a dizoo config file.
-        seed: base seed: env i of the collector gets ``seed + i``; torch, numpy and random are seeded.
-        max_env_step, max_train_iter: budgets; the run also stops at ``env.stop_value``.
+        seed: base seed. Rank r seeds torch, numpy and random with ``seed + r * RANK_SEED_OFFSET``, and its
+            collector env i with that plus i.
+        max_env_step, max_train_iter: budgets (global env steps under DDP); the run also stops at
+            ``env.stop_value``.
         exp_name: overrides the config's ``exp_name`` (the experiment directory).
         resume: continue from ``<exp_name>/ckpt/latest.pth.tar``.
         progress: show the progress bar (default: the config's ``log.progress``).
 
     Returns:
-        The contents of ``<exp_name>/summary.json``.
+        The run summary (on rank 0 also written to ``<exp_name>/summary.json``).
     """
+    from ..distributed import DDPContext, launched_world_size
+
+    main_config, create_config = input_cfg
+    cuda = bool(main_config.get("policy", {}).get("cuda", False)) and torch.cuda.is_available()
+    if main_config.get("policy", {}).get("multi_gpu", False) and launched_world_size() == 1 \
+            and not torch.distributed.is_initialized():
+        logger.warning("policy.multi_gpu=True but the process was not started by a launcher: world size is 1, "
+                       "running in one process (use torchrun --nproc_per_node=N, see docs/distributed.md)")
+    with DDPContext(backend="nccl" if cuda else "gloo") as ddp_ctx:
+        return _run(main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume, progress,
+                    ddp_ctx)
+
+
+RANK_SEED_OFFSET = 1000
+
+
+def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed: int,
+         max_env_step: Optional[int], max_train_iter: Optional[int], exp_name: Optional[str], resume: bool,
+         progress: Optional[bool], ddp_ctx: Any) -> Dict[str, Any]:
     from middleware import (CkptSaver, OffPolicyLearner, RunSummary, StepCollector, data_pusher,
                             eps_greedy_handler, interaction_evaluator, make_replay_buffer, online_logger,
                             progress_bar, termination_checker)
+    from middleware.ddp import DDPMiddleware
 
-    main_config, create_config = input_cfg
-    cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name)
-    _seed_everything(cfg.seed)
+    from ..distributed import broadcast_object
+
+    rank, world_size = ddp_ctx.rank, ddp_ctx.world_size
+    main = rank == 0
+    cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=main)
+    rank_seed = cfg.seed + rank * RANK_SEED_OFFSET
+    _seed_everything(rank_seed)
     env_type = ENV_REGISTRY.get(cfg.env.type)
     policy_cls = POLICY_REGISTRY.get(cfg.policy.type)
     if policy_cls.pipeline != "off_policy":
         raise NotImplementedError(f"policy {cfg.policy.type!r} needs the {policy_cls.pipeline} pipeline, "
                                   f"which serial_pipeline does not compose yet")
-    collector_env = make_vector_env(env_type, cfg.env, cfg.env.collector_env_num, cfg.seed)
-    evaluator_env = make_vector_env(env_type, cfg.env, cfg.env.evaluator_env_num, cfg.seed, manager="sync")
+    collector_env = make_vector_env(env_type, cfg.env, cfg.env.collector_env_num, rank_seed)
+    evaluator_env = make_vector_env(env_type, cfg.env, cfg.env.evaluator_env_num, cfg.seed, manager="sync") \
+        if main else None
     try:
-        policy = policy_cls(cfg.policy, collector_env.single_observation_space, collector_env.single_action_space)
-        buffer = make_replay_buffer(cfg.policy, seed=cfg.seed)
+        device = ddp_ctx.device if ddp_ctx.device != "cpu" else None
+        policy = policy_cls(cfg.policy, collector_env.single_observation_space, collector_env.single_action_space,
+                            device=device)
+        buffer = make_replay_buffer(cfg.policy, seed=rank_seed)
         exp_dir = cfg.exp_name
         ctx = OnlineRLContext()
         saver = CkptSaver(policy.learn_mode, os.path.join(exp_dir, "ckpt"), cfg.ckpt.save_freq,
                           buffer if cfg.ckpt.save_replay_buffer else None)
-        if resume:
+        if resume and main:
             _resume(os.path.join(exp_dir, "ckpt"), policy, ctx, buffer, saver)
-        summary = RunSummary(exp_dir)
+        if world_size > 1 and resume:  # rank 0 read the checkpoint; the ddp middleware shares its learn state
+            ctx.load_persistent_state(broadcast_object(ctx.persistent_state(), src=0))
+        summary = RunSummary(exp_dir, write=main)
+        ddp = DDPMiddleware(policy.learn_mode)
         task = Task()
         with task.start(ctx=ctx):
+            task.use(ddp)
             task.use(summary)
-            task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
+            if main:
+                task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
             task.use(eps_greedy_handler(cfg))
-            task.use(StepCollector(cfg, policy.collect_mode, collector_env))
+            task.use(StepCollector(cfg, policy.collect_mode, collector_env, seed=rank_seed))
             task.use(data_pusher(cfg, buffer))
             task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer))
-            task.use(saver)
-            if cfg.log.tensorboard:
-                task.use(online_logger(os.path.join(exp_dir, "log"), print_freq=cfg.log.print_freq))
+            if main:
+                task.use(saver)
+                if cfg.log.tensorboard:
+                    task.use(online_logger(os.path.join(exp_dir, "log"), print_freq=cfg.log.print_freq))
             task.use(termination_checker(max_env_step, max_train_iter))
-            if cfg.log.progress if progress is None else progress:
+            if main and (cfg.log.progress if progress is None else progress):
                 task.use(progress_bar(max_env_step))
             task.run()
-        return summary.result
+        result = dict(summary.result)
+        if world_size > 1:
+            result.update(world_size=world_size, ddp_collective_s=ddp.collective_time)
+        return result
     finally:
         collector_env.close()
-        evaluator_env.close()
+        if evaluator_env is not None:
+            evaluator_env.close()
 
 
 def _seed_everything(seed: int) -> None:

@@ -1,0 +1,224 @@
+"""The distributed runtime: process groups from any launcher, a few collectives, and a spawner.
+
+Launchers set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``:
+``torchrun --nproc_per_node=N script.py`` (one or many nodes), ``python -m torch.distributed.launch
+--nproc_per_node=N script.py`` (which also appends ``--local-rank``), or ``engine.launch(fn, nprocs=N)``
+(``torch.multiprocessing.spawn``, one machine). ``DDPContext`` turns that environment into a process group:
+``nccl`` when CUDA is available, ``gloo`` otherwise; the device is ``cuda:LOCAL_RANK``; every collective has
+a finite timeout (``BATON_DDP_TIMEOUT`` seconds, default 600), so a rank that dies or never arrives makes
+the others fail with an error instead of hanging. Without a launcher it does nothing and the world size
+is 1, so the same script runs alone.
+
+Debugging a hang: set ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` and a short ``BATON_DDP_TIMEOUT``; the error then
+names the collective and the rank that did not arrive.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+from typing import Any, Callable, Optional, Sequence
+
+__all__ = ["DDPContext", "get_rank", "get_world_size", "get_local_rank", "is_main_process", "is_distributed",
+           "allreduce_data", "broadcast_object", "barrier", "launch", "DistributedError", "default_timeout",
+           "launched_world_size"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class DistributedError(RuntimeError):
+    """Rendezvous or collective failure, with the rank, world size and what to check."""
+
+
+def default_timeout() -> float:
+    return float(os.environ.get("BATON_DDP_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+def launched_world_size() -> int:
+    """``WORLD_SIZE`` as set by a launcher (1 when there is none)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if is_distributed() else 0
+
+
+def get_world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def get_local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def is_main_process() -> bool:
+    return get_rank() == 0
+
+
+def allreduce_data(value: Any, op: str = "sum") -> Any:
+    """Allreduce a number or tensor across ranks (``op``: sum, mean, min, max); identity in one process."""
+    import torch
+    import torch.distributed as dist
+
+    if not is_distributed():
+        return value
+    ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
+    if op not in ops:
+        raise ValueError(f"allreduce op must be one of {sorted(ops)}, got {op!r}")
+    is_tensor = isinstance(value, torch.Tensor)
+    tensor = value.clone() if is_tensor else torch.tensor(value, dtype=torch.float64)
+    tensor = tensor.to(_collective_device())
+    dist.all_reduce(tensor, op=ops[op])
+    if op == "mean":
+        tensor = tensor / get_world_size()
+    if is_tensor:
+        return tensor.to(value.device)
+    return tensor.item() if tensor.dim() == 0 else tensor.cpu().tolist()
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """``obj`` of rank ``src`` on every rank (pickled); identity in one process."""
+    import torch.distributed as dist
+
+    if not is_distributed():
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=src, device=_collective_device())
+    return holder[0]
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if is_distributed():
+        dist.barrier()
+
+
+def _collective_device() -> Any:
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class DDPContext:
+    """Initialise the process group from the launcher's environment; destroy it on exit, also on error.
+
+    Args:
+        init_method: e.g. ``"file:///shared/path/rendezvous"`` for a shared-filesystem rendezvous (then
+            ``RANK`` and ``WORLD_SIZE`` still come from the environment or the arguments); default
+            ``env://`` (``MASTER_ADDR``/``MASTER_PORT``).
+        backend: ``nccl`` or ``gloo``; default ``nccl`` when CUDA is available, else ``gloo``.
+        timeout: seconds for the rendezvous and for every collective (default ``BATON_DDP_TIMEOUT`` or 600).
+        rank, world_size: override the environment.
+
+    Examples:
+        >>> with DDPContext() as ddp:      # no launcher: a no-op
+        ...     ddp.world_size
+        1
+    """
+
+    def __init__(self, init_method: Optional[str] = None, backend: Optional[str] = None,
+                 timeout: Optional[float] = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None) -> None:
+        self.init_method = init_method
+        self.backend = backend
+        self.timeout = float(timeout if timeout is not None else default_timeout())
+        self.rank = int(rank if rank is not None else os.environ.get("RANK", "0"))
+        self.world_size = int(world_size if world_size is not None else launched_world_size())
+        self.local_rank = get_local_rank()
+        self.device = "cpu"
+        self._owns_group = False
+
+    def __enter__(self) -> "DDPContext":
+        import torch
+        import torch.distributed as dist
+
+        if is_distributed():  # already set up (e.g. by engine.launch): join it
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            self.backend = dist.get_backend()
+            self.device = _device_for(self.backend, self.local_rank)
+            return self
+        if self.world_size <= 1 and self.init_method is None:
+            return self
+        backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(self.local_rank)
+        init_method = self.init_method or "env://"
+        if init_method == "env://":
+            missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+            if missing:
+                raise DistributedError(f"rank {self.rank} of {self.world_size}: {', '.join(missing)} not set; "
+                                       f"launch with torchrun or engine.launch, or pass init_method='file://...'")
+        try:
+            dist.init_process_group(backend=backend, init_method=init_method, rank=self.rank,
+                                    world_size=self.world_size, timeout=datetime.timedelta(seconds=self.timeout))
+        except Exception as err:
+            where = (f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+                     if init_method == "env://" else init_method)
+            raise DistributedError(f"rank {self.rank} of {self.world_size} could not join the process group at "
+                                   f"{where} within {self.timeout:.0f} s ({type(err).__name__}: {err}). Check that "
+                                   f"every rank was started, that the master is reachable from this node, and "
+                                   f"that MASTER_PORT is free and the same on all nodes") from err
+        self._owns_group = True
+        self.backend = backend
+        self.device = _device_for(backend, self.local_rank)
+        logger.info("rank %d/%d joined (%s, device %s)", self.rank, self.world_size, backend, self.device)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        import torch.distributed as dist
+
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._owns_group = False
+
+
+def _device_for(backend: str, local_rank: int) -> str:
+    return f"cuda:{local_rank}" if backend == "nccl" else "cpu"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawned(local_rank: int, fn: Callable[..., Any], args: Sequence[Any], nprocs: int, backend: Optional[str],
+             timeout: Optional[float]) -> None:
+    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nprocs),
+                      LOCAL_WORLD_SIZE=str(nprocs))
+    with DDPContext(backend=backend, timeout=timeout):
+        fn(*args)
+
+
+def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, backend: Optional[str] = None,
+           timeout: Optional[float] = None, master_port: Optional[int] = None) -> None:
+    """Run ``fn(*args)`` on ``nprocs`` local processes, each inside a ``DDPContext``.
+
+    Uses ``torch.multiprocessing.spawn`` (so ``fn`` must be importable: a module-level function) and sets
+    the rendezvous itself (``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``). If any process raises,
+    the others are terminated and the error is re-raised here with the failing rank's traceback.
+    """
+    import torch.multiprocessing as mp
+
+    if nprocs < 1:
+        raise ValueError(f"nprocs must be >= 1, got {nprocs}")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(master_port or _free_port())
+    mp.spawn(_spawned, args=(fn, tuple(args), nprocs, backend, timeout), nprocs=nprocs, join=True)
