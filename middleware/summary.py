@@ -20,12 +20,15 @@ class RunSummary:
 
     Fields: ``stop_reason``, ``eval_return`` (last evaluation), ``best_eval_return``, ``env_step``,
     ``env_episode``, ``train_iter``, ``wall_time_s`` (from the first iteration to finish),
-    ``time_to_stop_value_s`` (when the stop value was reached, else None), ``evaluations``.
+    ``time_to_stop_value_s`` (when the stop value was reached, else None), ``evaluations``, and what
+    ``extra()`` returns at finish (the pipeline adds ``world_size`` and DDP collective time under DDP).
     """
 
-    def __init__(self, exp_dir: str, write: bool = True, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, exp_dir: str, write: bool = True, extra: Optional[Callable[[], Dict[str, Any]]] = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self._path = os.path.join(exp_dir, SUMMARY_FILE)
         self._write = write
+        self._extra = extra
         self._clock = clock
         self._start: Optional[float] = None
         self._best = float("-inf")
@@ -59,5 +62,7 @@ class RunSummary:
             "time_to_stop_value_s": wall if ctx.stop_reason == "stop_value" else None,
             "evaluations": self._evals,
         }
+        if self._extra is not None:
+            self.result.update(self._extra())
         if self._write:
             atomic_write_json(self._path, self.result)

@@ -73,6 +73,11 @@ def serial_pipeline(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], seed
 RANK_SEED_OFFSET = 1000
 
 
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank ``rank``: ranks seeded alike would collect identical data."""
+    return seed + rank * RANK_SEED_OFFSET
+
+
 def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed: int,
          max_env_step: Optional[int], max_train_iter: Optional[int], exp_name: Optional[str], resume: bool,
          progress: Optional[bool], ddp_ctx: Any) -> Dict[str, Any]:
@@ -86,21 +91,21 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
     rank, world_size = ddp_ctx.rank, ddp_ctx.world_size
     main = rank == 0
     cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=main)
-    rank_seed = cfg.seed + rank * RANK_SEED_OFFSET
-    _seed_everything(rank_seed)
+    seed_r = rank_seed(cfg.seed, rank)
+    _seed_everything(seed_r)
     env_type = ENV_REGISTRY.get(cfg.env.type)
     policy_cls = POLICY_REGISTRY.get(cfg.policy.type)
     if policy_cls.pipeline != "off_policy":
         raise NotImplementedError(f"policy {cfg.policy.type!r} needs the {policy_cls.pipeline} pipeline, "
                                   f"which serial_pipeline does not compose yet")
-    collector_env = make_vector_env(env_type, cfg.env, cfg.env.collector_env_num, rank_seed)
+    collector_env = make_vector_env(env_type, cfg.env, cfg.env.collector_env_num, seed_r)
     evaluator_env = make_vector_env(env_type, cfg.env, cfg.env.evaluator_env_num, cfg.seed, manager="sync") \
         if main else None
     try:
         device = ddp_ctx.device if ddp_ctx.device != "cpu" else None
         policy = policy_cls(cfg.policy, collector_env.single_observation_space, collector_env.single_action_space,
                             device=device)
-        buffer = make_replay_buffer(cfg.policy, seed=rank_seed)
+        buffer = make_replay_buffer(cfg.policy, seed=seed_r)
         exp_dir = cfg.exp_name
         ctx = OnlineRLContext()
         saver = CkptSaver(policy.learn_mode, os.path.join(exp_dir, "ckpt"), cfg.ckpt.save_freq,
@@ -109,8 +114,9 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
             _resume(os.path.join(exp_dir, "ckpt"), policy, ctx, buffer, saver)
         if world_size > 1 and resume:  # rank 0 read the checkpoint; the ddp middleware shares its learn state
             ctx.load_persistent_state(broadcast_object(ctx.persistent_state(), src=0))
-        summary = RunSummary(exp_dir, write=main)
         ddp = DDPMiddleware(policy.learn_mode)
+        summary = RunSummary(exp_dir, write=main, extra=lambda: {"world_size": world_size, "ddp_collective_s":
+                                                                  ddp.collective_time} if world_size > 1 else {})
         task = Task()
         with task.start(ctx=ctx):
             task.use(ddp)
@@ -118,7 +124,7 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
             if main:
                 task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
             task.use(eps_greedy_handler(cfg))
-            task.use(StepCollector(cfg, policy.collect_mode, collector_env, seed=rank_seed))
+            task.use(StepCollector(cfg, policy.collect_mode, collector_env, seed=seed_r))
             task.use(data_pusher(cfg, buffer))
             task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer))
             if main:
@@ -129,10 +135,7 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
             if main and (cfg.log.progress if progress is None else progress):
                 task.use(progress_bar(max_env_step))
             task.run()
-        result = dict(summary.result)
-        if world_size > 1:
-            result.update(world_size=world_size, ddp_collective_s=ddp.collective_time)
-        return result
+        return summary.result
     finally:
         collector_env.close()
         if evaluator_env is not None:

@@ -1,0 +1,141 @@
+"""Functions run inside 2-process gloo jobs (engine.launch pickles them by module name)."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+
+import torch
+
+from engine import OnlineRLContext, Task
+from engine.distributed import allreduce_data, broadcast_object, get_rank, get_world_size
+
+
+def _dump(out_dir, name, obj):
+    with open(os.path.join(out_dir, f"{name}_rank{get_rank()}.json"), "w") as f:
+        json.dump(obj, f)
+
+
+def cartpole_run(out_dir, overrides_by_rank=None, max_env_step=1024):
+    """The CartPole DDP config through serial_pipeline; each rank dumps its summary and parameters."""
+    from dizoo.classic_control.cartpole.config.cartpole_dqn_ddp_config import create_config, main_config
+    from engine.entry import serial_pipeline
+
+    main = copy.deepcopy(main_config)
+    main.exp_name = os.path.join(out_dir, "exp")
+    main.env.stop_value = 1e9
+    main.env.collector_env_num = 4
+    main.policy.collect.n_sample = 32
+    main.policy.learn.update_per_collect = 2
+    for key, value in (overrides_by_rank or {}).get(str(get_rank()), {}).items():
+        node = main.policy
+        *path, last = key.split(".")
+        for part in path:
+            node = node[part]
+        node[last] = value
+    captured = {}
+    from middleware import ddp as ddp_module
+
+    original = ddp_module.DDPMiddleware
+
+    class Capturing(original):  # keeps a handle on the learn mode the pipeline builds
+        def __init__(self, learn_mode, **kw):
+            super().__init__(learn_mode, **kw)
+            captured["learn_mode"] = learn_mode
+
+    ddp_module.DDPMiddleware = Capturing
+    try:
+        summary = serial_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=max_env_step,
+                                  progress=False)
+    finally:
+        ddp_module.DDPMiddleware = original
+    state = captured["learn_mode"].state_dict()
+    params = {k: v.flatten().tolist() for k, v in state["model"].items()}
+    target = {k: v.flatten().tolist() for k, v in state["target_model"].items()}
+    _dump(out_dir, "run", {"summary": summary, "params": params, "target": target})
+
+
+def one_learner_step(out_dir):
+    """One DQN update under DDP on a rank-specific batch; dumps the resulting parameters."""
+    from tests_support import dqn_policy_and_batches
+    from middleware.ddp import DDPMiddleware
+
+    policy, batches = dqn_policy_and_batches(seed=get_rank())  # ranks start different: DDP must sync them
+    DDPMiddleware(policy.learn_mode)
+    policy.learn_mode.forward(batches[get_rank()])
+    _dump(out_dir, "step", {k: v.flatten().tolist() for k, v in policy._model.state_dict().items()})
+
+
+def counters_and_stop(out_dir):
+    """A toy pipeline: rank r collects 3 + 2r env steps per iteration; rank 0's 'evaluator' stops at
+    iteration 3. Dumps every rank's view of the counters."""
+    from middleware.ddp import DDPMiddleware
+
+    class Learn:
+        model = torch.nn.Linear(1, 1)
+
+        def state_dict(self):
+            return {"w": self.model.state_dict()}
+
+        def load_state_dict(self, state):
+            self.model.load_state_dict(state["w"])
+
+    rank = get_rank()
+    seen = []
+    task = Task()
+    with task.start(ctx=OnlineRLContext()):
+        task.use(DDPMiddleware(Learn()))
+
+        def collector(ctx):
+            steps = 3 + 2 * rank
+            ctx.env_step += steps
+            ctx.env_episode += rank
+            ctx.collect_stats = {"samples": steps, "env_steps": steps, "episodes": rank, "duration": 0.0}
+            ctx.learner_ready = True
+
+        def rank0_evaluator(ctx):
+            if rank == 0 and ctx.total_step == 3:
+                ctx.eval_value, ctx.last_eval_iter = 42.0, ctx.train_iter
+                ctx.eval_output = {"mean": 42.0}
+                ctx.finish, ctx.stop_reason = True, "stop_value"
+            if rank == 1 and ctx.total_step == 1:
+                ctx.finish = True  # a non-zero rank cannot stop the job on its own
+
+        task.use(collector)
+        task.use(rank0_evaluator)
+        task.use(lambda ctx: seen.append((ctx.total_step, ctx.env_step)))
+        task.run(max_step=50)
+        ctx = task.ctx
+        _dump(out_dir, "toy", {"total_step": ctx.total_step, "env_step": ctx.env_step,
+                               "env_episode": ctx.env_episode, "eval_value": ctx.eval_value,
+                               "stop_reason": ctx.stop_reason, "seen": seen})
+
+
+def first_observations(out_dir):
+    """The first observations of this rank's collector envs, seeded as serial_pipeline seeds them."""
+    from engine.entry.serial import rank_seed
+    from engine.envs import make_vector_env
+    from engine.registry import ENV_REGISTRY
+
+    env_type = ENV_REGISTRY.get("cartpole")
+    seed = rank_seed(0, get_rank())
+    env = make_vector_env(env_type, env_type.default_config(), 2, seed)
+    obs, _ = env.reset(seed=[seed + i for i in range(2)])
+    _dump(out_dir, "obs", obs.tolist())
+
+
+def raise_on_rank1(out_dir):
+    """Rank 1 fails in its third iteration; rank 0 goes on into the next collective."""
+    vec = torch.zeros(1)
+    for step in range(100):
+        if get_rank() == 1 and step == 2:
+            raise RuntimeError("rank 1 failed on purpose at step 2")
+        allreduce_data(vec)
+        time.sleep(0.01)
+
+
+def collectives(out_dir):
+    _dump(out_dir, "coll", {"sum": allreduce_data(get_rank() + 1.0), "max": allreduce_data(float(get_rank()), "max"),
+                            "mean": allreduce_data([1.0, 3.0 * get_rank()], "mean"),
+                            "obj": broadcast_object({"from": get_rank()}), "world": get_world_size()})

@@ -1,0 +1,157 @@
+"""Distributed paths, each with 2 real gloo processes and a timeout so that a hang fails the test."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import ddp_workers
+from engine import launch
+from engine.distributed import DDPContext, DistributedError, allreduce_data, broadcast_object, get_world_size
+from tests_support import concat, dqn_policy_and_batches
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DDP_CONFIG = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_ddp_config.py")
+TIMEOUT = 30.0  # seconds for every collective in these jobs
+
+
+def _read(out_dir, name):
+    return [json.load(open(os.path.join(out_dir, f"{name}_rank{r}.json"))) for r in range(2)]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_collectives_sum_max_mean_and_broadcast(tmp_path):
+    launch(ddp_workers.collectives, nprocs=2, args=(str(tmp_path),), timeout=TIMEOUT)
+    r0, r1 = _read(tmp_path, "coll")
+    for r in (r0, r1):
+        assert r["sum"] == 3.0 and r["max"] == 1.0 and r["mean"] == [1.0, 1.5]
+        assert r["obj"] == {"from": 0} and r["world"] == 2
+
+
+def test_collectives_are_identity_in_one_process():
+    assert get_world_size() == 1
+    assert allreduce_data(2.5) == 2.5 and broadcast_object({"a": 1}) == {"a": 1}
+    with DDPContext() as ctx:
+        assert ctx.world_size == 1
+
+
+def test_ddp_learner_step_equals_single_process_step_on_concatenated_batches(tmp_path):
+    launch(ddp_workers.one_learner_step, nprocs=2, args=(str(tmp_path),), timeout=TIMEOUT)
+    r0, r1 = _read(tmp_path, "step")
+    policy, batches = dqn_policy_and_batches(seed=0)  # rank 0's init, which DDP broadcast
+    policy.learn_mode.forward(concat(batches))
+    for key, value in policy._model.state_dict().items():
+        assert torch.allclose(torch.tensor(r0[key]), value.flatten(), atol=1e-6), key
+        assert r0[key] == r1[key], key
+
+
+def test_ddp_pipeline_keeps_ranks_identical_and_counters_global(tmp_path):
+    launch(ddp_workers.cartpole_run, nprocs=2, args=(str(tmp_path),), timeout=TIMEOUT)
+    r0, r1 = _read(tmp_path, "run")
+    assert r0["params"] == r1["params"] and r0["target"] == r1["target"]
+    s0, s1 = r0["summary"], r1["summary"]
+    assert s0["train_iter"] == s1["train_iter"] > 0
+    # each rank collects 32 per iteration: the global count is the sum over both ranks
+    assert s0["env_step"] == s1["env_step"] and s0["env_step"] % 64 == 0 and s0["env_step"] >= 1024
+    assert s0["world_size"] == 2 and os.path.isfile(tmp_path / "exp" / "summary.json")
+
+
+def test_ddp_counters_are_sums_and_rank0_stop_ends_all_ranks_in_same_iteration(tmp_path):
+    launch(ddp_workers.counters_and_stop, nprocs=2, args=(str(tmp_path),), timeout=TIMEOUT)
+    r0, r1 = _read(tmp_path, "toy")
+    for r in (r0, r1):
+        assert r["total_step"] == 4  # rank 0 stopped in iteration 3 (0-based); rank 1's own stop was ignored
+        assert r["env_step"] == 4 * (3 + 5) and r["env_episode"] == 4 * 1
+        assert r["eval_value"] == 42.0 and r["stop_reason"] == "stop_value"
+
+
+def test_ddp_ranks_envs_produce_different_first_observations(tmp_path):
+    launch(ddp_workers.first_observations, nprocs=2, args=(str(tmp_path),), timeout=TIMEOUT)
+    r0, r1 = _read(tmp_path, "obs")
+    assert r0 != r1
+    assert all(a != b for a, b in zip(r0, r1))
+
+
+def test_ddp_rank_whose_buffer_is_not_ready_does_not_hang_the_other(tmp_path):
+    # rank 1 needs 300 transitions before it may train (ten iterations of 32), rank 0 only 64: rank 0
+    # must wait for it, not hang in a backward that rank 1 skips
+    overrides = {"1": {"random_collect_size": 300}}
+    launch(ddp_workers.cartpole_run, nprocs=2, args=(str(tmp_path), overrides, 1024), timeout=TIMEOUT)
+    r0, r1 = _read(tmp_path, "run")
+    assert r0["summary"]["train_iter"] == r1["summary"]["train_iter"] > 0
+    assert r0["params"] == r1["params"]
+
+
+def test_ddp_rank_that_raises_fails_the_whole_job_with_its_error(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(Exception, match="rank 1 failed on purpose"):
+        launch(ddp_workers.raise_on_rank1, nprocs=2, args=(str(tmp_path),), timeout=TIMEOUT)
+    assert time.monotonic() - start < TIMEOUT + 30
+
+
+def test_ddp_unreachable_master_is_a_clear_error_within_timeout(monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))  # nobody listens there
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match="rank 1 of 2 could not join"):
+        with DDPContext(rank=1, world_size=2, timeout=3):
+            pass
+    assert time.monotonic() - start < 30
+
+
+def test_multi_gpu_without_launcher_warns_and_runs(quick_cartpole_config, caplog):
+    from engine.entry import serial_pipeline
+    main, create = quick_cartpole_config
+    main.policy.multi_gpu = True
+    summary = serial_pipeline((main, create), max_env_step=64)
+    assert "world size is 1" in caplog.text
+    assert summary["env_step"] >= 64
+
+
+def _run_launcher(cmd, tmp_path):
+    env = dict(os.environ, BATON_DDP_TIMEOUT=str(TIMEOUT))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=tmp_path, env=env)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "torch.distributed.launch"])
+def test_cartpole_ddp_config_runs_under_launcher(launcher, tmp_path):
+    port = str(_free_port())
+    if launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}"]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2", f"--master_port={port}"]
+    cmd += [DDP_CONFIG, "--max-env-step", "512", "--exp-name", str(tmp_path / "exp"), "--no-progress"]
+    proc = _run_launcher(cmd, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((tmp_path / "exp" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["env_step"] >= 512
+    assert proc.stdout.count("baton: ") == 2  # both ranks finished
+
+
+def test_torchrun_job_with_failing_rank_exits_nonzero_with_error(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text(
+        "import sys; sys.path.insert(0, %r)\n"
+        "import ddp_workers\n"
+        "from engine.distributed import DDPContext\n"
+        "with DDPContext():\n"
+        "    ddp_workers.raise_on_rank1('.')\n" % os.path.dirname(os.path.abspath(__file__)))
+    start = time.monotonic()
+    proc = _run_launcher([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          f"--master_port={_free_port()}", str(script)], tmp_path)
+    assert proc.returncode != 0
+    assert "rank 1 failed on purpose" in proc.stderr
+    assert time.monotonic() - start < TIMEOUT + 60
