@@ -15,9 +15,13 @@ names the collective and the rank that did not arrive.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
 import socket
+import tempfile
+import time
+import traceback
 from typing import Any, Callable, Optional, Sequence
 
 __all__ = ["DDPContext", "get_rank", "get_world_size", "get_local_rank", "is_main_process", "is_distributed",
@@ -200,11 +204,26 @@ def _free_port() -> int:
 
 
 def _spawned(local_rank: int, fn: Callable[..., Any], args: Sequence[Any], nprocs: int, backend: Optional[str],
-             timeout: Optional[float]) -> None:
+             timeout: Optional[float], error_dir: str) -> None:
     os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nprocs),
                       LOCAL_WORLD_SIZE=str(nprocs))
     with DDPContext(backend=backend, timeout=timeout):
-        fn(*args)
+        try:
+            fn(*args)
+        except BaseException:
+            # record when and how this rank failed, before leaving the group breaks the other ranks'
+            # connections, so launch() can name the rank that failed first
+            with open(os.path.join(error_dir, f"rank{local_rank}.json"), "w") as f:
+                json.dump({"rank": local_rank, "time": time.time(), "traceback": traceback.format_exc()}, f)
+            raise
+
+
+def _root_cause(error_dir: str) -> Optional[dict]:
+    reports = []
+    for name in os.listdir(error_dir):
+        with open(os.path.join(error_dir, name)) as f:
+            reports.append(json.load(f))
+    return min(reports, key=lambda r: r["time"]) if reports else None
 
 
 def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, backend: Optional[str] = None,
@@ -213,7 +232,8 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
 
     Uses ``torch.multiprocessing.spawn`` (so ``fn`` must be importable: a module-level function) and sets
     the rendezvous itself (``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``). If any process raises,
-    the others are terminated and the error is re-raised here with the failing rank's traceback.
+    the others are terminated and a ``DistributedError`` names the rank that failed first (the root cause;
+    the others usually fail after it, on a broken connection) with its traceback.
     """
     import torch.multiprocessing as mp
 
@@ -221,4 +241,13 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(master_port or _free_port())
-    mp.spawn(_spawned, args=(fn, tuple(args), nprocs, backend, timeout), nprocs=nprocs, join=True)
+    with tempfile.TemporaryDirectory(prefix="baton-launch-") as error_dir:
+        try:
+            mp.spawn(_spawned, args=(fn, tuple(args), nprocs, backend, timeout, error_dir), nprocs=nprocs,
+                     join=True)
+        except Exception as err:
+            first = _root_cause(error_dir)
+            if first is None:
+                raise
+            raise DistributedError(f"rank {first['rank']} of {nprocs} failed first (root cause); the other "
+                                   f"ranks were stopped. Its traceback:\n{first['traceback']}") from err

@@ -1,8 +1,9 @@
 """DQN on CartPole-v1: ``python dizoo/classic_control/cartpole/config/cartpole_dqn_config.py [--seed N]``.
 
-Tuned for wall-clock time to an evaluation mean of 195: updates cost far more than env steps here, so
-each collect of 64 transitions is followed by few, large-step updates, exploration decays within a few
-thousand env steps, and 3-step returns spread reward quickly.
+Tuned for wall-clock time to an evaluation mean of 195 (a sweep over seeds 0-7): updates cost far more
+than env steps here, so each collect of 64 transitions is followed by few, large-step updates,
+exploration decays within a few thousand env steps, 3-step returns spread reward quickly, and evaluation
+every 50 updates notices a solved policy early (a greedy CartPole evaluation costs ~50 ms at most).
 """
 from easydict import EasyDict
 
@@ -29,9 +30,10 @@ main_config = EasyDict(dict(
             batch_size=64,
             learning_rate=0.002,
             target_update_freq=100,
+            td_loss="mse",
         ),
         collect=dict(n_sample=64),
-        eval=dict(evaluator=dict(eval_freq=100)),
+        eval=dict(evaluator=dict(eval_freq=50)),
         other=dict(
             eps=dict(type="linear", start=1.0, end=0.05, decay=4000),
             replay_buffer=dict(replay_buffer_size=20000),

@@ -35,9 +35,10 @@ main_config = EasyDict(dict(
             batch_size=64,
             learning_rate=0.002,
             target_update_freq=100,
+            td_loss="mse",
         ),
         collect=dict(n_sample=64),
-        eval=dict(evaluator=dict(eval_freq=100)),
+        eval=dict(evaluator=dict(eval_freq=50)),
         other=dict(
             eps=dict(type="linear", start=1.0, end=0.05, decay=4000),
             replay_buffer=dict(replay_buffer_size=20000),
