@@ -185,11 +185,17 @@ class DDPContext:
         logger.info("rank %d/%d joined (%s, device %s)", self.rank, self.world_size, backend, self.device)
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
         import torch.distributed as dist
 
         if self._owns_group and dist.is_initialized():
-            dist.destroy_process_group()
+            try:
+                if exc_type is None:
+                    # nobody tears the group down while another rank still talks to it; on an error the
+                    # others may never arrive, so there is no barrier then
+                    dist.barrier()
+            finally:
+                dist.destroy_process_group()
         self._owns_group = False
 
 

@@ -20,6 +20,7 @@ Rank 0 alone evaluates, logs and writes checkpoints; that is the pipeline's comp
 """
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
@@ -51,6 +52,8 @@ class DDPMiddleware:
         self.rank = get_rank()
         self.collective_time = 0.0
         self.iterations = 0
+        self._learn_mode = learn_mode
+        self._wrapped = False
         if not is_distributed():
             return
         module = learn_mode.model
@@ -61,6 +64,19 @@ class DDPMiddleware:
         # DDP syncs the wrapped module; target networks and optimizer state must match too
         state = broadcast_object(learn_mode.state_dict() if self.rank == 0 else None, src=0)
         learn_mode.load_state_dict(state)
+        self._wrapped = True
+
+    def on_finish(self, ctx: Any) -> None:
+        """Unwrap the learn model and free the DDP wrapper now, on the main thread, while the process
+        group is alive: a wrapper left to the garbage collector can release the group's last reference
+        on one of gloo's own threads after the group was destroyed, which aborts the process."""
+        if not self._wrapped:
+            return
+        wrapper = self._learn_mode.model
+        self._learn_mode.model = wrapper.module
+        self._wrapped = False
+        del wrapper
+        gc.collect()
 
     def __call__(self, ctx: Any):
         if self.world_size == 1:

@@ -73,7 +73,10 @@ def counters_and_stop(out_dir):
     from middleware.ddp import DDPMiddleware
 
     class Learn:
-        model = torch.nn.Linear(1, 1)
+        def __init__(self):
+            # an instance attribute: a DDP module kept alive until interpreter shutdown (e.g. on a
+            # class) outlives the process group and can abort the process when it is finally destroyed
+            self.model = torch.nn.Linear(1, 1)
 
         def state_dict(self):
             return {"w": self.model.state_dict()}

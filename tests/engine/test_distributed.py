@@ -128,11 +128,10 @@ def _run_launcher(cmd, tmp_path):
 
 @pytest.mark.parametrize("launcher", ["torchrun", "torch.distributed.launch"])
 def test_cartpole_ddp_config_runs_under_launcher(launcher, tmp_path):
-    port = str(_free_port())
-    if launcher == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}"]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2", f"--master_port={port}"]
+    # --standalone lets the launcher pick a free port itself (a port chosen here could be taken meanwhile);
+    # the script sees the same RANK / WORLD_SIZE / MASTER_* environment as with --master_port
+    module = "torch.distributed.run" if launcher == "torchrun" else "torch.distributed.launch"
+    cmd = [sys.executable, "-m", module, "--standalone", "--nproc_per_node=2"]
     cmd += [DDP_CONFIG, "--max-env-step", "512", "--exp-name", str(tmp_path / "exp"), "--no-progress"]
     proc = _run_launcher(cmd, tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -150,8 +149,8 @@ def test_torchrun_job_with_failing_rank_exits_nonzero_with_error(tmp_path):
         "with DDPContext():\n"
         "    ddp_workers.raise_on_rank1('.')\n" % os.path.dirname(os.path.abspath(__file__)))
     start = time.monotonic()
-    proc = _run_launcher([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                          f"--master_port={_free_port()}", str(script)], tmp_path)
+    proc = _run_launcher([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          str(script)], tmp_path)
     assert proc.returncode != 0
     assert "rank 1 failed on purpose" in proc.stderr
     assert time.monotonic() - start < TIMEOUT + 60
