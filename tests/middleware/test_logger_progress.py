@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from engine import OnlineRLContext, Task
+from engine.envs import make_vector_env
+from engine.registry import ENV_REGISTRY
+from middleware import OnlineLogger, progress_bar
+
+
+class FakeWriter:
+    def __init__(self):
+        self.scalars = {}
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.setdefault(tag, []).append((step, value))
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_online_logger_writes_the_documented_scalars(tmp_path):
+    logger = OnlineLogger(str(tmp_path), train_show_freq=2)
+    writer = FakeWriter()
+    logger._writer = writer
+    task = Task()
+    with task.start(ctx=OnlineRLContext()):
+        def fake_pipeline(ctx):
+            ctx.env_step += 10
+            ctx.train_iter += 1
+            ctx.episode_returns = [5.0]
+            ctx.collect_kwargs["eps"] = 0.5
+            ctx.train_output = {"loss": 1.0, "q_value": 2.0}
+            if ctx.total_step == 1:
+                ctx.eval_value, ctx.last_eval_iter = 7.0, ctx.train_iter
+                ctx.eval_output = {"mean": 7.0, "std": 0.0}
+        task.use(fake_pipeline)
+        task.use(logger)
+        task.run(max_step=4)
+    for tag in ("collect/episode_return", "collect/eps", "eval/episode_return_mean", "train/loss", "train/q_value",
+                "speed/env_steps_per_s", "speed/train_iter_per_s"):
+        assert tag in writer.scalars, tag
+    assert writer.scalars["eval/episode_return_mean"] == [(20, 7.0)]  # against env_step
+
+
+def test_progress_bar_runs_and_closes(capsys):
+    task = Task()
+    bar = progress_bar(total_env_step=40)
+    with task.start(ctx=OnlineRLContext()):
+        task.use(lambda ctx: setattr(ctx, "env_step", ctx.env_step + 10))
+        task.use(bar)
+        task.run(max_step=4)
+    assert bar._bar is None  # closed at finish
+    assert "env steps" in capsys.readouterr().err
+
+
+def test_async_env_manager_steps_in_subprocesses():
+    from easydict import EasyDict
+    from middleware import StepCollector
+    import torch
+    env_type = ENV_REGISTRY.get("cartpole")
+    env_cfg = dict(env_type.default_config(), manager=dict(type="async", shared_memory=False, context=None))
+    env = make_vector_env(env_type, env_cfg, 2, seed=0)
+    try:
+        assert type(env).__name__ == "AsyncVectorEnv"
+        cfg = EasyDict(seed=0, policy=dict(collect=dict(n_sample=8), nstep=1, discount_factor=0.9))
+
+        class Zero:
+            def forward(self, obs, **kw):
+                return {"action": torch.zeros(len(obs), dtype=torch.long)}
+
+        ctx = OnlineRLContext()
+        StepCollector(cfg, Zero(), env)(ctx)
+        assert len(ctx.trajectories.reward) == 8 and ctx.env_step == 8
+    finally:
+        env.close()
