@@ -36,9 +36,13 @@ setup(
         "baton.envs": [
             "cartpole=dizoo.classic_control.cartpole.envs",
             "lunarlander=dizoo.box2d.lunarlander.envs",
+            "pendulum=dizoo.classic_control.pendulum.envs",
         ],
         "baton.policies": [
             "dqn=policies.dqn",
+            "ppo=policies.ppo",
+            "a2c=policies.ppo",
+            "sac=policies.sac",
         ],
     },
 )

@@ -75,9 +75,13 @@ class StepCollector:
         policy: ``policy.collect_mode``.
         env: a gymnasium vector env in SAME_STEP autoreset mode (``engine.envs.make_vector_env``).
         seed: seed of env 0 (env i gets ``seed + i``); defaults to ``cfg.seed``.
+        time_major: the on-policy mode: keep ``ctx.trajectories`` as one-step ``[T, E]`` chunks, with
+            whatever else the policy returned (log-probs, values), for GAE; no n-step.
     """
 
-    def __init__(self, cfg: Mapping[str, Any], policy: Any, env: Any, seed: Optional[int] = None) -> None:
+    def __init__(self, cfg: Mapping[str, Any], policy: Any, env: Any, seed: Optional[int] = None,
+                 time_major: bool = False) -> None:
+        self._time_major = time_major
         pcfg = cfg["policy"]
         self._runner = _EnvRunner(policy, env, cfg["seed"] if seed is None else seed)
         n_sample = int(pcfg["collect"]["n_sample"])
@@ -85,7 +89,7 @@ class StepCollector:
             raise ValueError(f"policy.collect.n_sample must be positive, got {n_sample}")
         self.num_envs = env.num_envs
         self.steps_per_call = math.ceil(n_sample / self.num_envs)
-        self._nstep = NStepBuilder(int(pcfg["nstep"]), float(pcfg["discount_factor"]))
+        self._nstep = None if time_major else NStepBuilder(int(pcfg["nstep"]), float(pcfg["discount_factor"]))
         obs_space = env.single_observation_space
         self._obs_shape = tuple(obs_space.shape)
         self._obs_dtype = obs_space.dtype
@@ -123,13 +127,18 @@ class StepCollector:
                  "terminated": torch.from_numpy(term_buf), "truncated": torch.from_numpy(trunc_buf)}
         for key, values in extras.items():
             chunk[key] = torch.as_tensor(np.stack([_to_numpy(v) for v in values]))
-        transitions = self._nstep.push(chunk)
+        if self._time_major:
+            transitions = chunk
+            samples = steps * envs
+        else:
+            transitions = self._nstep.push(chunk)
+            samples = len(transitions.get("reward", ()))
         ctx.trajectories = to_tree(transitions) if transitions else None
         env_steps = steps * envs
         ctx.env_step += env_steps
         ctx.env_episode += len(returns)
         ctx.episode_returns = returns
-        ctx.collect_stats = {"samples": len(transitions.get("reward", ())), "env_steps": env_steps,
+        ctx.collect_stats = {"samples": samples, "env_steps": env_steps,
                              "episodes": len(returns), "duration": time.perf_counter() - start}
 
 

@@ -42,7 +42,7 @@ def evaluate_episodes(policy: Any, env: Any, n_episode: int, seed: int) -> Dict[
 
 
 class InteractionEvaluator:
-    """Every ``policy.eval.evaluator.eval_freq`` train iterations (and before the first update), run
+    """After the first update and then every ``policy.eval.evaluator.eval_freq`` train iterations, run
     ``env.n_evaluator_episode`` episodes and write ``ctx.eval_value`` (mean return), ``ctx.eval_output``,
     ``ctx.last_eval_iter`` and ``ctx.last_eval_value``. When the mean reaches ``env.stop_value`` the task
     finishes with ``ctx.stop_reason = "stop_value"``.
@@ -62,7 +62,11 @@ class InteractionEvaluator:
             raise ValueError(f"env.n_evaluator_episode must be positive, got {self._n_episode}")
 
     def should_evaluate(self, ctx: Any) -> bool:
-        return ctx.last_eval_iter < 0 or ctx.train_iter - ctx.last_eval_iter >= self._eval_freq
+        # not before the first update: an untrained policy that happens to reach the stop value (a greedy
+        # random network balances CartPole for some seeds) would end a run that learned nothing
+        if ctx.last_eval_iter < 0:
+            return ctx.train_iter > 0
+        return ctx.train_iter - ctx.last_eval_iter >= self._eval_freq
 
     def __call__(self, ctx: Any) -> None:
         if not self.should_evaluate(ctx):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping
 
-__all__ = ["epsilon_schedule", "eps_greedy_handler"]
+__all__ = ["epsilon_schedule", "eps_greedy_handler", "random_collect_handler"]
 
 
 def epsilon_schedule(type: str, start: float, end: float, decay: int) -> Callable[[int], float]:
@@ -37,3 +37,14 @@ def eps_greedy_handler(cfg: Mapping[str, Any]) -> Callable[[Any], None]:
         ctx.collect_kwargs["eps"] = schedule(ctx.env_step)
 
     return _eps_greedy
+
+
+def random_collect_handler(cfg: Mapping[str, Any]) -> Callable[[Any], None]:
+    """Middleware that sets ``ctx.collect_kwargs['random']`` while ``ctx.env_step`` is below
+    ``policy.random_collect_size``: the collect policy then acts uniformly at random (warm-up data)."""
+    size = int(cfg["policy"].get("random_collect_size", 0))
+
+    def _random_collect(ctx: Any) -> None:
+        ctx.collect_kwargs["random"] = ctx.env_step < size
+
+    return _random_collect

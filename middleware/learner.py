@@ -6,7 +6,7 @@ from typing import Any, Dict, Mapping
 
 import torch
 
-__all__ = ["OffPolicyLearner"]
+__all__ = ["OffPolicyLearner", "OnPolicyLearner", "multistep_trainer"]
 
 
 class OffPolicyLearner:
@@ -55,6 +55,53 @@ class OffPolicyLearner:
         stats["loss"] = float(torch.stack(losses).mean()) if losses else float("nan")
         ctx.train_output = stats
         self.train_time += time.perf_counter() - start
+
+
+class OnPolicyLearner:
+    """``policy.learn.epoch_per_collect`` epochs over ``ctx.trajectories`` (what was just collected, with
+    advantages), each a shuffled pass of minibatches of ``policy.learn.batch_size``; one update per
+    minibatch. Writes ``ctx.train_iter``, ``ctx.train_data`` and ``ctx.train_output`` (means over the call).
+
+    Every rank of a DDP job collects the same number of transitions, so every rank runs the same number of
+    updates: there is no data-dependent skip to agree on.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], policy: Any, generator: torch.Generator | None = None) -> None:
+        learn = cfg["policy"]["learn"]
+        self._policy = policy
+        self._epochs = int(learn["epoch_per_collect"])
+        self._batch_size = int(learn["batch_size"])
+        self._generator = generator
+        if self._epochs < 1 or self._batch_size < 1:
+            raise ValueError(f"policy.learn.epoch_per_collect and batch_size must be >= 1, got "
+                             f"{self._epochs} and {self._batch_size}")
+        self.train_time = 0.0
+
+    def __call__(self, ctx: Any) -> None:
+        data = ctx.trajectories
+        if data is None:
+            return
+        start = time.perf_counter()
+        n = len(data.reward)
+        totals: Dict[str, float] = {}
+        updates = 0
+        for _ in range(self._epochs):
+            order = torch.randperm(n, generator=self._generator)
+            for lo in range(0, n, self._batch_size):
+                out = self._policy.forward(data[order[lo:lo + self._batch_size]])
+                for key, value in out.items():
+                    if _is_scalar(value):
+                        totals[key] = totals.get(key, 0.0) + float(value)
+                updates += 1
+                ctx.train_iter += 1
+        ctx.train_data = data
+        ctx.train_output = {k: v / updates for k, v in totals.items()}
+        self.train_time += time.perf_counter() - start
+
+
+def multistep_trainer(cfg: Mapping[str, Any], policy: Any) -> OnPolicyLearner:
+    """DI-engine's name for ``OnPolicyLearner(cfg, policy.learn_mode)``."""
+    return OnPolicyLearner(cfg, policy)
 
 
 def _is_scalar(value: Any) -> bool:

@@ -1,6 +1,7 @@
 """Algorithms and their torch models. Each policy registers under a ``type`` name for ``create_config``."""
 from .base import CollectMode, EvalMode, LearnMode, NonFiniteLossError, Policy, SpaceMismatchError
 from .dqn import DQNPolicy
+from .ppo import A2CPolicy, PPOPolicy
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DQNPolicy"]
+           "DQNPolicy", "PPOPolicy", "A2CPolicy"]

@@ -55,9 +55,13 @@ class LearnMode:
 
 
 class CollectMode:
+    """What a collector (and the GAE estimator) may use: ``forward(obs, **collect_kwargs)`` and, for
+    actor-critic policies, ``value(obs)`` (None for value-free ones)."""
+
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
         self.forward: Callable[..., Dict[str, Any]] = policy._forward_collect
+        self.value: Optional[Callable[[Any], Any]] = getattr(policy, "_value", None)
         self.cfg = policy.cfg
 
     @property
@@ -160,3 +164,45 @@ def resolve_shape(cfg_model: Dict[str, Any], key: str, actual: Sequence[int] | i
         raise SpaceMismatchError(f"policy.model.{key}={declared!r} of {policy} does not match the env "
                                  f"{env_desc}: expected {actual!r}")
     return declared
+
+
+def make_adam(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
+    """Adam, fused where this torch supports it (CPU fused Adam since torch 2.4: ~20% faster updates for
+    small networks, where per-parameter Python loops dominate)."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, fused=True, **kwargs)
+    except (RuntimeError, ValueError, TypeError):
+        return torch.optim.Adam(params, foreach=True, **kwargs)
+
+
+def check_finite(loss: torch.Tensor, algo: str, update: int) -> None:
+    """Raise NonFiniteLossError before the optimizer step, so the parameters stay the last good ones."""
+    if not torch.isfinite(loss):
+        raise NonFiniteLossError(f"{algo} loss is {loss.item()} at update {update}; the parameters are left at "
+                                 f"their last finite values. Lower policy.learn.learning_rate or clip gradients")
+
+
+def space_dims(observation_space: gym.Space, action_space: gym.Space, policy: str,
+               continuous: Optional[bool] = None) -> tuple:
+    """``(obs_dim, action_dim, is_continuous)`` of flat Box observations and a Discrete or Box action space.
+
+    Raises:
+        SpaceMismatchError: naming the policy, the space and what it needs.
+    """
+    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+        raise SpaceMismatchError(f"policy {policy!r} with an MLP needs a flat Box observation space, got "
+                                 f"{observation_space}")
+    if isinstance(action_space, gym.spaces.Discrete):
+        is_continuous, action_dim = False, int(action_space.n)
+    elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        is_continuous, action_dim = True, int(action_space.shape[0])
+    else:
+        raise SpaceMismatchError(f"policy {policy!r} does not support the action space {action_space}")
+    if continuous is True and not is_continuous:
+        raise SpaceMismatchError(f"policy {policy!r} needs a continuous (Box) action space, but the env's action "
+                                 f"space is {action_space}; use a discrete-action policy such as 'dqn' or 'ppo'")
+    if continuous is False and is_continuous:
+        raise SpaceMismatchError(f"policy {policy!r} needs a discrete action space, but the env's action space "
+                                 f"is {action_space}; use a continuous-action policy such as 'sac' or 'ppo'")
+    return int(observation_space.shape[0]), action_dim, is_continuous

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["mlp", "QNetwork"]
+__all__ = ["mlp", "QNetwork", "ActorCritic", "SquashedGaussianActor", "TwinQ"]
 
 
 def mlp(in_dim: int, hidden_sizes: Sequence[int], activation: type = nn.ReLU) -> nn.Sequential:
@@ -73,3 +73,77 @@ class QNetwork(nn.Module):
             np.maximum(x, 0.0, out=x)
         w, b = self._numpy_layers[-1]
         return (x @ w + b).argmax(axis=1)
+
+
+def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs (tanh, orthogonal init, as in the PPO paper's implementation details).
+
+    ``forward(obs)`` returns ``(logits, value)`` for discrete actions or ``((mean, log_std), value)`` for
+    continuous ones: learning goes through ``forward`` so that a DDP wrapper sees every parameter used.
+
+    Examples:
+        >>> ac = ActorCritic(4, 2, [64, 64], [64, 64], continuous=False)
+        >>> logits, value = ac(torch.zeros(3, 4))
+        >>> logits.shape, value.shape
+        (torch.Size([3, 2]), torch.Size([3]))
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, actor_hidden: Sequence[int], critic_hidden: Sequence[int],
+                 continuous: bool, init_log_std: float = 0.0) -> None:
+        super().__init__()
+        self.continuous = continuous
+        self.actor = mlp(obs_dim, actor_hidden, nn.Tanh)
+        self.critic = mlp(obs_dim, critic_hidden, nn.Tanh)
+        for layer in list(self.actor) + list(self.critic):
+            if isinstance(layer, nn.Linear):
+                _orthogonal(layer, 2 ** 0.5)
+        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1], action_dim), 0.01)
+        self.critic_head = _orthogonal(nn.Linear(critic_hidden[-1], 1), 1.0)
+        if continuous:
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+
+    def forward(self, obs: torch.Tensor):
+        value = self.critic_head(self.critic(obs)).squeeze(-1)
+        out = self.actor_head(self.actor(obs))
+        if self.continuous:
+            return (out, self.log_std.expand_as(out)), value
+        return out, value
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic_head(self.critic(obs)).squeeze(-1)
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC's actor: a Gaussian whose samples are squashed by tanh into (-1, 1), then scaled to the bounds.
+
+    ``forward(obs)`` returns ``(mean, log_std)`` with log_std clamped to [-20, 2].
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
+        super().__init__()
+        self.torso = mlp(obs_dim, hidden_sizes)
+        self.mean = nn.Linear(hidden_sizes[-1], action_dim)
+        self.log_std = nn.Linear(hidden_sizes[-1], action_dim)
+
+    def forward(self, obs: torch.Tensor):
+        x = self.torso(obs)
+        return self.mean(x), self.log_std(x).clamp(-20.0, 2.0)
+
+
+class TwinQ(nn.Module):
+    """Two independent Q(s, a) MLPs; ``forward`` returns both, shape ``[B]`` each."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
+        super().__init__()
+        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
+        self.q2 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor):
+        x = torch.cat([obs, action], dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)

@@ -1,14 +1,17 @@
 """``serial_pipeline``: compile a dizoo-style config and run the standard pipeline for its policy.
 
-The off-policy pipeline, in order (one iteration); (0) marks rank 0 only under DDP::
+The pipeline, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [on] off- or on-policy::
 
     DDPMiddleware           DDP-wrapped learner; one allreduce per iteration on the way back (no-op alone)
     RunSummary              wall clock from the start of the first iteration; summary.json at finish
     interaction_evaluator   (0) every eval_freq updates; stops the task at env.stop_value
-    eps_greedy_handler      epsilon of ctx.env_step
-    StepCollector           n_sample transitions, n-step, into ctx.trajectories
-    data_pusher             into the replay buffer
-    OffPolicyLearner        update_per_collect updates
+    eps_greedy_handler      epsilon of ctx.env_step (policies with other.eps)
+    random_collect_handler  random actions below policy.random_collect_size env steps (when > 0)
+    StepCollector           n_sample transitions into ctx.trajectories: [off] n-step, [on] time-major
+    data_pusher             [off] into the replay buffer
+    OffPolicyLearner        [off] update_per_collect updates of batch_size
+    gae_estimator           [on] advantages and returns per env stream
+    OnPolicyLearner         [on] epoch_per_collect epochs of minibatches
     CkptSaver               (0) best / periodic / final checkpoints
     online_logger           (0) tensorboardX scalars
     termination_checker     max_env_step / max_train_iter
@@ -81,9 +84,10 @@ def rank_seed(seed: int, rank: int) -> int:
 def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed: int,
          max_env_step: Optional[int], max_train_iter: Optional[int], exp_name: Optional[str], resume: bool,
          progress: Optional[bool], ddp_ctx: Any) -> Dict[str, Any]:
-    from middleware import (CkptSaver, OffPolicyLearner, RunSummary, StepCollector, data_pusher,
-                            eps_greedy_handler, interaction_evaluator, make_replay_buffer, online_logger,
-                            progress_bar, termination_checker)
+    from middleware import (CkptSaver, OffPolicyLearner, OnPolicyLearner, RunSummary, StepCollector,
+                            data_pusher, eps_greedy_handler, gae_estimator, interaction_evaluator,
+                            make_replay_buffer, online_logger, progress_bar, random_collect_handler,
+                            termination_checker)
     from middleware.ddp import DDPMiddleware
 
     from ..distributed import broadcast_object
@@ -95,9 +99,7 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
     _seed_everything(seed_r)
     env_type = ENV_REGISTRY.get(cfg.env.type)
     policy_cls = POLICY_REGISTRY.get(cfg.policy.type)
-    if policy_cls.pipeline != "off_policy":
-        raise NotImplementedError(f"policy {cfg.policy.type!r} needs the {policy_cls.pipeline} pipeline, "
-                                  f"which serial_pipeline does not compose yet")
+    on_policy = policy_cls.pipeline == "on_policy"
     collector_env = make_vector_env(env_type, cfg.env, cfg.env.collector_env_num, seed_r)
     evaluator_env = make_vector_env(env_type, cfg.env, cfg.env.evaluator_env_num, cfg.seed, manager="sync") \
         if main else None
@@ -105,7 +107,7 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
         device = ddp_ctx.device if ddp_ctx.device != "cpu" else None
         policy = policy_cls(cfg.policy, collector_env.single_observation_space, collector_env.single_action_space,
                             device=device)
-        buffer = make_replay_buffer(cfg.policy, seed=seed_r)
+        buffer = None if on_policy else make_replay_buffer(cfg.policy, seed=seed_r)
         exp_dir = cfg.exp_name
         ctx = OnlineRLContext()
         saver = CkptSaver(policy.learn_mode, os.path.join(exp_dir, "ckpt"), cfg.ckpt.save_freq,
@@ -123,10 +125,17 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
             task.use(summary)
             if main:
                 task.use(interaction_evaluator(cfg, policy.eval_mode, evaluator_env))
-            task.use(eps_greedy_handler(cfg))
-            task.use(StepCollector(cfg, policy.collect_mode, collector_env, seed=seed_r))
-            task.use(data_pusher(cfg, buffer))
-            task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer))
+            if "eps" in cfg.policy.other:
+                task.use(eps_greedy_handler(cfg))
+            if cfg.policy.get("random_collect_size", 0) > 0:
+                task.use(random_collect_handler(cfg))
+            task.use(StepCollector(cfg, policy.collect_mode, collector_env, seed=seed_r, time_major=on_policy))
+            if on_policy:
+                task.use(gae_estimator(cfg, policy.collect_mode))
+                task.use(OnPolicyLearner(cfg, policy.learn_mode))
+            else:
+                task.use(data_pusher(cfg, buffer))
+                task.use(OffPolicyLearner(cfg, policy.learn_mode, buffer))
             if main:
                 task.use(saver)
                 if cfg.log.tensorboard:
@@ -155,7 +164,7 @@ def _resume(ckpt_dir: str, policy: Any, ctx: OnlineRLContext, buffer: Any, saver
     policy.learn_mode.load_state_dict(state["policy"])
     ctx.load_persistent_state(state["ctx"])
     ctx.finish, ctx.stop_reason = False, None  # a resumed run goes on, whatever ended the previous one
-    if "replay_buffer" in state:
+    if buffer is not None and "replay_buffer" in state:
         buffer.load_state_dict(state["replay_buffer"])
     saver.restore_best(state.get("best_eval_value", float("-inf")))
     logger.info("resumed from %s at env_step=%d train_iter=%d", ckpt_dir, ctx.env_step, ctx.train_iter)

@@ -99,23 +99,26 @@ def test_evaluator_runs_quota_and_stops_at_stop_value():
     evaluator = InteractionEvaluator(cfg, ConstantPolicy(), _env(cfg, 2))
     ctx = OnlineRLContext()
     evaluator(ctx)
+    assert ctx.eval_output is None  # never before the first update
+    ctx.train_iter = 1
+    evaluator(ctx)
     assert ctx.eval_output["returns"] == [5.0, 5.0, 5.0] and ctx.eval_value == 5.0
-    assert ctx.finish and ctx.stop_reason == "stop_value" and ctx.last_eval_iter == 0
+    assert ctx.finish and ctx.stop_reason == "stop_value" and ctx.last_eval_iter == 1
 
 
 def test_evaluator_waits_eval_freq_train_iters():
     cfg = _cfg(stop_value=100.0)
     policy = ConstantPolicy()
     evaluator = InteractionEvaluator(cfg, policy, _env(cfg, 2))
-    ctx = OnlineRLContext()
+    ctx = OnlineRLContext(train_iter=1)
     evaluator(ctx)
     calls = policy.calls
-    ctx.train_iter = 9
-    evaluator(ctx)
-    assert policy.calls == calls and not ctx.finish
     ctx.train_iter = 10
     evaluator(ctx)
-    assert policy.calls > calls and ctx.last_eval_iter == 10
+    assert policy.calls == calls and not ctx.finish
+    ctx.train_iter = 11
+    evaluator(ctx)
+    assert policy.calls > calls and ctx.last_eval_iter == 11
 
 
 def test_termination_checker_reasons():

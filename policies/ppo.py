@@ -1,0 +1,197 @@
+"""PPO (clipped surrogate) and A2C, for discrete (categorical) and continuous (Gaussian) actions.
+
+One ``learn_mode.forward(minibatch)`` is one gradient step; the on-policy learner middleware runs the
+epochs and minibatches over what was just collected. The PPO loss, on one screen::
+
+    ratio   = exp(log pi(a|s) - logp_old)
+    adv     = (adv - mean) / (std + 1e-8)                          (optional: learn.adv_norm)
+    pg      = -mean(min(ratio * adv, clip(ratio, 1 - eps, 1 + eps) * adv))
+    value   = 0.5 * mean((V(s) - returns)^2)                         (or the clipped variant: learn.value_clip)
+    loss    = pg + value_weight * value - entropy_weight * entropy
+
+A2C is the same with ``pg = -mean(log pi(a|s) * adv)`` and, by its config, one pass over the whole batch.
+Continuous actions are stored as sampled (the env clips them to its bounds), so log-probs stay exact.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.distributions import Categorical, Normal
+
+from engine.registry import POLICY_REGISTRY
+
+from .base import Policy, check_finite, make_adam, resolve_shape, space_dims
+from .models import ActorCritic
+
+__all__ = ["PPOPolicy", "A2CPolicy"]
+
+
+@POLICY_REGISTRY.register("ppo")
+class PPOPolicy(Policy):
+    """Proximal Policy Optimization (``create_config.policy.type='ppo'``)."""
+
+    pipeline = "on_policy"
+    algo = "PPO"
+
+    @classmethod
+    def default_config(cls) -> Dict[str, Any]:
+        return dict(
+            cuda=False,
+            multi_gpu=False,
+            discount_factor=0.99,
+            model=dict(
+                obs_shape=None,
+                action_shape=None,
+                actor_head_hidden_size_list=[64, 64],
+                critic_head_hidden_size_list=[64, 64],
+                init_log_std=0.0,       # continuous actions: initial log standard deviation
+            ),
+            learn=dict(
+                epoch_per_collect=10,
+                batch_size=64,
+                learning_rate=3e-4,
+                clip_ratio=0.2,
+                value_weight=0.5,
+                entropy_weight=0.0,
+                adv_norm=True,
+                value_clip=False,       # clip the value update around the collected value (PPO2's variant)
+                grad_clip_value=0.5,    # max gradient norm; 0 disables clipping
+            ),
+            collect=dict(n_sample=2048, gae_lambda=0.95),
+            eval=dict(evaluator=dict(eval_freq=100)),
+            other=dict(),
+        )
+
+    def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
+                 device: Optional[str | torch.device] = None) -> None:
+        super().__init__(cfg, observation_space, action_space, device)
+        obs_dim, action_dim, self.continuous = space_dims(observation_space, action_space, cfg.get("type", "ppo"))
+        model_cfg = cfg["model"]
+        resolve_shape(model_cfg, "obs_shape", observation_space.shape, self.algo, f"observation shape "
+                      f"{observation_space.shape}")
+        resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
+        self._model = ActorCritic(obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"],
+                                  model_cfg["critic_head_hidden_size_list"], self.continuous,
+                                  model_cfg["init_log_std"]).to(self.device)
+        self._learn_model = self._model
+        learn = cfg["learn"]
+        self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"], eps=1e-5)
+        self._clip = float(learn["clip_ratio"])
+        self._value_weight = float(learn["value_weight"])
+        self._entropy_weight = float(learn["entropy_weight"])
+        self._adv_norm = bool(learn["adv_norm"])
+        self._value_clip = bool(learn["value_clip"])
+        self._grad_clip = float(learn["grad_clip_value"])
+        self._updates = 0
+
+    # ---- distributions ---------------------------------------------------------------------------
+    def _dist(self, head: Any) -> torch.distributions.Distribution:
+        if self.continuous:
+            mean, log_std = head
+            return Normal(mean, log_std.exp())
+        return Categorical(logits=head)
+
+    def _log_prob(self, dist: torch.distributions.Distribution, action: torch.Tensor) -> torch.Tensor:
+        logp = dist.log_prob(action)
+        return logp.sum(-1) if self.continuous else logp
+
+    def _entropy(self, dist: torch.distributions.Distribution) -> torch.Tensor:
+        ent = dist.entropy()
+        return ent.sum(-1) if self.continuous else ent
+
+    # ---- learn -----------------------------------------------------------------------------------
+    def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor) -> tuple:
+        ratio = (logp - logp_old).exp()
+        surrogate = torch.min(ratio * adv, ratio.clamp(1 - self._clip, 1 + self._clip) * adv)
+        with torch.no_grad():
+            stats = {"approx_kl": ((ratio - 1) - (logp - logp_old)).mean(),
+                     "clipfrac": ((ratio - 1).abs() > self._clip).float().mean()}
+        return -surrogate.mean(), stats
+
+    def _forward_learn(self, batch: Any) -> Dict[str, Any]:
+        dev = self.device
+        obs = batch.obs.to(dev).float()
+        action = batch.action.to(dev)
+        action = action.float() if self.continuous else action.long()
+        adv = batch.adv.to(dev).float()
+        returns = batch.returns.to(dev).float()
+        if self._adv_norm and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+
+        head, value = self._learn_model(obs)
+        dist = self._dist(head)
+        logp = self._log_prob(dist, action)
+        policy_loss, stats = self._policy_loss(logp, batch.logp.to(dev).float(), adv)
+        if self._value_clip:
+            value_old = batch.value.to(dev).float()
+            clipped = value_old + (value - value_old).clamp(-self._clip, self._clip)
+            value_loss = 0.5 * torch.max((value - returns) ** 2, (clipped - returns) ** 2).mean()
+        else:
+            value_loss = 0.5 * ((value - returns) ** 2).mean()
+        entropy = self._entropy(dist).mean()
+        loss = policy_loss + self._value_weight * value_loss - self._entropy_weight * entropy
+        check_finite(loss, self.algo, self._updates)
+
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self._grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
+        self._optimizer.step()
+        self._updates += 1
+        return {"loss": loss.detach(), "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+                "entropy": entropy.detach(), **stats}
+
+    # ---- act -------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
+        """Sample an action; also return its log-prob and the state value, for GAE and the ratio."""
+        obs_t = torch.as_tensor(np.asarray(obs), device=self.device).float()
+        head, value = self._model(obs_t)
+        dist = self._dist(head)
+        action = dist.sample()
+        return {"action": action.cpu().numpy(), "logp": self._log_prob(dist, action).cpu().numpy(),
+                "value": value.cpu().numpy()}
+
+    @torch.inference_mode()
+    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+        obs_t = torch.as_tensor(np.asarray(obs), device=self.device).float()
+        head, _ = self._model(obs_t)
+        action = head[0] if self.continuous else head.argmax(dim=-1)
+        return {"action": action.cpu().numpy()}
+
+    @torch.inference_mode()
+    def _value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs) for a batch of observations (GAE bootstraps from it)."""
+        return self._model.value(obs.to(self.device).float()).cpu()
+
+    # ---- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        return {"model": self._model.state_dict(), "optimizer": self._optimizer.state_dict(),
+                "updates": self._updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._model.load_state_dict(state["model"])
+        self._optimizer.load_state_dict(state["optimizer"])
+        for group in self._optimizer.param_groups:  # the config in force wins over the checkpoint's
+            group["lr"] = self.cfg["learn"]["learning_rate"]
+        self._updates = int(state["updates"])
+
+
+@POLICY_REGISTRY.register("a2c")
+class A2CPolicy(PPOPolicy):
+    """Advantage actor-critic (``type='a2c'``): the unclipped policy gradient, one pass per collect."""
+
+    algo = "A2C"
+
+    @classmethod
+    def default_config(cls) -> Dict[str, Any]:
+        cfg = super().default_config()
+        cfg["learn"].update(epoch_per_collect=1, batch_size=80, learning_rate=7e-4, entropy_weight=0.01)
+        cfg["collect"].update(n_sample=80, gae_lambda=1.0)
+        return cfg
+
+    def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor) -> tuple:
+        return -(logp * adv).mean(), {}
