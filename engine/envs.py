@@ -66,12 +66,7 @@ class GymEnvType:
         kwargs = dict(env_cfg.get("env_kwargs") or {})
         if env_cfg.get("max_episode_steps"):
             kwargs["max_episode_steps"] = env_cfg["max_episode_steps"]
-        env = gym.make(env_cfg["env_id"], **kwargs)
-        if isinstance(env.action_space, gym.spaces.Box):
-            # Gaussian policies sample unbounded actions and store them as sampled (their log-probs stay
-            # exact); the env clips what it executes to its bounds
-            env = gym.wrappers.ClipAction(env)
-        return env
+        return gym.make(env_cfg["env_id"], **kwargs)
 
 
 def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, seed: int,

@@ -2,6 +2,7 @@
 from .base import CollectMode, EvalMode, LearnMode, NonFiniteLossError, Policy, SpaceMismatchError
 from .dqn import DQNPolicy
 from .ppo import A2CPolicy, PPOPolicy
+from .sac import SACPolicy
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DQNPolicy", "PPOPolicy", "A2CPolicy"]
+           "DQNPolicy", "PPOPolicy", "A2CPolicy", "SACPolicy"]

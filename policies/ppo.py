@@ -10,7 +10,8 @@ epochs and minibatches over what was just collected. The PPO loss, on one screen
     loss    = pg + value_weight * value - entropy_weight * entropy
 
 A2C is the same with ``pg = -mean(log pi(a|s) * adv)`` and, by its config, one pass over the whole batch.
-Continuous actions are stored as sampled (the env clips them to its bounds), so log-probs stay exact.
+Continuous actions: the env gets the sample clipped to its bounds (``action``); the unclipped sample is kept
+as ``raw_action`` and the log-probs are taken on it, so they stay exact.
 """
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ class PPOPolicy(Policy):
         self._value_clip = bool(learn["value_clip"])
         self._grad_clip = float(learn["grad_clip_value"])
         self._updates = 0
+        if self.continuous:
+            self._low, self._high = action_space.low, action_space.high
 
     # ---- distributions ---------------------------------------------------------------------------
     def _dist(self, head: Any) -> torch.distributions.Distribution:
@@ -114,8 +117,7 @@ class PPOPolicy(Policy):
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
         obs = batch.obs.to(dev).float()
-        action = batch.action.to(dev)
-        action = action.float() if self.continuous else action.long()
+        action = batch.raw_action.to(dev).float() if self.continuous else batch.action.to(dev).long()
         adv = batch.adv.to(dev).float()
         returns = batch.returns.to(dev).float()
         if self._adv_norm and len(adv) > 1:
@@ -152,15 +154,20 @@ class PPOPolicy(Policy):
         head, value = self._model(obs_t)
         dist = self._dist(head)
         action = dist.sample()
-        return {"action": action.cpu().numpy(), "logp": self._log_prob(dist, action).cpu().numpy(),
-                "value": value.cpu().numpy()}
+        out = {"action": action.cpu().numpy(), "logp": self._log_prob(dist, action).cpu().numpy(),
+               "value": value.cpu().numpy()}
+        if self.continuous:
+            out["raw_action"] = out["action"]
+            out["action"] = np.clip(out["action"], self._low, self._high)
+        return out
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         obs_t = torch.as_tensor(np.asarray(obs), device=self.device).float()
         head, _ = self._model(obs_t)
-        action = head[0] if self.continuous else head.argmax(dim=-1)
-        return {"action": action.cpu().numpy()}
+        if self.continuous:
+            return {"action": np.clip(head[0].cpu().numpy(), self._low, self._high)}
+        return {"action": head.argmax(dim=-1).cpu().numpy()}
 
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:

@@ -17,17 +17,22 @@ def _dump(out_dir, name, obj):
         json.dump(obj, f)
 
 
-def cartpole_run(out_dir, overrides_by_rank=None, max_env_step=1024):
-    """The CartPole DDP config through serial_pipeline; each rank dumps its summary and parameters."""
-    from dizoo.classic_control.cartpole.config.cartpole_dqn_ddp_config import create_config, main_config
+def cartpole_run(out_dir, overrides_by_rank=None, max_env_step=1024,
+                 config="dizoo.classic_control.cartpole.config.cartpole_dqn_ddp_config"):
+    """A DDP config through serial_pipeline; each rank dumps its summary and parameters."""
+    import importlib
+
     from engine.entry import serial_pipeline
 
+    module = importlib.import_module(config)
+    main_config, create_config = module.main_config, module.create_config
     main = copy.deepcopy(main_config)
     main.exp_name = os.path.join(out_dir, "exp")
     main.env.stop_value = 1e9
     main.env.collector_env_num = 4
     main.policy.collect.n_sample = 32
-    main.policy.learn.update_per_collect = 2
+    if "update_per_collect" in main.policy.learn:
+        main.policy.learn.update_per_collect = 2
     for key, value in (overrides_by_rank or {}).get(str(get_rank()), {}).items():
         node = main.policy
         *path, last = key.split(".")
@@ -52,7 +57,8 @@ def cartpole_run(out_dir, overrides_by_rank=None, max_env_step=1024):
         ddp_module.DDPMiddleware = original
     state = captured["learn_mode"].state_dict()
     params = {k: v.flatten().tolist() for k, v in state["model"].items()}
-    target = {k: v.flatten().tolist() for k, v in state["target_model"].items()}
+    target_key = next((k for k in ("target_model", "target_critic") if k in state), None)
+    target = {k: v.flatten().tolist() for k, v in state[target_key].items()} if target_key else {}
     _dump(out_dir, "run", {"summary": summary, "params": params, "target": target})
 
 

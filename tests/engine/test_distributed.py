@@ -1,6 +1,7 @@
 """Distributed paths, each with 2 real gloo processes and a timeout so that a hang fails the test."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import socket
@@ -121,9 +122,33 @@ def test_multi_gpu_without_launcher_warns_and_runs(quick_cartpole_config, caplog
     assert summary["env_step"] >= 64
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["dizoo.classic_control.cartpole.config.cartpole_ppo_ddp_config",
+                                    "dizoo.classic_control.pendulum.config.pendulum_sac_ddp_config"])
+def test_ddp_on_policy_and_sac_keep_ranks_identical(config, tmp_path):
+    overrides = {"0": {"random_collect_size": 64}, "1": {"random_collect_size": 64}} if "sac" in config else {}
+    launch(ddp_workers.cartpole_run, nprocs=2, args=(str(tmp_path), overrides, 768, config), timeout=TIMEOUT)
+    r0, r1 = _read(tmp_path, "run")
+    assert r0["summary"]["train_iter"] == r1["summary"]["train_iter"] > 0
+    assert r0["params"] == r1["params"] and r0["target"] == r1["target"]
+
+
 def _run_launcher(cmd, tmp_path):
     env = dict(os.environ, BATON_DDP_TIMEOUT=str(TIMEOUT))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=tmp_path, env=env)
+
+
+DDP_CONFIGS = sorted(glob.glob(os.path.join(ROOT, "dizoo", "**", "config", "*_ddp_config.py"), recursive=True))
+
+
+@pytest.mark.parametrize("config", DDP_CONFIGS, ids=[os.path.basename(p) for p in DDP_CONFIGS])
+def test_every_ddp_config_runs_under_torchrun(config, tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", config,
+           "--max-env-step", "256", "--exp-name", str(tmp_path / "exp"), "--no-progress"]
+    proc = _run_launcher(cmd, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((tmp_path / "exp" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["env_step"] >= 256
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "torch.distributed.launch"])

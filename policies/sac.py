@@ -1,0 +1,217 @@
+"""Soft Actor-Critic (Haarnoja et al., 2018): twin Q, target critics with soft update, a tanh-squashed
+Gaussian actor, automatic entropy tuning.
+
+One update, on one screen (``_forward_learn``)::
+
+    a', logp'  ~ pi(.|s')                                         (no gradient)
+    target     = r + discount * (1 - terminated) * (min_i Qtarg_i(s', a') - alpha * logp')
+    q_loss     = mean((Q1(s, a) - target)^2) + mean((Q2(s, a) - target)^2)
+    a~, logp~  ~ pi(.|s)                                          (reparameterized)
+    pi_loss    = mean(alpha * logp~ - min_i Q_i(s, a~))           (critic parameters held fixed)
+    alpha_loss = -mean(log_alpha * (logp~ + target_entropy))      (auto_alpha)
+
+All three losses are summed and take ONE backward pass and ONE optimizer step (one parameter group per
+learning rate). The actor's Q values use the critic with its parameters detached, so pi_loss moves only the
+actor. One forward and one backward per update is what DDP expects, so the whole model can be wrapped.
+Actions are stored in env units and mapped to (-1, 1) for the networks.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Dict, Mapping, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from engine.registry import POLICY_REGISTRY
+
+from .base import Policy, check_finite, resolve_shape, space_dims
+from .models import SquashedGaussianActor, TwinQ
+
+__all__ = ["SACPolicy", "SACModel", "sac_target"]
+
+
+def sac_target(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor, q1_next: torch.Tensor,
+               q2_next: torch.Tensor, logp_next: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
+    """The soft TD target; ``discount`` already holds gamma^n (n-step) and truncation does not cut it."""
+    soft_value = torch.min(q1_next, q2_next) - alpha * logp_next
+    return reward + discount * (~terminated.bool()).float() * soft_value
+
+
+class SACModel(nn.Module):
+    """Actor, twin critic and the log of the entropy temperature, used through one ``forward``."""
+
+    def __init__(self, obs_dim: int, action_dim: int, actor_hidden: Any, critic_hidden: Any, init_alpha: float,
+                 auto_alpha: bool) -> None:
+        super().__init__()
+        self.actor = SquashedGaussianActor(obs_dim, action_dim, actor_hidden)
+        self.critic = TwinQ(obs_dim, action_dim, critic_hidden)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)), requires_grad=auto_alpha)
+
+    def sample(self, obs: torch.Tensor) -> tuple:
+        """A reparameterized squashed sample in (-1, 1) and its log-probability."""
+        mean, log_std = self.actor(obs)
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        action = torch.tanh(u)
+        logp = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log |d tanh(u) / du| = log(1 - tanh(u)^2), in a numerically stable form
+        logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+        return action, logp
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor):
+        with torch.no_grad():
+            next_action, next_logp = self.sample(next_obs)
+        q1, q2 = self.critic(obs, action)
+        new_action, new_logp = self.sample(obs)
+        frozen = {name: p.detach() for name, p in self.critic.named_parameters()}
+        q1_new, q2_new = functional_call(self.critic, frozen, (obs, new_action))
+        return q1, q2, new_logp, torch.min(q1_new, q2_new), next_action, next_logp
+
+
+@POLICY_REGISTRY.register("sac")
+class SACPolicy(Policy):
+    """Soft Actor-Critic for continuous actions (``create_config.policy.type='sac'``)."""
+
+    pipeline = "off_policy"
+
+    @classmethod
+    def default_config(cls) -> Dict[str, Any]:
+        return dict(
+            cuda=False,
+            multi_gpu=False,
+            priority=False,
+            priority_IS_weight=False,
+            discount_factor=0.99,
+            nstep=1,
+            random_collect_size=1000,   # uniform random actions for the first env steps
+            model=dict(
+                obs_shape=None,
+                action_shape=None,
+                actor_head_hidden_size_list=[256, 256],
+                critic_head_hidden_size_list=[256, 256],
+            ),
+            learn=dict(
+                update_per_collect=1,
+                batch_size=256,
+                learning_rate_q=1e-3,
+                learning_rate_policy=1e-3,
+                learning_rate_alpha=3e-4,
+                target_theta=0.005,
+                alpha=0.2,               # initial entropy temperature
+                auto_alpha=True,
+                target_entropy=None,     # None: -action_dim
+            ),
+            collect=dict(n_sample=1),
+            eval=dict(evaluator=dict(eval_freq=1000)),
+            other=dict(replay_buffer=dict(replay_buffer_size=1000000, alpha=0.6, beta=0.4)),
+        )
+
+    def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
+                 device: Optional[str | torch.device] = None) -> None:
+        super().__init__(cfg, observation_space, action_space, device)
+        obs_dim, action_dim, _ = space_dims(observation_space, action_space, "sac", continuous=True)
+        model_cfg, learn = cfg["model"], cfg["learn"]
+        resolve_shape(model_cfg, "obs_shape", observation_space.shape, "sac",
+                      f"observation shape {observation_space.shape}")
+        resolve_shape(model_cfg, "action_shape", action_dim, "sac", f"action space {action_space}")
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ValueError(f"policy 'sac' needs a bounded action space, got {action_space}")
+        self._model = SACModel(obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"],
+                               model_cfg["critic_head_hidden_size_list"], float(learn["alpha"]),
+                               bool(learn["auto_alpha"])).to(self.device)
+        self._learn_model = self._model
+        self._target_critic = copy.deepcopy(self._model.critic).requires_grad_(False)
+        groups = [{"params": self._model.critic.parameters(), "lr": learn["learning_rate_q"]},
+                  {"params": self._model.actor.parameters(), "lr": learn["learning_rate_policy"]}]
+        if learn["auto_alpha"]:
+            groups.append({"params": [self._model.log_alpha], "lr": learn["learning_rate_alpha"]})
+        self._optimizer = torch.optim.Adam(groups)
+        self._auto_alpha = bool(learn["auto_alpha"])
+        self._target_entropy = float(learn["target_entropy"] if learn["target_entropy"] is not None
+                                     else -action_dim)
+        self._theta = float(learn["target_theta"])
+        self._use_weight = bool(cfg["priority"] and cfg["priority_IS_weight"])
+        self._scale = torch.as_tensor((action_space.high - action_space.low) / 2.0, dtype=torch.float32)
+        self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
+        self._action_dim = action_dim
+        self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+        self._updates = 0
+
+    # ---- learn -----------------------------------------------------------------------------------
+    def _forward_learn(self, batch: Any) -> Dict[str, Any]:
+        dev = self.device
+        obs = batch.obs.to(dev).float()
+        next_obs = batch.next_obs.to(dev).float()
+        action = (batch.action.to(dev).float() - self._bias.to(dev)) / self._scale.to(dev)
+        reward = batch.reward.to(dev).float()
+        discount = batch.discount.to(dev).float()
+        alpha = self._model.log_alpha.detach().exp()
+
+        q1, q2, new_logp, q_new, next_action, next_logp = self._learn_model(obs, action, next_obs)
+        with torch.no_grad():
+            q1_next, q2_next = self._target_critic(next_obs, next_action)
+            target = sac_target(reward, discount, batch.terminated.to(dev), q1_next, q2_next, next_logp, alpha)
+        weight = batch.weight.to(dev) if self._use_weight else None
+        q_loss = _weighted_mse(q1, target, weight) + _weighted_mse(q2, target, weight)
+        policy_loss = (alpha * new_logp - q_new).mean()
+        loss = q_loss + policy_loss
+        if self._auto_alpha:
+            alpha_loss = -(self._model.log_alpha * (new_logp.detach() + self._target_entropy)).mean()
+            loss = loss + alpha_loss
+        check_finite(loss, "SAC", self._updates)
+
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self._optimizer.step()
+        self._updates += 1
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self._target_critic.parameters()), list(self._model.critic.parameters()),
+                                 self._theta)
+        return {"loss": loss.detach(), "q_loss": q_loss.detach(), "policy_loss": policy_loss.detach(),
+                "alpha": alpha, "entropy": -new_logp.detach().mean(), "q_value": q1.detach().mean(),
+                "target_q": target.mean(), "priority": ((q1.detach() - target).abs() + (q2.detach() - target).abs()) / 2}
+
+    # ---- act -------------------------------------------------------------------------------------
+    def _to_env(self, squashed: torch.Tensor) -> np.ndarray:
+        return (squashed.cpu() * self._scale + self._bias).numpy()
+
+    @torch.inference_mode()
+    def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
+        """A sample of the squashed Gaussian in env units; uniform over the bounds when ``random``."""
+        n = len(obs)
+        if random:
+            squashed = torch.as_tensor(self._rng.uniform(-1.0, 1.0, (n, self._action_dim)), dtype=torch.float32)
+            return {"action": self._to_env(squashed)}
+        action, _ = self._model.sample(torch.as_tensor(np.asarray(obs), device=self.device).float())
+        return {"action": self._to_env(action)}
+
+    @torch.inference_mode()
+    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+        mean, _ = self._model.actor(torch.as_tensor(np.asarray(obs), device=self.device).float())
+        return {"action": self._to_env(torch.tanh(mean))}
+
+    # ---- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        return {"model": self._model.state_dict(), "target_critic": self._target_critic.state_dict(),
+                "optimizer": self._optimizer.state_dict(), "updates": self._updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._model.load_state_dict(state["model"])
+        self._target_critic.load_state_dict(state["target_critic"])
+        self._optimizer.load_state_dict(state["optimizer"])
+        learn = self.cfg["learn"]  # the config in force wins over the checkpoint's learning rates
+        rates = [learn["learning_rate_q"], learn["learning_rate_policy"], learn["learning_rate_alpha"]]
+        for group, lr in zip(self._optimizer.param_groups, rates):
+            group["lr"] = lr
+        self._updates = int(state["updates"])
+
+
+def _weighted_mse(q: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor]) -> torch.Tensor:
+    err = (q - target) ** 2
+    return (err * weight).mean() if weight is not None else err.mean()

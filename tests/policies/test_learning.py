@@ -1,0 +1,38 @@
+"""Learning quality: each algorithm reaches its score from its dizoo config."""
+from __future__ import annotations
+
+import copy
+import importlib
+
+import pytest
+
+from engine.entry import serial_pipeline
+
+
+def _train(module, tmp_path, seed, max_env_step):
+    config = importlib.import_module(module)
+    main = copy.deepcopy(config.main_config)
+    main.exp_name = str(tmp_path / "exp")
+    return serial_pipeline((main, copy.deepcopy(config.create_config)), seed=seed, max_env_step=max_env_step,
+                           progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [2, 3])
+def test_cartpole_ppo_reaches_195(tmp_path, seed):
+    summary = _train("dizoo.classic_control.cartpole.config.cartpole_ppo_config", tmp_path, seed, 200_000)
+    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= 195
+    assert summary["train_iter"] > 20  # it learned: more than one collect's updates
+
+
+@pytest.mark.slow
+def test_cartpole_a2c_reaches_195(tmp_path):
+    summary = _train("dizoo.classic_control.cartpole.config.cartpole_a2c_config", tmp_path, 2, 300_000)
+    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= 195
+
+
+@pytest.mark.slow
+def test_pendulum_sac_reaches_minus_250_within_20k_env_steps(tmp_path):
+    summary = _train("dizoo.classic_control.pendulum.config.pendulum_sac_config", tmp_path, 0, 20_000)
+    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= -250
+    assert summary["env_step"] <= 20_000
