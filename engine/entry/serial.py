@@ -89,6 +89,7 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
                             make_replay_buffer, online_logger, progress_bar, random_collect_handler,
                             termination_checker)
     from middleware.ddp import DDPMiddleware
+    from policies.base import SpaceMismatchError
 
     from ..distributed import broadcast_object
 
@@ -105,8 +106,11 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
         if main else None
     try:
         device = ddp_ctx.device if ddp_ctx.device != "cpu" else None
-        policy = policy_cls(cfg.policy, collector_env.single_observation_space, collector_env.single_action_space,
-                            device=device)
+        try:
+            policy = policy_cls(cfg.policy, collector_env.single_observation_space,
+                                collector_env.single_action_space, device=device)
+        except SpaceMismatchError as err:  # say which env, beside the policy and the space
+            raise SpaceMismatchError(f"env {cfg.env.env_id!r} (type {cfg.env.type!r}): {err}") from err
         buffer = None if on_policy else make_replay_buffer(cfg.policy, seed=seed_r)
         exp_dir = cfg.exp_name
         ctx = OnlineRLContext()

@@ -72,3 +72,11 @@ def test_serial_pipeline_nan_loss_stops_and_keeps_last_good_checkpoint(quick_car
     summary = json.load(open(os.path.join(main.exp_name, "summary.json")))
     assert summary["stop_reason"].startswith("error")
     assert open(latest, "rb").read() == good  # the last good checkpoint, as it was
+
+
+def test_serial_pipeline_continuous_policy_on_discrete_env_names_policy_env_and_space(quick_cartpole_config):
+    main, create = quick_cartpole_config
+    create.policy.type = "sac"
+    main.policy = dict(cuda=False)
+    with pytest.raises(SpaceMismatchError, match=r"CartPole-v1.*'sac'.*continuous.*Discrete\(2\)"):
+        serial_pipeline((main, create), max_env_step=64)
