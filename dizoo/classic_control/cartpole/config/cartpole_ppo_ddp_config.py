@@ -3,46 +3,17 @@
     torchrun --nproc_per_node=2 dizoo/classic_control/cartpole/config/cartpole_ppo_ddp_config.py
     python -m torch.distributed.launch --nproc_per_node=2 --master_port=29501 dizoo/classic_control/cartpole/config/cartpole_ppo_ddp_config.py
 
-Each rank collects n_sample transitions and runs the same epochs of minibatches; DDP averages gradients.
+cartpole_ppo_config.py per rank: each rank collects n_sample transitions and runs the same epochs of
+minibatches; DDP averages the gradients.
 """
-from easydict import EasyDict
+import copy
 
-main_config = EasyDict(dict(
-    exp_name="cartpole_ppo_ddp_seed0",
-    env=dict(
-        collector_env_num=8,
-        evaluator_env_num=5,
-        n_evaluator_episode=5,
-        stop_value=195,
-    ),
-    policy=dict(
-        cuda=False,
-        multi_gpu=True,
-        model=dict(
-            obs_shape=4,
-            action_shape=2,
-            actor_head_hidden_size_list=[64, 64],
-            critic_head_hidden_size_list=[64, 64],
-        ),
-        discount_factor=0.98,
-        learn=dict(
-            epoch_per_collect=10,
-            batch_size=128,
-            learning_rate=0.001,
-            clip_ratio=0.2,
-            value_weight=0.5,
-            entropy_weight=0.0,
-            adv_norm=True,
-        ),
-        collect=dict(n_sample=256, gae_lambda=0.8),
-        eval=dict(evaluator=dict(eval_freq=40)),
-    ),
-))
-create_config = EasyDict(dict(
-    env=dict(type="cartpole"),
-    env_manager=dict(type="sync"),
-    policy=dict(type="ppo"),
-))
+from dizoo.classic_control.cartpole.config import cartpole_ppo_config as base
+
+main_config = copy.deepcopy(base.main_config)
+main_config.exp_name = "cartpole_ppo_ddp_seed0"
+main_config.policy.multi_gpu = True
+create_config = copy.deepcopy(base.create_config)
 
 if __name__ == "__main__":
     from engine.entry import cli_main
