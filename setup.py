@@ -23,9 +23,10 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        # the box2d packages are in the test extra so CI runs the LunarLander configs too
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "box2d>=2.3.10", "pygame>=2.1"],
-        "atari": ["ale-py>=0.9", "opencv-python-headless>=4.5"],
+        # the box2d packages and ale-py are in the test extra so CI runs the LunarLander and Pong configs too
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "box2d>=2.3.10", "pygame>=2.1", "ale-py>=0.10"],
+        # ale-py >= 0.10 ships AtariVectorEnv, which does the whole preprocessing (no opencv needed)
+        "atari": ["ale-py>=0.10"],
         # gymnasium[box2d] builds box2d-py from source (needs swig); the `box2d` wheel provides the same
         # Box2D module, and gymnasium's box2d package imports pygame
         "box2d": ["box2d>=2.3.10", "pygame>=2.1"],
@@ -37,6 +38,7 @@ setup(
             "cartpole=dizoo.classic_control.cartpole.envs",
             "lunarlander=dizoo.box2d.lunarlander.envs",
             "pendulum=dizoo.classic_control.pendulum.envs",
+            "atari=dizoo.atari.envs",
         ],
         "baton.policies": [
             "dqn=policies.dqn",

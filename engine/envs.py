@@ -70,13 +70,20 @@ class GymEnvType:
 
 
 def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, seed: int,
-                    manager: Optional[str] = None) -> gym.vector.VectorEnv:
+                    manager: Optional[str] = None, training: bool = True) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_type``'s env, reset once with seeds ``seed, seed + 1, ...``.
 
     Args:
         manager: ``"sync"`` (``SyncVectorEnv``, for cheap envs) or ``"async"`` (``AsyncVectorEnv``: one
             process per env, for expensive ones); defaults to ``env_cfg.manager.type``.
+        training: False for evaluation envs. Env types with training-only preprocessing (Atari's episodic
+            life and reward clipping) drop it then.
+
+    An env type with a ``make_vector(env_cfg, num_envs, seed, training)`` method builds its own vector env
+    (e.g. ale_py's threaded ``AtariVectorEnv``); it must use SAME_STEP autoreset.
     """
+    if hasattr(env_type, "make_vector"):
+        return env_type.make_vector(env_cfg, num_envs, seed, training)
     check_env_id(env_cfg["env_id"])
     manager_cfg = env_cfg.get("manager") or {}
     kind = manager or manager_cfg.get("type", "sync")

@@ -184,15 +184,17 @@ def check_finite(loss: torch.Tensor, algo: str, update: int) -> None:
 
 
 def space_dims(observation_space: gym.Space, action_space: gym.Space, policy: str,
-               continuous: Optional[bool] = None) -> tuple:
-    """``(obs_dim, action_dim, is_continuous)`` of flat Box observations and a Discrete or Box action space.
+               continuous: Optional[bool] = None, images: bool = False) -> tuple:
+    """``(obs_shape, action_dim, is_continuous)`` of Box observations (flat, or ``[C, H, W]`` image stacks
+    where ``images``) and a Discrete or Box action space.
 
     Raises:
         SpaceMismatchError: naming the policy, the space and what it needs.
     """
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-        raise SpaceMismatchError(f"policy {policy!r} with an MLP needs a flat Box observation space, got "
-                                 f"{observation_space}")
+    ndim = len(getattr(observation_space, "shape", ()) or ())
+    if not isinstance(observation_space, gym.spaces.Box) or ndim not in ((1, 3) if images else (1,)):
+        raise SpaceMismatchError(f"policy {policy!r} needs a flat Box observation space"
+                                 f"{' or [C, H, W] images' if images else ''}, got {observation_space}")
     if isinstance(action_space, gym.spaces.Discrete):
         is_continuous, action_dim = False, int(action_space.n)
     elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
@@ -205,4 +207,4 @@ def space_dims(observation_space: gym.Space, action_space: gym.Space, policy: st
     if continuous is False and is_continuous:
         raise SpaceMismatchError(f"policy {policy!r} needs a discrete action space, but the env's action space "
                                  f"is {action_space}; use a continuous-action policy such as 'sac' or 'ppo'")
-    return int(observation_space.shape[0]), action_dim, is_continuous
+    return tuple(int(d) for d in observation_space.shape), action_dim, is_continuous

@@ -74,15 +74,15 @@ class DQNPolicy(Policy):
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
-        space_dims(observation_space, action_space, "dqn", continuous=False)
+        space_dims(observation_space, action_space, "dqn", continuous=False, images=True)
         model_cfg = cfg["model"]
         obs_shape = resolve_shape(model_cfg, "obs_shape", observation_space.shape, "dqn",
                                   f"observation shape {observation_space.shape}")
         action_shape = resolve_shape(model_cfg, "action_shape", int(action_space.n), "dqn",
                                      f"action space {action_space}")
-        obs_dim = int(np.prod(obs_shape))
+        obs_shape = [int(obs_shape)] if isinstance(obs_shape, int) else [int(d) for d in obs_shape]
         action_dim = int(action_shape if not isinstance(action_shape, list) else action_shape[0])
-        self._model = QNetwork(obs_dim, action_dim, model_cfg["encoder_hidden_size_list"],
+        self._model = QNetwork(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"],
                                model_cfg["dueling"]).to(self.device)
         self._learn_model = self._model
         self._target_model = copy.deepcopy(self._model).requires_grad_(False)
@@ -103,13 +103,15 @@ class DQNPolicy(Policy):
         self._action_dim = action_dim
         # acting on the CPU goes through numpy (see QNetwork.numpy_greedy_action); its RNG is drawn from torch's,
         # so torch.manual_seed still makes collection reproducible
-        self._act_numpy = self.device.type == "cpu"
+        self._act_numpy = self.device.type == "cpu" and not self._model.is_image
         self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
-        obs = batch.obs.to(self.device, non_blocking=True).float()
-        next_obs = batch.next_obs.to(self.device, non_blocking=True).float()
+        obs = batch.obs.to(self.device, non_blocking=True)
+        next_obs = batch.next_obs.to(self.device, non_blocking=True)
+        if not self._model.is_image:  # image frames stay uint8 until the CNN scales them
+            obs, next_obs = obs.float(), next_obs.float()
         action = batch.action.to(self.device).long()
         reward = batch.reward.to(self.device).float()
         discount = batch.discount.to(self.device).float()
@@ -157,8 +159,8 @@ class DQNPolicy(Policy):
         if self._act_numpy:
             return self._model.numpy_greedy_action(np.asarray(obs))
         with torch.inference_mode():
-            obs_t = torch.as_tensor(np.asarray(obs), device=self.device).float()
-            return self._model(obs_t).argmax(dim=1).cpu().numpy()
+            obs_t = torch.as_tensor(np.asarray(obs), device=self.device)
+            return self._model(obs_t if self._model.is_image else obs_t.float()).argmax(dim=1).cpu().numpy()
 
     def _forward_collect(self, obs: Any, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:
         """Epsilon-greedy: each env acts at random with probability ``eps`` (always when ``random``, as

@@ -7,7 +7,40 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["mlp", "QNetwork", "ActorCritic", "SquashedGaussianActor", "TwinQ"]
+__all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "ActorCritic", "SquashedGaussianActor", "TwinQ"]
+
+
+class NatureCNN(nn.Module):
+    """The convolutional torso of Mnih et al. (2015): 32x8x8/4, 64x4x4/2, 64x3x3/1, ReLU, flattened.
+
+    Takes uint8 frames ``[B, C, 84, 84]`` (scaled to [0, 1] here) and returns ``[B, out_dim]``.
+    """
+
+    def __init__(self, in_channels: int, height: int = 84, width: int = 84) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten())
+        with torch.no_grad():
+            self.out_dim = int(self.net(torch.zeros(1, in_channels, height, width)).shape[1])
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float() / 255.0)
+
+
+def encoder(obs_shape: Sequence[int], hidden_sizes: Sequence[int], activation: type = nn.ReLU) -> Tuple[nn.Module, int]:
+    """The torso for ``obs_shape``: an MLP for flat observations, the Nature CNN followed by an MLP for
+    image stacks ``[C, H, W]``. Returns the module and its output size."""
+    if len(obs_shape) == 1:
+        return mlp(int(obs_shape[0]), hidden_sizes, activation), (hidden_sizes[-1] if hidden_sizes else int(obs_shape[0]))
+    if len(obs_shape) == 3:
+        cnn = NatureCNN(*[int(d) for d in obs_shape])
+        if not hidden_sizes:
+            return cnn, cnn.out_dim
+        return nn.Sequential(cnn, mlp(cnn.out_dim, hidden_sizes, activation)), hidden_sizes[-1]
+    raise ValueError(f"observations of shape {tuple(obs_shape)} are neither flat nor [C, H, W] images")
 
 
 def mlp(in_dim: int, hidden_sizes: Sequence[int], activation: type = nn.ReLU) -> nn.Sequential:
@@ -30,12 +63,14 @@ class QNetwork(nn.Module):
         torch.Size([3, 2])
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int], dueling: bool = True) -> None:
+    def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, hidden_sizes: Sequence[int],
+                 dueling: bool = True) -> None:
         super().__init__()
         if not hidden_sizes:
             raise ValueError("policy.model.encoder_hidden_size_list must name at least one layer")
-        self.torso = mlp(obs_dim, hidden_sizes)
-        feat = hidden_sizes[-1]
+        obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
+        self.is_image = len(obs_shape) == 3
+        self.torso, feat = encoder(obs_shape, hidden_sizes)
         self.dueling = dueling
         if dueling:
             self.value = nn.Linear(feat, 1)
@@ -62,6 +97,8 @@ class QNetwork(nn.Module):
         ``load_state_dict`` write in place), so they never go stale; valid only while the parameters
         are on the CPU.
         """
+        if self.is_image:
+            raise TypeError("numpy_greedy_action serves MLP Q-networks; image observations act through torch")
         if self._numpy_layers is None:
             linears = [m for m in self.torso if isinstance(m, nn.Linear)]
             linears.append(self.advantage if self.dueling else self.head)
@@ -94,29 +131,38 @@ class ActorCritic(nn.Module):
         (torch.Size([3, 2]), torch.Size([3]))
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, actor_hidden: Sequence[int], critic_hidden: Sequence[int],
-                 continuous: bool, init_log_std: float = 0.0) -> None:
+    def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, actor_hidden: Sequence[int],
+                 critic_hidden: Sequence[int], continuous: bool, init_log_std: float = 0.0) -> None:
         super().__init__()
         self.continuous = continuous
-        self.actor = mlp(obs_dim, actor_hidden, nn.Tanh)
-        self.critic = mlp(obs_dim, critic_hidden, nn.Tanh)
-        for layer in list(self.actor) + list(self.critic):
-            if isinstance(layer, nn.Linear):
-                _orthogonal(layer, 2 ** 0.5)
-        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1], action_dim), 0.01)
-        self.critic_head = _orthogonal(nn.Linear(critic_hidden[-1], 1), 1.0)
+        obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
+        # images: one Nature-CNN torso shared by actor and critic (the Atari PPO setup); flat: separate MLPs
+        self.shared: nn.Module = nn.Identity()
+        in_dim = int(obs_shape[0])
+        if len(obs_shape) == 3:
+            self.shared = NatureCNN(*obs_shape)
+            in_dim = self.shared.out_dim
+        self.actor = mlp(in_dim, actor_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
+        self.critic = mlp(in_dim, critic_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
+        for layer in list(self.actor) + list(self.critic) + [m for m in self.shared.modules() if m is not self.shared]:
+            if isinstance(layer, (nn.Linear, nn.Conv2d)):
+                nn.init.orthogonal_(layer.weight, 2 ** 0.5)
+                nn.init.zeros_(layer.bias)
+        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1] if actor_hidden else in_dim, action_dim), 0.01)
+        self.critic_head = _orthogonal(nn.Linear(critic_hidden[-1] if critic_hidden else in_dim, 1), 1.0)
         if continuous:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
     def forward(self, obs: torch.Tensor):
-        value = self.critic_head(self.critic(obs)).squeeze(-1)
-        out = self.actor_head(self.actor(obs))
+        features = self.shared(obs)
+        value = self.critic_head(self.critic(features)).squeeze(-1)
+        out = self.actor_head(self.actor(features))
         if self.continuous:
             return (out, self.log_std.expand_as(out)), value
         return out, value
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic_head(self.critic(obs)).squeeze(-1)
+        return self.critic_head(self.critic(self.shared(obs))).squeeze(-1)
 
 
 class SquashedGaussianActor(nn.Module):

@@ -69,12 +69,14 @@ class PPOPolicy(Policy):
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
-        obs_dim, action_dim, self.continuous = space_dims(observation_space, action_space, cfg.get("type", "ppo"))
+        obs_shape, action_dim, self.continuous = space_dims(observation_space, action_space, cfg.get("type", "ppo"),
+                                                            images=True)
+        self._image = len(obs_shape) == 3
         model_cfg = cfg["model"]
         resolve_shape(model_cfg, "obs_shape", observation_space.shape, self.algo, f"observation shape "
                       f"{observation_space.shape}")
         resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
-        self._model = ActorCritic(obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"],
+        self._model = ActorCritic(obs_shape, action_dim, model_cfg["actor_head_hidden_size_list"],
                                   model_cfg["critic_head_hidden_size_list"], self.continuous,
                                   model_cfg["init_log_std"]).to(self.device)
         self._learn_model = self._model
@@ -116,7 +118,7 @@ class PPOPolicy(Policy):
 
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
-        obs = batch.obs.to(dev).float()
+        obs = self._obs(batch.obs)
         action = batch.raw_action.to(dev).float() if self.continuous else batch.action.to(dev).long()
         adv = batch.adv.to(dev).float()
         returns = batch.returns.to(dev).float()
@@ -150,8 +152,7 @@ class PPOPolicy(Policy):
     @torch.inference_mode()
     def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
         """Sample an action; also return its log-prob and the state value, for GAE and the ratio."""
-        obs_t = torch.as_tensor(np.asarray(obs), device=self.device).float()
-        head, value = self._model(obs_t)
+        head, value = self._model(self._obs(obs))
         dist = self._dist(head)
         action = dist.sample()
         out = {"action": action.cpu().numpy(), "logp": self._log_prob(dist, action).cpu().numpy(),
@@ -163,8 +164,7 @@ class PPOPolicy(Policy):
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        obs_t = torch.as_tensor(np.asarray(obs), device=self.device).float()
-        head, _ = self._model(obs_t)
+        head, _ = self._model(self._obs(obs))
         if self.continuous:
             return {"action": np.clip(head[0].cpu().numpy(), self._low, self._high)}
         return {"action": head.argmax(dim=-1).cpu().numpy()}
@@ -172,7 +172,12 @@ class PPOPolicy(Policy):
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs) for a batch of observations (GAE bootstraps from it)."""
-        return self._model.value(obs.to(self.device).float()).cpu()
+        return self._model.value(self._obs(obs)).cpu()
+
+    def _obs(self, obs: Any) -> torch.Tensor:
+        """Observations as a tensor on the device: float for vectors, uint8 frames left to the CNN."""
+        obs_t = torch.as_tensor(np.asarray(obs) if not isinstance(obs, torch.Tensor) else obs, device=self.device)
+        return obs_t if self._image else obs_t.float()
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

@@ -115,7 +115,7 @@ class SACPolicy(Policy):
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
-        obs_dim, action_dim, _ = space_dims(observation_space, action_space, "sac", continuous=True)
+        (obs_dim,), action_dim, _ = space_dims(observation_space, action_space, "sac", continuous=True)
         model_cfg, learn = cfg["model"], cfg["learn"]
         resolve_shape(model_cfg, "obs_shape", observation_space.shape, "sac",
                       f"observation shape {observation_space.shape}")

@@ -102,8 +102,8 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
     policy_cls = POLICY_REGISTRY.get(cfg.policy.type)
     on_policy = policy_cls.pipeline == "on_policy"
     collector_env = make_vector_env(env_type, cfg.env, cfg.env.collector_env_num, seed_r)
-    evaluator_env = make_vector_env(env_type, cfg.env, cfg.env.evaluator_env_num, cfg.seed, manager="sync") \
-        if main else None
+    evaluator_env = make_vector_env(env_type, cfg.env, cfg.env.evaluator_env_num, cfg.seed, manager="sync",
+                                    training=False) if main else None
     try:
         device = ddp_ctx.device if ddp_ctx.device != "cpu" else None
         try:

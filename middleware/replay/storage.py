@@ -38,7 +38,9 @@ class RingStorage:
         return self._fields or {}
 
     def _allocate(self, batch: Mapping[str, torch.Tensor]) -> None:
-        self._fields = {k: torch.zeros((self.capacity,) + tuple(v.shape[1:]), dtype=v.dtype, device=self.device)
+        # torch.empty, not zeros: a slot is never read before it is written, and untouched pages of a large
+        # buffer (gigabytes for Atari) then cost no resident memory until the ring reaches them
+        self._fields = {k: torch.empty((self.capacity,) + tuple(v.shape[1:]), dtype=v.dtype, device=self.device)
                         for k, v in batch.items()}
 
     def extend(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:

@@ -10,12 +10,12 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "dizoo", "**", "config", "*_config.py"), recursive=True)
+CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "dizoo", "**", "config", "**", "*_config.py"), recursive=True)
                  if not p.endswith("_ddp_config.py"))
 
 
 def _needs(path):
-    return ["Box2D", "pygame"] if "box2d" in path else []
+    return ["Box2D", "pygame"] if "box2d" in path else ["ale_py"] if "atari" in path else []
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[os.path.basename(p) for p in CONFIGS])

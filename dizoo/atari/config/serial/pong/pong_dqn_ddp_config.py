@@ -1,0 +1,20 @@
+"""DQN on Pong, data-parallel with DDP (the field's reference DDP example)::
+
+    python -m torch.distributed.launch --nproc_per_node=2 ./dizoo/atari/config/serial/pong/pong_dqn_ddp_config.py
+    torchrun --nproc_per_node=2 dizoo/atari/config/serial/pong/pong_dqn_ddp_config.py
+
+pong_dqn_config.py per rank; on GPUs each rank uses cuda:LOCAL_RANK and nccl.
+"""
+import copy
+
+from dizoo.atari.config.serial.pong import pong_dqn_config as base
+
+main_config = copy.deepcopy(base.main_config)
+main_config.exp_name = "pong_dqn_ddp_seed0"
+main_config.policy.multi_gpu = True
+create_config = copy.deepcopy(base.create_config)
+
+if __name__ == "__main__":
+    from engine.entry import cli_main
+
+    cli_main((main_config, create_config))

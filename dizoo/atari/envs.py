@@ -1,0 +1,91 @@
+"""Env type ``atari``: ale-py's threaded ``AtariVectorEnv`` with the standard DQN preprocessing.
+
+Training envs: up to 30 no-op actions at reset, frame skip 4 with max-pooling over the last two frames,
+84x84 grayscale, a stack of ``env.frame_stack`` frames (zeros before the game's first frame), episodic
+life (a lost life ends the training episode, the game goes on) and rewards clipped to their sign. Evaluation envs play full
+games with raw rewards. The ROMs ship with ale-py; install with ``pip install -c constraints.txt -e
+".[atari]"``.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, Dict, Mapping
+
+import numpy as np
+
+from engine.registry import ENV_REGISTRY
+
+__all__ = ["AtariEnvType", "game_name", "UnknownGameError"]
+
+
+class UnknownGameError(ValueError):
+    """An Atari game that ale-py does not ship."""
+
+
+def _import_ale() -> Any:
+    try:
+        import ale_py
+        import ale_py.roms
+        from ale_py.vector_env import AtariVectorEnv  # noqa: F401
+    except ImportError as err:
+        raise ImportError("Atari envs need ale-py (its ROMs ship with it): "
+                          "pip install -c constraints.txt -e \".[atari]\"") from err
+    return ale_py
+
+
+def game_name(env_id: str) -> str:
+    """ale-py's game name for a gym-style id: ``PongNoFrameskip-v4``, ``ALE/Pong-v5`` and ``pong`` all
+    give ``pong``; ``SpaceInvaders`` gives ``space_invaders``.
+
+    Raises:
+        UnknownGameError: naming the id, the closest games and how to list them all.
+    """
+    ale_py = _import_ale()
+    name = env_id.split("/")[-1]
+    name = re.sub(r"(NoFrameskip|Deterministic)?-v\d+$", "", name)
+    name = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    games = ale_py.roms.get_all_rom_ids()
+    if name not in games:
+        close = difflib.get_close_matches(name, games, n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise UnknownGameError(f"env.env_id={env_id!r} (game {name!r}) is not an Atari game that ale-py "
+                               f"ships.{hint} List them with: python -c 'import ale_py.roms; "
+                               f"print(ale_py.roms.get_all_rom_ids())'")
+    return name
+
+
+class AtariEnvType:
+    """The ``atari`` env type (``create_config.env.type='atari'``)."""
+
+    def default_config(self) -> Dict[str, Any]:
+        return dict(env_id="PongNoFrameskip-v4", collector_env_num=8, evaluator_env_num=8, n_evaluator_episode=8,
+                    stop_value=20.0, frame_stack=4, num_threads=0, max_episode_steps=None, env_kwargs={})
+
+    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool) -> Any:
+        _import_ale()
+        from ale_py.vector_env import AtariVectorEnv
+        from gymnasium.vector import AutoresetMode
+
+        class _SeedListAtariVectorEnv(AtariVectorEnv):
+            """Accepts a list of seeds (what the collectors pass) as well as an int or array."""
+
+            def reset(self, *, seed: Any = None, options: Any = None):
+                if isinstance(seed, (list, tuple)):
+                    seed = np.asarray(seed, dtype=np.int64)
+                return super().reset(seed=seed, options=options)
+
+        kwargs = dict(env_cfg.get("env_kwargs") or {})
+        if env_cfg.get("max_episode_steps"):
+            kwargs["max_num_frames_per_episode"] = int(env_cfg["max_episode_steps"]) * 4
+        return _SeedListAtariVectorEnv(
+            game=game_name(env_cfg["env_id"]), num_envs=num_envs, num_threads=int(env_cfg.get("num_threads", 0)),
+            stack_num=int(env_cfg["frame_stack"]), autoreset_mode=AutoresetMode.SAME_STEP,
+            # Nature DQN's episodic life: a lost life ends the training episode (terminated, no bootstrap)
+            # but the game goes on; ale-py's own `episodic_life` would restart the whole game instead
+            episodic_life=False, life_loss_info=training, reward_clipping=training, noop_max=30, frameskip=4,
+            maxpool=True,
+            grayscale=True, img_height=84, img_width=84, **kwargs)
+
+
+ATARI = ENV_REGISTRY.register("atari", AtariEnvType())
