@@ -111,7 +111,9 @@ def _run(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed:
                                 collector_env.single_action_space, device=device)
         except SpaceMismatchError as err:  # say which env, beside the policy and the space
             raise SpaceMismatchError(f"env {cfg.env.env_id!r} (type {cfg.env.type!r}): {err}") from err
-        buffer = None if on_policy else make_replay_buffer(cfg.policy, seed=seed_r)
+        frame_stack = cfg.env.get("frame_stack") if len(collector_env.single_observation_space.shape) == 3 else None
+        buffer = None if on_policy else make_replay_buffer(cfg.policy, seed=seed_r, frame_stack=frame_stack,
+                                                           num_envs=cfg.env.collector_env_num)
         exp_dir = cfg.exp_name
         ctx = OnlineRLContext()
         saver = CkptSaver(policy.learn_mode, os.path.join(exp_dir, "ckpt"), cfg.ckpt.save_freq,

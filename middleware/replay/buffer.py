@@ -7,6 +7,7 @@ import torch
 
 from .._treetensor import to_tree
 from .samplers import PrioritizedSampler, Sampler, UniformSampler
+from .frame_storage import FrameStackStorage
 from .storage import RingStorage
 
 __all__ = ["ReplayBuffer", "make_replay_buffer"]
@@ -23,10 +24,12 @@ class ReplayBuffer:
     weights, ones for uniform sampling).
     """
 
-    def __init__(self, capacity: int, sampler: Optional[Sampler] = None) -> None:
+    def __init__(self, capacity: int, sampler: Optional[Sampler] = None, storage: Any = None) -> None:
         if sampler is not None and not isinstance(sampler, Sampler):
             raise TypeError(f"sampler must be a middleware.replay.Sampler, got {type(sampler).__name__}")
-        self.storage = RingStorage(capacity)
+        self.storage = storage if storage is not None else RingStorage(capacity)
+        if self.storage.capacity != capacity:
+            raise ValueError(f"storage capacity {self.storage.capacity} differs from the buffer's {capacity}")
         self.sampler = sampler or UniformSampler()
         self._ones: Optional[torch.Tensor] = None
 
@@ -56,6 +59,8 @@ class ReplayBuffer:
         if size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         idx, weight = self.sampler.sample(size, batch_size)
+        if hasattr(self.storage, "sampleable"):  # storages that rebuild data from neighbours (frame stacks)
+            idx, weight = self._replace_unsampleable(idx, weight, size)
         data = self.storage.gather(idx)
         if weight is None:
             if self._ones is None or len(self._ones) != batch_size:
@@ -64,6 +69,19 @@ class ReplayBuffer:
         data["index"] = idx
         data["weight"] = weight
         return to_tree(data)
+
+    def _replace_unsampleable(self, idx: torch.Tensor, weight: Optional[torch.Tensor], size: int):
+        for _ in range(50):
+            bad = ~self.storage.sampleable(idx)
+            if not bad.any():
+                return idx, weight
+            new_idx, new_weight = self.sampler.sample(size, int(bad.sum()))
+            idx = idx.clone()
+            idx[bad] = new_idx
+            if weight is not None:
+                weight = weight.clone()
+                weight[bad] = new_weight
+        raise RuntimeError("the replay buffer holds too few complete transitions to sample from yet")
 
     def update_priority(self, idx: torch.Tensor, priority: torch.Tensor) -> None:
         self.sampler.update_priority(idx, priority)
@@ -76,13 +94,16 @@ class ReplayBuffer:
         self.sampler.load_state_dict(state["sampler"])
 
 
-def make_replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None) -> ReplayBuffer:
-    """The buffer a policy config asks for: ``other.replay_buffer`` sizes, ``priority`` picks the sampler."""
+def make_replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None,
+                       frame_stack: Optional[int] = None, num_envs: Optional[int] = None) -> ReplayBuffer:
+    """The buffer a policy config asks for: ``other.replay_buffer`` sizes, ``priority`` picks the sampler;
+    ``frame_stack`` (with the collector's ``num_envs``) stores image stacks one frame per transition."""
     rb = policy_cfg["other"]["replay_buffer"]
     capacity = int(rb["replay_buffer_size"])
+    storage = FrameStackStorage(capacity, num_envs, frame_stack) if frame_stack else None
     if policy_cfg.get("priority", False):
         sampler: Sampler = PrioritizedSampler(capacity, alpha=rb["alpha"], beta=rb["beta"], seed=seed)
     else:
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         sampler = UniformSampler(generator)
-    return ReplayBuffer(capacity, sampler)
+    return ReplayBuffer(capacity, sampler, storage)

@@ -9,7 +9,8 @@ episode (terminated or truncated). Each output transition has
 - ``next_obs``   = next_obs of the window's last step (a truncated episode bootstraps from it),
 - ``terminated`` = the window ended by termination (the learner then does not bootstrap),
 - ``truncated``  = the window ended by truncation,
-- ``discount``   = gamma^(window length), the factor of the bootstrap value.
+- ``discount``   = gamma^(window length), the factor of the bootstrap value,
+- ``span``       = the window length (1..n, uint8): ``next_obs`` is this many steps after ``obs``.
 
 The last ``n-1`` steps of each chunk wait for the next chunk, so windows span collect calls.
 """
@@ -73,6 +74,7 @@ class NStepBuilder:
         flat = {k: v.reshape((-1,) + tuple(v.shape[2:])) for k, v in chunk.items()}
         flat["reward"] = flat["reward"].float()
         flat["discount"] = torch.full_like(flat["reward"], self.gamma)
+        flat["span"] = torch.ones(len(flat["reward"]), dtype=torch.uint8)
         return flat
 
     def _windows(self, chunk: Batch, starts: int) -> Batch:
@@ -97,4 +99,5 @@ class NStepBuilder:
         out["terminated"] = chunk["terminated"][t_last, env]
         out["truncated"] = chunk["truncated"][t_last, env]
         out["discount"] = self._gamma_pow[last + 1]
+        out["span"] = (last + 1).to(torch.uint8)
         return {k: v.reshape((-1,) + tuple(v.shape[2:])) for k, v in out.items()}
