@@ -140,8 +140,22 @@ class FrameStackStorage:
         return out
 
     def state_dict(self) -> dict:
-        raise NotImplementedError("saving a frame-stack replay buffer in checkpoints is not supported yet; "
-                                  "set ckpt.save_replay_buffer=False")
+        size = len(self)
+        finals = min(self._final_cursor, self.capacity)
+        return {"rest": self._rest.state_dict(), "stamp": self._stamp.clone(), "count": self._count,
+                "final_cursor": self._final_cursor, "num_envs": self.num_envs, "k": self.k,
+                "frames": self._frames[:size].clone() if self._frames is not None else None,
+                "final": self._final[:finals].clone() if self._final is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
-        raise NotImplementedError("loading a frame-stack replay buffer is not supported yet")
+        if (state["num_envs"], state["k"]) != (self.num_envs, self.k):
+            raise ValueError(f"replay checkpoint was written for {state['num_envs']} envs x {state['k']} frames, "
+                             f"this buffer is {self.num_envs} x {self.k}")
+        self._rest.load_state_dict(state["rest"])
+        self._stamp.copy_(state["stamp"])
+        self._count, self._final_cursor = state["count"], state["final_cursor"]
+        if state["frames"] is not None:
+            self._frames = torch.empty((self.capacity,) + tuple(state["frames"].shape[1:]), dtype=state["frames"].dtype)
+            self._frames[:len(state["frames"])] = state["frames"]
+            self._final = torch.empty((self.capacity,) + tuple(state["final"].shape[1:]), dtype=state["final"].dtype)
+            self._final[:len(state["final"])] = state["final"]

@@ -55,6 +55,10 @@ def test_frame_stack_storage_rebuilds_env_stacks(nstep):
     assert torch.equal(rebuilt["next_obs"], expected["next_obs"])
     assert torch.equal(rebuilt["reward"], expected["reward"])
     assert expected["terminated"].any()  # the check covered episode ends
+    restored = FrameStackStorage(capacity, envs, 4)
+    restored.load_state_dict(frames.state_dict())
+    assert torch.equal(restored.gather(idx[ok])["next_obs"], expected["next_obs"])
+    assert torch.equal(restored.sampleable(idx), ok)
     # about one frame per transition plus whole final stacks for the windows that ended an episode (random
     # Breakout play loses a life every ~20 steps, so those are frequent here), against 2 * 4 frames
     assert frames.bytes_per_transition() < 84 * 84 * 2
