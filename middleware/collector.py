@@ -49,13 +49,15 @@ class _EnvRunner:
         """One batched act + env step. Returns (policy output, next_obs, real_next_obs, reward, term, trunc,
         finished-episode returns)."""
         out = self.policy.forward(obs, **collect_kwargs)
-        action = _to_numpy(out["action"])
+        action = out["action"]
+        if type(action) is not np.ndarray:
+            action = _to_numpy(action)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
-        done = terminated | truncated
         self.ep_return += reward
         real_next = next_obs
         finished: List[float] = []
-        if done.any():
+        if terminated.any() or truncated.any():
+            done = terminated | truncated
             real_next = next_obs.copy()
             final = info["final_obs"]
             for i in np.flatnonzero(done):
@@ -116,9 +118,10 @@ class StepCollector:
             reward_buf[t] = reward
             term_buf[t] = term
             trunc_buf[t] = trunc
-            for key, value in out.items():
-                if key != "action":
-                    extras.setdefault(key, []).append(value)
+            if len(out) > 1:  # log-probs, values, raw actions of on-policy and continuous policies
+                for key, value in out.items():
+                    if key != "action":
+                        extras.setdefault(key, []).append(value)
             if finished:
                 returns.extend(finished)
             obs = runner.obs

@@ -173,7 +173,8 @@ class DQNPolicy(Policy):
             u = self._rng.random(len(action))
             explore = u < eps
             if explore.any():
-                random_action = np.minimum((u / eps * self._action_dim).astype(np.int64), self._action_dim - 1)
+                # u * (A / eps) < A for u < eps; the modulo guards against the float rounding up to A
+                random_action = (u * (self._action_dim / eps)).astype(np.int64) % self._action_dim
                 action = np.where(explore, random_action, action)
         return {"action": action}
 
