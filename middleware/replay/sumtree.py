@@ -46,14 +46,13 @@ class SumTree:
         nodes = idx + self._leaves
         self._sum[nodes] = values
         self._min[nodes] = values
-        nodes = np.unique(nodes >> 1)
-        while nodes[0] >= 1:
+        # one level at a time, leaves to root. Repeated parents need no np.unique: each copy computes the
+        # same value from children that are already final, so the repeated writes agree.
+        for _ in range(self._depth):
+            nodes = nodes >> 1
             left = nodes << 1
             self._sum[nodes] = self._sum[left] + self._sum[left + 1]
             self._min[nodes] = np.minimum(self._min[left], self._min[left + 1])
-            if nodes[0] == 1:
-                break
-            nodes = np.unique(nodes >> 1)
 
     def find_prefix_sum(self, mass: np.ndarray) -> np.ndarray:
         """For each value in ``mass`` the leaf whose prefix-sum interval contains it (vectorized descent)."""

@@ -120,3 +120,21 @@ def test_replay_state_dict_round_trip(priority):
     assert len(other) == 4 and torch.equal(other.storage.fields["action"][:4], torch.arange(4))
     other.push(_batch(4, 3))
     assert other.storage.fields["action"].tolist() == [6, 1, 2, 3, 4, 5]
+
+
+def test_sumtree_matches_brute_force_under_random_updates():
+    rng = np.random.default_rng(0)
+    cap = 37  # not a power of two
+    tree, truth, written = SumTree(cap), np.zeros(cap), np.zeros(cap, dtype=bool)
+    for _ in range(200):
+        idx = rng.integers(0, cap, 16)  # with repeats
+        vals = rng.random(16)
+        tree.update(idx, vals)
+        for i, v in zip(idx, vals):  # the last write of a repeated index wins
+            truth[i] = v
+            written[i] = True
+        assert tree.total == pytest.approx(truth.sum())
+        assert tree.min == pytest.approx(truth[written].min())  # leaves never written do not count
+    mass = rng.random(100) * truth.sum()
+    expected = np.searchsorted(np.cumsum(truth), mass, side="right")
+    assert np.array_equal(tree.find_prefix_sum(mass), np.minimum(expected, cap - 1))
