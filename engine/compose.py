@@ -6,7 +6,7 @@ Both return a single middleware with the same onion semantics as the task loop, 
 from __future__ import annotations
 
 import types
-from typing import Any, Callable, List, Tuple
+from typing import Any, List, Tuple
 
 from .task import Middleware, MiddlewareError, middleware_name
 

@@ -11,10 +11,9 @@ import difflib
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 import gymnasium as gym
-import numpy as np
 from gymnasium.vector import AutoresetMode
 
-__all__ = ["GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError", "final_observations"]
+__all__ = ["GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError"]
 
 
 class UnknownEnvIdError(ValueError):
@@ -99,14 +98,3 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
     venv.reset(seed=[seed + i for i in range(num_envs)])
     venv.action_space.seed(seed)
     return venv
-
-
-def final_observations(next_obs: np.ndarray, done: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
-    """The real next observation of each env: ``info["final_obs"]`` where an episode just ended."""
-    if not done.any():
-        return next_obs
-    real = next_obs.copy()
-    final = info["final_obs"]
-    for i in np.flatnonzero(done):
-        real[i] = final[i]
-    return real

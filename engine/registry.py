@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List
 
 __all__ = ["Registry", "POLICY_REGISTRY", "ENV_REGISTRY", "UnknownTypeError"]
 

@@ -24,7 +24,7 @@ import gc
 import logging
 import math
 import time
-from typing import Any, Optional
+from typing import Any
 
 import torch
 

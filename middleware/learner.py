@@ -1,7 +1,6 @@
 """Learners: run the policy's updates on replayed data."""
 from __future__ import annotations
 
-import time
 from typing import Any, Dict, Mapping
 
 import torch
@@ -30,7 +29,6 @@ class OffPolicyLearner:
         self._batch_size = int(pcfg["learn"]["batch_size"])
         self._warmup = max(self._batch_size, int(pcfg.get("random_collect_size", 0)))
         self._priority = bool(pcfg.get("priority", False))
-        self.train_time = 0.0
 
     def ready(self, ctx: Any) -> bool:
         return len(self._buffer) >= self._warmup
@@ -40,7 +38,6 @@ class OffPolicyLearner:
         # under DDP, ctx.learn_gate is the readiness all ranks agreed on, so none skips alone
         if not (ctx.learner_ready if ctx.learn_gate is None else ctx.learn_gate):
             return
-        start = time.perf_counter()
         losses = []
         out: Dict[str, Any] = {}
         for _ in range(self._updates):
@@ -54,7 +51,6 @@ class OffPolicyLearner:
         stats = {k: float(v) for k, v in out.items() if k != "priority" and _is_scalar(v)}
         stats["loss"] = float(torch.stack(losses).mean()) if losses else float("nan")
         ctx.train_output = stats
-        self.train_time += time.perf_counter() - start
 
 
 class OnPolicyLearner:
@@ -75,13 +71,11 @@ class OnPolicyLearner:
         if self._epochs < 1 or self._batch_size < 1:
             raise ValueError(f"policy.learn.epoch_per_collect and batch_size must be >= 1, got "
                              f"{self._epochs} and {self._batch_size}")
-        self.train_time = 0.0
 
     def __call__(self, ctx: Any) -> None:
         data = ctx.trajectories
         if data is None:
             return
-        start = time.perf_counter()
         n = len(data.reward)
         totals: Dict[str, float] = {}
         updates = 0
@@ -96,7 +90,6 @@ class OnPolicyLearner:
                 ctx.train_iter += 1
         ctx.train_data = data
         ctx.train_output = {k: v / updates for k, v in totals.items()}
-        self.train_time += time.perf_counter() - start
 
 
 def multistep_trainer(cfg: Mapping[str, Any], policy: Any) -> OnPolicyLearner:

@@ -89,7 +89,6 @@ class DQNPolicy(Policy):
         learn = cfg["learn"]
         self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"],
                                 weight_decay=learn["weight_decay"])
-        self._gamma = cfg["discount_factor"]
         self._target_update_freq = int(learn["target_update_freq"])
         self._target_theta = float(learn["target_theta"])
         self._double_q = bool(learn["double_q"])

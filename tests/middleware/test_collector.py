@@ -1,7 +1,6 @@
 """Collectors and evaluator on a counting env whose observations reveal exactly which step they are."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from easydict import EasyDict

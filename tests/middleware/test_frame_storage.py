@@ -1,7 +1,6 @@
 """The frame-stack replay rebuilds exactly the stacks the env returned, from one frame per transition."""
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import pytest
