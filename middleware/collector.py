@@ -25,7 +25,8 @@ from .replay.nstep import NStepBuilder
 __all__ = ["StepCollector", "EpisodeCollector"]
 
 
-def _to_numpy(value: Any) -> np.ndarray:
+def to_numpy(value: Any) -> np.ndarray:
+    """Policy outputs as numpy: tensors (on any device) are detached and copied to the CPU."""
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
@@ -46,12 +47,12 @@ class _EnvRunner:
         return self.obs
 
     def step(self, obs: np.ndarray, collect_kwargs: Mapping[str, Any]):
-        """One batched act + env step. Returns (policy output, next_obs, real_next_obs, reward, term, trunc,
-        finished-episode returns)."""
+        """One batched act + env step. Returns (policy output, action as numpy, real next_obs, reward,
+        terminated, truncated, returns of the episodes that just finished)."""
         out = self.policy.forward(obs, **collect_kwargs)
         action = out["action"]
         if type(action) is not np.ndarray:
-            action = _to_numpy(action)
+            action = to_numpy(action)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         self.ep_return += reward
         real_next = next_obs
@@ -129,7 +130,7 @@ class StepCollector:
                  "reward": torch.from_numpy(reward_buf), "next_obs": torch.from_numpy(next_buf),
                  "terminated": torch.from_numpy(term_buf), "truncated": torch.from_numpy(trunc_buf)}
         for key, values in extras.items():
-            chunk[key] = torch.as_tensor(np.stack([_to_numpy(v) for v in values]))
+            chunk[key] = torch.as_tensor(np.stack([to_numpy(v) for v in values]))
         if self._time_major:
             transitions = chunk
             samples = steps * envs

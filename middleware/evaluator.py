@@ -5,7 +5,8 @@ import time
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
-import torch
+
+from .collector import to_numpy
 
 __all__ = ["interaction_evaluator", "InteractionEvaluator", "evaluate_episodes"]
 
@@ -25,9 +26,7 @@ def evaluate_episodes(policy: Any, env: Any, n_episode: int, seed: int) -> Dict[
     lengths: List[int] = []
     obs, _ = env.reset(seed=[seed + i for i in range(num_envs)])
     while (done_count < quota).any():
-        action = policy.forward(obs)["action"]
-        if isinstance(action, torch.Tensor):
-            action = action.cpu().numpy()
+        action = to_numpy(policy.forward(obs)["action"])
         obs, reward, terminated, truncated, _ = env.step(action)
         ep_return += reward
         ep_length += 1
