@@ -80,7 +80,6 @@ class DQNPolicy(Policy):
                                   f"observation shape {observation_space.shape}")
         action_shape = resolve_shape(model_cfg, "action_shape", int(action_space.n), "dqn",
                                      f"action space {action_space}")
-        obs_shape = [int(obs_shape)] if isinstance(obs_shape, int) else [int(d) for d in obs_shape]
         action_dim = int(action_shape if not isinstance(action_shape, list) else action_shape[0])
         self._model = QNetwork(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"],
                                model_cfg["dueling"]).to(self.device)

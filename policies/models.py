@@ -112,7 +112,7 @@ class QNetwork(nn.Module):
         return (x @ w + b).argmax(axis=1)
 
 
-def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
+def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
     return layer
@@ -144,10 +144,9 @@ class ActorCritic(nn.Module):
             in_dim = self.shared.out_dim
         self.actor = mlp(in_dim, actor_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
         self.critic = mlp(in_dim, critic_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
-        for layer in list(self.actor) + list(self.critic) + [m for m in self.shared.modules() if m is not self.shared]:
+        for layer in list(self.actor) + list(self.critic) + list(self.shared.modules()):
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
-                nn.init.orthogonal_(layer.weight, 2 ** 0.5)
-                nn.init.zeros_(layer.bias)
+                _orthogonal(layer, 2 ** 0.5)
         self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1] if actor_hidden else in_dim, action_dim), 0.01)
         self.critic_head = _orthogonal(nn.Linear(critic_hidden[-1] if critic_hidden else in_dim, 1), 1.0)
         if continuous:
