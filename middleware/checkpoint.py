@@ -21,6 +21,8 @@ import torch
 
 from engine.fileio import atomic_write
 
+from .evaluator import NewEvaluation
+
 __all__ = ["CkptSaver", "load_checkpoint", "CheckpointError", "LATEST", "BEST"]
 
 logger = logging.getLogger(__name__)
@@ -72,7 +74,7 @@ class CkptSaver:
         self._buffer = buffer
         self._last_save_iter = 0
         self._best = float("-inf")
-        self._best_seen_iter = -1
+        self._new_evaluation = NewEvaluation()
 
     def _state(self, ctx: Any) -> Dict[str, Any]:
         state = {"format": FORMAT_VERSION, "policy": self._policy.state_dict(), "ctx": ctx.persistent_state(),
@@ -89,8 +91,7 @@ class CkptSaver:
             os.replace(tmp, os.path.join(self._dir, LATEST))
 
     def __call__(self, ctx: Any) -> None:
-        if ctx.last_eval_iter != self._best_seen_iter and ctx.eval_output is not None:
-            self._best_seen_iter = ctx.last_eval_iter
+        if self._new_evaluation(ctx):
             if ctx.eval_value > self._best:
                 self._best = ctx.eval_value
                 self._save(ctx, BEST, also_latest=False)

@@ -8,7 +8,7 @@ import numpy as np
 
 from .collector import to_numpy
 
-__all__ = ["interaction_evaluator", "InteractionEvaluator", "evaluate_episodes"]
+__all__ = ["interaction_evaluator", "InteractionEvaluator", "evaluate_episodes", "NewEvaluation"]
 
 
 def evaluate_episodes(policy: Any, env: Any, n_episode: int, seed: int) -> Dict[str, Any]:
@@ -38,6 +38,20 @@ def evaluate_episodes(policy: Any, env: Any, n_episode: int, seed: int) -> Dict[
             ep_return[i] = 0.0
             ep_length[i] = 0
     return {"returns": returns, "lengths": lengths}
+
+
+class NewEvaluation:
+    """Answers, for one middleware, whether an evaluation happened since it last asked (loggers, savers
+    and the summary react to each evaluation once)."""
+
+    def __init__(self) -> None:
+        self._seen_iter = -1
+
+    def __call__(self, ctx: Any) -> bool:
+        if ctx.eval_output is None or ctx.last_eval_iter == self._seen_iter:
+            return False
+        self._seen_iter = ctx.last_eval_iter
+        return True
 
 
 class InteractionEvaluator:

@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .evaluator import NewEvaluation
+
 __all__ = ["online_logger", "OnlineLogger"]
 
 logger = logging.getLogger(__name__)
@@ -32,7 +34,7 @@ class OnlineLogger:
         self._print_freq = int(print_freq)
         self._writer: Optional[Any] = None
         self._returns: list = []
-        self._last_eval_iter = -1
+        self._new_evaluation = NewEvaluation()
         self._last = None  # (time, env_step, train_iter, loop step) at the last write
         self._last_print_iter = 0
 
@@ -52,8 +54,7 @@ class OnlineLogger:
         if ctx.episode_returns:
             self._returns.extend(ctx.episode_returns)
         step = ctx.env_step
-        if ctx.last_eval_iter != self._last_eval_iter and ctx.eval_output is not None:
-            self._last_eval_iter = ctx.last_eval_iter
+        if self._new_evaluation(ctx):
             self.writer.add_scalar("eval/episode_return_mean", ctx.eval_output["mean"], step)
             self.writer.add_scalar("eval/episode_return_std", ctx.eval_output["std"], step)
         last_time, last_env, last_iter, last_loop = self._last

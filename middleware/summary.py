@@ -7,6 +7,8 @@ from typing import Any, Callable, Dict, Optional
 
 from engine.fileio import atomic_write_json
 
+from .evaluator import NewEvaluation
+
 __all__ = ["RunSummary", "SUMMARY_FILE"]
 
 SUMMARY_FILE = "summary.json"
@@ -33,7 +35,7 @@ class RunSummary:
         self._start: Optional[float] = None
         self._best = float("-inf")
         self._evals = 0
-        self._last_eval_iter = -1
+        self._new_evaluation = NewEvaluation()
         self.result: Dict[str, Any] = {}
 
     def __call__(self, ctx: Any):
@@ -43,8 +45,7 @@ class RunSummary:
         self._track_eval(ctx)
 
     def _track_eval(self, ctx: Any) -> None:
-        if ctx.eval_output is not None and ctx.last_eval_iter != self._last_eval_iter:
-            self._last_eval_iter = ctx.last_eval_iter
+        if self._new_evaluation(ctx):
             self._evals += 1
             self._best = max(self._best, ctx.eval_value)
 

@@ -72,11 +72,11 @@ class FrameStackStorage:
             raise ValueError(f"a push of {n} transitions exceeds replay_buffer_size={self.capacity}")
         if tuple(obs.shape[1:2]) != (self.k,):
             raise ValueError(f"obs stacks have {obs.shape[1]} frames, env.frame_stack is {self.k}")
+        if "span" not in batch:
+            raise KeyError("frame-stack replay needs the n-step builder's 'span' field (steps per transition)")
         if self._frames is None:
             self._frames = torch.empty((self.capacity,) + tuple(obs.shape[2:]), dtype=obs.dtype)
             self._final = torch.empty((self.capacity,) + tuple(obs.shape[1:]), dtype=obs.dtype)
-        if "span" not in batch:
-            raise KeyError("frame-stack replay needs the n-step builder's 'span' field (steps per transition)")
         done = batch["terminated"] | batch["truncated"]
         pad = (obs[:, :self.k - 1].flatten(2).amax(-1) == 0).to(torch.uint8).cumprod(1).sum(1).to(torch.uint8)
         final_ptr = torch.full((n,), -1, dtype=torch.int64)
