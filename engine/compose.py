@@ -8,7 +8,7 @@ from __future__ import annotations
 import types
 from typing import Any, List, Tuple
 
-from .task import Middleware, MiddlewareError, middleware_name
+from .task import Middleware, finish_generator, middleware_name
 
 __all__ = ["serial", "parallel"]
 
@@ -19,15 +19,6 @@ def _check(fns: Tuple[Middleware, ...], who: str) -> None:
     for fn in fns:
         if not callable(fn):
             raise TypeError(f"{who}() wants callable middleware, got {fn!r} of type {type(fn).__name__}")
-
-
-def _finish_generator(mw: Middleware, gen: Any) -> None:
-    try:
-        next(gen)
-    except StopIteration:
-        return
-    gen.close()
-    raise MiddlewareError(f"middleware {middleware_name(mw)} yielded more than once")
 
 
 def serial(*middleware: Middleware) -> Middleware:
@@ -55,7 +46,7 @@ def serial(*middleware: Middleware) -> Middleware:
                     suspended.append((mw, out))
             yield
             while suspended:
-                _finish_generator(*suspended.pop())
+                finish_generator(*suspended.pop())
         finally:
             while suspended:
                 suspended.pop()[1].close()
@@ -102,7 +93,7 @@ def parallel(*middleware: Middleware, max_workers: int | None = None) -> Middlew
             if first_error is not None:
                 raise first_error
             yield
-            backs = [executor.submit(_finish_generator, mw, gen) for mw, gen in suspended]
+            backs = [executor.submit(finish_generator, mw, gen) for mw, gen in suspended]
             for f in backs:
                 f.result()
             suspended = []

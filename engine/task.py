@@ -33,6 +33,21 @@ class MiddlewareError(RuntimeError):
     """A middleware broke the protocol (for example a generator that yielded twice)."""
 
 
+def finish_generator(mw: Middleware, gen: Any) -> None:
+    """Resume a generator middleware after its ``yield``; it must finish now.
+
+    Raises:
+        MiddlewareError: naming the middleware when it yields a second time.
+    """
+    try:
+        next(gen)
+    except StopIteration:
+        return
+    gen.close()
+    raise MiddlewareError(f"middleware {middleware_name(mw)} yielded more than once; "
+                          f"a generator middleware must yield exactly once per call")
+
+
 def middleware_name(mw: Any) -> str:
     """A readable name for error messages: the function or class name."""
     name = getattr(mw, "__qualname__", None) or getattr(mw, "__name__", None)
@@ -167,14 +182,7 @@ class Task:
                         suspend((mw, out))
                 # backward: reverse order; each generator must finish now
                 while suspended:
-                    mw, gen = suspended.pop()
-                    try:
-                        next(gen)
-                    except StopIteration:
-                        continue
-                    gen.close()
-                    raise MiddlewareError(f"middleware {middleware_name(mw)} yielded more than once; "
-                                          f"a generator middleware must yield exactly once per call")
+                    finish_generator(*suspended.pop())
                 renew()
                 steps += 1
         except BaseException as err:
