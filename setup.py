@@ -11,8 +11,8 @@ setup(
     long_description=long_description,
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=find_packages(include=["engine", "engine.*", "middleware", "middleware.*",
-                                    "policies", "policies.*", "dizoo", "dizoo.*"]),
+    packages=find_packages(include=["engine", "engine.*", "data", "data.*", "middleware", "middleware.*",
+                                    "policies", "policies.*", "pipelines", "pipelines.*", "dizoo", "dizoo.*"]),
     install_requires=[
         "torch>=2.1",
         "gymnasium>=1.1",  # AutoresetMode.SAME_STEP
@@ -33,7 +33,7 @@ setup(
         "mujoco": ["gymnasium[mujoco]>=1.0"],
     },
     entry_points={
-        "console_scripts": ["baton=engine.cli:main"],
+        "console_scripts": ["baton=pipelines.cli:main"],
         "baton.envs": [
             "cartpole=dizoo.classic_control.cartpole.envs",
             "lunarlander=dizoo.box2d.lunarlander.envs",

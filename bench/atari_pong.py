@@ -15,7 +15,7 @@ import torch
 from dizoo.atari.config.serial.pong.pong_dqn_config import create_config, main_config
 from dizoo.atari.envs import ATARI
 from engine import OnlineRLContext, compile_config
-from engine.envs import make_vector_env
+from data.envs import make_vector_env
 from middleware import StepCollector, make_replay_buffer
 from policies import DQNPolicy
 

@@ -13,7 +13,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from engine import OnlineRLContext, compile_config
-from engine.envs import make_vector_env
+from data.envs import make_vector_env
 from engine.registry import ENV_REGISTRY
 from middleware import StepCollector
 from policies import DQNPolicy

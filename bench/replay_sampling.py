@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from middleware.replay import PrioritizedSampler, ReplayBuffer
+from data.replay import PrioritizedSampler, ReplayBuffer
 
 CAPACITY = 1_000_000
 

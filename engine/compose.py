@@ -8,7 +8,7 @@ from __future__ import annotations
 import types
 from typing import Any, List, Tuple
 
-from .task import Middleware, finish_generator, middleware_name
+from .loop import Middleware, finish_generator, middleware_name
 
 __all__ = ["serial", "parallel"]
 

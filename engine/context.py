@@ -4,6 +4,9 @@ Each field is declared as *persistent* (survives ``renew()``: counters, last eva
 (reset by ``renew()`` at the end of every iteration: collected data, train output). Attributes a user adds
 at run time are per-step unless ``ctx.keep(name)`` marks them persistent for every later renew.
 
+A field that must agree across the ranks of a data-parallel run also declares how (``sync=Sync.SUM``,
+``Sync.RANK0``, ...; see ``engine.sync``): the ddp middleware synchronises exactly the declared fields.
+
 Why dataclasses with declared lifetimes: DI-engine's untyped context lets one middleware ``pop`` what
 another reads and leaves stale data between iterations; here the lifetime of every field is written down.
 """
@@ -11,25 +14,65 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Dict, List, Optional
 
-__all__ = ["Context", "OnlineRLContext", "OfflineRLContext", "persistent", "per_step"]
+from .sync import DISTRIBUTED_DEFAULT_KEY, SYNC_KEY, Sync
+
+__all__ = ["Context", "OnlineRLContext", "OfflineRLContext", "persistent", "per_step", "StopReason", "Sync"]
 
 _LIFETIME = "baton_lifetime"
 
 
-def persistent(default: Any = None, *, default_factory: Any = dataclasses.MISSING) -> Any:
-    """Declare a field that keeps its value across ``renew()``."""
-    if default_factory is not dataclasses.MISSING:
-        return field(default_factory=default_factory, metadata={_LIFETIME: "persistent"})
-    return field(default=default, metadata={_LIFETIME: "persistent"})
+class StopReason(str, Enum):
+    """Why a run stopped (``ctx.stop_reason``). A ``str`` enum: it compares equal to, and is written to
+    JSON as, its value (``StopReason.STOP_VALUE == "stop_value"``)."""
+
+    STOP_VALUE = "stop_value"          # the evaluation reached env.stop_value
+    MAX_ENV_STEP = "max_env_step"      # the env-step budget
+    MAX_TRAIN_ITER = "max_train_iter"  # the update budget
+    MAX_STEP = "max_step"              # task.run(max_step=...) ran out of iterations
+    FINISHED = "finished"              # a middleware set ctx.finish without naming a reason
+    INTERRUPTED = "interrupted"        # KeyboardInterrupt
+    ERROR = "error"                    # an exception; ctx.stop_detail holds it
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
-def per_step(default: Any = None, *, default_factory: Any = dataclasses.MISSING) -> Any:
-    """Declare a field that ``renew()`` resets to its default at the end of each iteration."""
+def _field(lifetime: str, default: Any, default_factory: Any, sync: Any, distributed_default: Any) -> Any:
+    metadata: Dict[str, Any] = {_LIFETIME: lifetime}
+    if sync is not None:
+        metadata[SYNC_KEY] = Sync.parse(sync)  # an unknown rule fails here, when the class is defined
+    if distributed_default is not dataclasses.MISSING:
+        metadata[DISTRIBUTED_DEFAULT_KEY] = distributed_default
     if default_factory is not dataclasses.MISSING:
-        return field(default_factory=default_factory, metadata={_LIFETIME: "per_step"})
-    return field(default=default, metadata={_LIFETIME: "per_step"})
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def persistent(default: Any = None, *, default_factory: Any = dataclasses.MISSING, sync: Any = None,
+               distributed_default: Any = dataclasses.MISSING) -> Any:
+    """Declare a field that keeps its value across ``renew()``.
+
+    Args:
+        sync: how the field agrees across DDP ranks (``engine.sync.Sync``); None: it does not.
+        distributed_default: the value a data-parallel run gives the field before the ranks first agree
+            (e.g. "do not train yet" for the learner gate).
+
+    Raises:
+        ValueError: an unknown ``sync`` rule, naming the valid ones.
+    """
+    return _field("persistent", default, default_factory, sync, distributed_default)
+
+
+def per_step(default: Any = None, *, default_factory: Any = dataclasses.MISSING, sync: Any = None) -> Any:
+    """Declare a field that ``renew()`` resets to its default at the end of each iteration (``sync`` as
+    for ``persistent``)."""
+    return _field("per_step", default, default_factory, sync, dataclasses.MISSING)
 
 
 @dataclass
@@ -38,13 +81,16 @@ class Context:
 
     Attributes:
         total_step: iterations completed by the task loop (persistent).
-        finish: set True to stop the loop after the current iteration's backward pass (persistent).
-        stop_reason: why the run stopped, e.g. ``"stop_value"``, ``"max_env_step"`` (persistent).
+        finish: set True to stop the loop after the current iteration's backward pass (persistent;
+            under DDP rank 0's value).
+        stop_reason: why the run stopped, a ``StopReason`` (persistent; under DDP rank 0's value).
+        stop_detail: what ended the run when it was an error (persistent).
     """
 
     total_step: int = persistent(0)
-    finish: bool = persistent(False)
-    stop_reason: Optional[str] = persistent(None)
+    finish: bool = persistent(False, sync=Sync.RANK0)
+    stop_reason: Optional[StopReason] = persistent(None, sync=Sync.RANK0)
+    stop_detail: Optional[str] = persistent(None)
 
     def __post_init__(self) -> None:
         cls = type(self)
@@ -88,12 +134,17 @@ class Context:
         attrs["total_step"] += 1
 
     def persistent_state(self) -> Dict[str, Any]:
-        """The persistent fields (declared and kept), as a plain dict for checkpoints."""
-        return {name: getattr(self, name) for name in sorted(self._kept) if hasattr(self, name)}
+        """The persistent fields (declared and kept), as a plain dict for checkpoints (enums as their
+        values, so a checkpoint holds no class of ours)."""
+        return {name: _plain(getattr(self, name)) for name in sorted(self._kept) if hasattr(self, name)}
 
     def load_persistent_state(self, state: Dict[str, Any]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
 
 
 class _RenewPlan:
@@ -115,28 +166,29 @@ class _RenewPlan:
 class OnlineRLContext(Context):
     """State of an online (interacting) RL pipeline.
 
-    Persistent: ``env_step`` (env transitions collected, global under DDP), ``env_episode`` (finished
-    episodes), ``train_iter`` (learner updates), ``last_eval_iter``, ``last_eval_value``, ``eval_value``
-    (latest evaluation return; ``last_eval_value`` holds the same, DI-engine's name), ``eval_output``
-    (latest evaluation details: returns, lengths), ``learn_gate`` (None: each learner decides alone
-    whether it has enough data; True/False: the decision all DDP ranks agreed on).
+    Persistent: ``env_step`` (env transitions collected; summed over ranks under DDP), ``env_episode``
+    (finished episodes; summed), ``train_iter`` (learner updates), ``last_eval_iter``, ``last_eval_value``,
+    ``eval_value`` (latest evaluation return; ``last_eval_value`` holds the same, DI-engine's name),
+    ``eval_output`` (latest evaluation details: returns, lengths; the evaluation fields are rank 0's under
+    DDP), ``learn_gate`` (None in one process; under DDP the learner's readiness that all ranks agreed on
+    at the end of the previous iteration, and during an iteration this rank's vote for the next).
 
-    Per-step: ``trajectories`` (this iteration's transitions as a treetensor batch), ``episodes``
+    Per-step: ``trajectories`` (this iteration's transitions as one batch, ``data.batch``), ``episodes``
     (whole episodes collected this iteration), ``train_data`` (the batch the learner used),
     ``train_output`` (learner statistics: loss, q value, ...), ``collect_kwargs`` (arguments for the
-    collect policy, e.g. ``eps``), ``collect_stats`` (this iteration's collector counts: samples,
-    env_steps, episodes, duration), ``episode_returns`` (returns of training episodes finished now),
-    ``learner_ready`` (whether this rank's learner had enough data this iteration).
+    collect policy, e.g. ``eps``), ``collect_stats`` (this rank's collector counts of the iteration:
+    samples, env_steps, episodes, duration), ``episode_returns`` (returns of training episodes finished
+    now), ``learner_ready`` (whether this rank's learner had enough data this iteration).
     """
 
-    env_step: int = persistent(0)
-    env_episode: int = persistent(0)
+    env_step: int = persistent(0, sync=Sync.SUM)
+    env_episode: int = persistent(0, sync=Sync.SUM)
     train_iter: int = persistent(0)
-    last_eval_iter: int = persistent(-1)
-    last_eval_value: float = persistent(float("-inf"))
-    eval_value: float = persistent(float("-inf"))
-    eval_output: Optional[Dict[str, Any]] = persistent(None)
-    learn_gate: Optional[bool] = persistent(None)
+    last_eval_iter: int = persistent(-1, sync=Sync.RANK0)
+    last_eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)
+    eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)
+    eval_output: Optional[Dict[str, Any]] = persistent(None, sync=Sync.RANK0)
+    learn_gate: Optional[bool] = persistent(None, sync=Sync.MIN, distributed_default=False)
 
     trajectories: Any = per_step(None)
     episodes: Any = per_step(None)
@@ -154,10 +206,10 @@ class OfflineRLContext(Context):
 
     train_epoch: int = persistent(0)
     train_iter: int = persistent(0)
-    last_eval_iter: int = persistent(-1)
-    last_eval_value: float = persistent(float("-inf"))
-    eval_value: float = persistent(float("-inf"))
-    eval_output: Optional[Dict[str, Any]] = persistent(None)
+    last_eval_iter: int = persistent(-1, sync=Sync.RANK0)
+    last_eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)
+    eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)
+    eval_output: Optional[Dict[str, Any]] = persistent(None, sync=Sync.RANK0)
 
     train_data: Any = per_step(None)
     train_output: Any = per_step(None)

@@ -22,10 +22,10 @@ import socket
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 __all__ = ["DDPContext", "get_rank", "get_world_size", "get_local_rank", "is_main_process", "is_distributed",
-           "allreduce_data", "broadcast_object", "barrier", "launch", "DistributedError", "default_timeout",
+           "allreduce_data", "all_gather_rows", "broadcast_object", "barrier", "launch", "DistributedError", "default_timeout",
            "launched_world_size"]
 
 logger = logging.getLogger(__name__)
@@ -91,6 +91,20 @@ def allreduce_data(value: Any, op: str = "sum") -> Any:
     if is_tensor:
         return tensor.to(value.device)
     return tensor.item() if tensor.dim() == 0 else tensor.cpu().tolist()
+
+
+def all_gather_rows(row: Sequence[float]) -> List[List[float]]:
+    """Every rank's ``row`` of numbers, in rank order (one ``all_gather`` of a float64 tensor on the
+    backend's device); ``[row]`` in one process. All ranks must pass rows of the same length."""
+    import torch
+    import torch.distributed as dist
+
+    if not is_distributed():
+        return [list(row)]
+    tensor = torch.tensor(list(row), dtype=torch.float64, device=_collective_device())
+    rows = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(rows, tensor)
+    return torch.stack(rows).cpu().tolist()
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:

@@ -19,7 +19,9 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from engine.context import OnlineRLContext, StopReason
 from engine.fileio import atomic_write
+from engine.protocols import ReplayBuffer, Saveable, require
 
 from .evaluator import NewEvaluation
 
@@ -61,14 +63,15 @@ class CkptSaver:
     """Middleware that saves checkpoints of ``policy`` (anything with ``state_dict()``) into ``save_dir``.
 
     Args:
-        policy: usually ``policy.learn_mode``.
+        policy: usually ``policy.learn_mode`` (anything with ``state_dict()``).
         save_dir: directory of the checkpoint files.
         train_freq: also save every this many train iterations (None or 0: never periodically).
         buffer: a replay buffer to include in every checkpoint (for exact resumes; can be large).
     """
 
-    def __init__(self, policy: Any, save_dir: str, train_freq: Optional[int] = None, buffer: Any = None) -> None:
-        self._policy = policy
+    def __init__(self, policy: Saveable, save_dir: str, train_freq: Optional[int] = None,
+                 buffer: Optional[ReplayBuffer] = None) -> None:
+        self._policy = require(policy, Saveable, "the checkpoint saver's policy")
         self._dir = save_dir
         self._train_freq = int(train_freq or 0)
         self._buffer = buffer
@@ -76,21 +79,21 @@ class CkptSaver:
         self._best = float("-inf")
         self._new_evaluation = NewEvaluation()
 
-    def _state(self, ctx: Any) -> Dict[str, Any]:
+    def _state(self, ctx: OnlineRLContext) -> Dict[str, Any]:
         state = {"format": FORMAT_VERSION, "policy": self._policy.state_dict(), "ctx": ctx.persistent_state(),
                  "best_eval_value": self._best}
         if self._buffer is not None:
             state["replay_buffer"] = self._buffer.state_dict()
         return state
 
-    def _save(self, ctx: Any, name: str, also_latest: bool = True) -> None:
+    def _save(self, ctx: OnlineRLContext, name: str, also_latest: bool = True) -> None:
         path = save_checkpoint(os.path.join(self._dir, name), self._state(ctx))
         if also_latest and name != LATEST:
             tmp = os.path.join(self._dir, ".tmp-" + LATEST)
             shutil.copyfile(path, tmp)
             os.replace(tmp, os.path.join(self._dir, LATEST))
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         if self._new_evaluation(ctx):
             if ctx.eval_value > self._best:
                 self._best = ctx.eval_value
@@ -99,11 +102,10 @@ class CkptSaver:
             self._last_save_iter = ctx.train_iter
             self._save(ctx, f"iteration_{ctx.train_iter}.pth.tar")
 
-    def on_finish(self, ctx: Any) -> None:
-        reason = ctx.stop_reason or ""
-        if reason.startswith("error"):
-            logger.warning("run ended with %s: no final checkpoint written; the last good one in %s stays",
-                           reason, self._dir)
+    def on_finish(self, ctx: OnlineRLContext) -> None:
+        if ctx.stop_reason == StopReason.ERROR:
+            logger.warning("run ended with an error (%s): no final checkpoint written; the last good one in %s "
+                           "stays", ctx.stop_detail, self._dir)
             return
         self._save(ctx, LATEST)
 

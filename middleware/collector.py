@@ -1,131 +1,88 @@
-"""Collectors: step vectorized envs with one batched policy forward per step.
+"""Collectors: step vectorized envs with one batched policy forward per step (``data.env_loop.EnvLoop``).
 
 One ``StepCollector`` call, for ``E`` envs and ``T = ceil(n_sample / E)`` vector steps:
 
-1. for each vector step: one batched ``policy.forward(obs, **ctx.collect_kwargs)`` on the numpy
-   observations (the policy returns numpy arrays or tensors); one ``env.step``;
-   the step's arrays go into preallocated ``[T, E]`` numpy buffers; where an episode ended, the real
-   final observation (``info["final_obs"]``, gymnasium's SAME_STEP autoreset) becomes ``next_obs``;
-2. the chunk is turned into n-step transitions per env stream (``NStepBuilder``);
-3. ``ctx.trajectories`` gets them as one treetensor batch; ``ctx.env_step``, ``ctx.env_episode``,
+1. ``T`` loop steps; each step's arrays go into preallocated ``[T, E]`` numpy buffers (``next_obs`` is the
+   real next observation, the final one where an episode ended);
+2. the chunk becomes n-step transitions per env stream (``NStepBuilder``), or stays time-major for
+   on-policy learning (with the policy's log-probs and values, for GAE);
+3. ``ctx.trajectories`` gets them as one batch (``data.batch``); ``ctx.env_step``, ``ctx.env_episode``,
    ``ctx.episode_returns`` and ``ctx.collect_stats`` are updated.
 """
 from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
 
-from ._treetensor import to_tree
-from .replay.nstep import NStepBuilder
+from data.batch import make_batch
+from data.env_loop import EnvLoop, to_numpy
+from data.nstep import NStepBuilder
+from engine.context import OnlineRLContext
+from engine.protocols import CollectPolicy, VectorEnv, require
 
 __all__ = ["StepCollector", "EpisodeCollector"]
 
 
-def to_numpy(value: Any) -> np.ndarray:
-    """Policy outputs as numpy: tensors (on any device) are detached and copied to the CPU."""
-    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-
-
-class _EnvRunner:
-    """What both collectors share: the current observations, seeding, and per-env episode returns."""
-
-    def __init__(self, policy: Any, env: Any, seed: int) -> None:
-        self.policy = policy
-        self.env = env
-        self.num_envs = env.num_envs
-        self.seed = seed
-        self.obs: Optional[np.ndarray] = None
-        self.ep_return = np.zeros(self.num_envs, dtype=np.float64)
-
-    def current_obs(self) -> np.ndarray:
-        if self.obs is None:
-            self.obs, _ = self.env.reset(seed=[self.seed + i for i in range(self.num_envs)])
-        return self.obs
-
-    def step(self, obs: np.ndarray, collect_kwargs: Mapping[str, Any]):
-        """One batched act + env step. Returns (policy output, action as numpy, real next_obs, reward,
-        terminated, truncated, returns of the episodes that just finished)."""
-        out = self.policy.forward(obs, **collect_kwargs)
-        action = out["action"]
-        if type(action) is not np.ndarray:
-            action = to_numpy(action)
-        next_obs, reward, terminated, truncated, info = self.env.step(action)
-        self.ep_return += reward
-        real_next = next_obs
-        finished: List[float] = []
-        if terminated.any() or truncated.any():
-            done = terminated | truncated
-            real_next = next_obs.copy()
-            final = info["final_obs"]
-            for i in np.flatnonzero(done):
-                real_next[i] = final[i]
-                finished.append(float(self.ep_return[i]))
-            self.ep_return[done] = 0.0
-        self.obs = next_obs
-        return out, action, real_next, reward, terminated, truncated, finished
-
-
 class StepCollector:
-    """Collect ``policy.collect.n_sample`` transitions per call into ``ctx.trajectories``.
+    """Collect ``n_sample`` transitions per call into ``ctx.trajectories``.
 
     Args:
-        cfg: the compiled config; reads ``policy.collect.n_sample``, ``policy.nstep``,
-            ``policy.discount_factor`` and ``seed``.
         policy: ``policy.collect_mode``.
-        env: a gymnasium vector env in SAME_STEP autoreset mode (``engine.envs.make_vector_env``).
-        seed: seed of env 0 (env i gets ``seed + i``); defaults to ``cfg.seed``.
+        env: a gymnasium vector env in SAME_STEP autoreset mode (``data.envs.make_vector_env``).
+        n_sample: transitions per call (rounded up to whole vector steps).
+        nstep: n-step return length (off-policy).
+        gamma: discount factor of the n-step returns.
+        seed: env i is first reset with ``seed + i``.
         time_major: the on-policy mode: keep ``ctx.trajectories`` as one-step ``[T, E]`` chunks, with
             whatever else the policy returned (log-probs, values), for GAE; no n-step.
     """
 
-    def __init__(self, cfg: Mapping[str, Any], policy: Any, env: Any, seed: Optional[int] = None,
-                 time_major: bool = False) -> None:
-        self._time_major = time_major
-        pcfg = cfg["policy"]
-        self._runner = _EnvRunner(policy, env, cfg["seed"] if seed is None else seed)
-        n_sample = int(pcfg["collect"]["n_sample"])
+    def __init__(self, policy: CollectPolicy, env: VectorEnv, n_sample: int, *, nstep: int = 1,
+                 gamma: float = 0.99, seed: int = 0, time_major: bool = False) -> None:
+        require(policy, CollectPolicy, "the collector's policy")
+        n_sample = int(n_sample)
         if n_sample <= 0:
             raise ValueError(f"policy.collect.n_sample must be positive, got {n_sample}")
+        self._loop = EnvLoop(policy, env, seed)
+        self._time_major = time_major
         self.num_envs = env.num_envs
         self.steps_per_call = math.ceil(n_sample / self.num_envs)
-        self._nstep = None if time_major else NStepBuilder(int(pcfg["nstep"]), float(pcfg["discount_factor"]))
+        self._nstep = None if time_major else NStepBuilder(int(nstep), float(gamma))
         obs_space = env.single_observation_space
         self._obs_shape = tuple(obs_space.shape)
         self._obs_dtype = obs_space.dtype
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         start = time.perf_counter()
-        runner = self._runner
+        loop = self._loop
         steps, envs = self.steps_per_call, self.num_envs
         obs_buf = np.empty((steps, envs) + self._obs_shape, dtype=self._obs_dtype)
         next_buf = np.empty_like(obs_buf)
         reward_buf = np.empty((steps, envs), dtype=np.float32)
         term_buf = np.empty((steps, envs), dtype=bool)
         trunc_buf = np.empty((steps, envs), dtype=bool)
-        extras: Dict[str, List[torch.Tensor]] = {}
+        extras: Dict[str, List[Any]] = {}
         actions: List[np.ndarray] = []
         returns: List[float] = []
-        obs = runner.current_obs()
         kwargs = ctx.collect_kwargs
         for t in range(steps):
-            out, action, real_next, reward, term, trunc, finished = runner.step(obs, kwargs)
-            obs_buf[t] = obs
-            next_buf[t] = real_next
-            actions.append(action)
-            reward_buf[t] = reward
-            term_buf[t] = term
-            trunc_buf[t] = trunc
-            if len(out) > 1:  # log-probs, values, raw actions of on-policy and continuous policies
-                for key, value in out.items():
+            step = loop.step(**kwargs)
+            obs_buf[t] = step.obs
+            next_buf[t] = step.next_obs
+            actions.append(step.action)
+            reward_buf[t] = step.reward
+            term_buf[t] = step.terminated
+            trunc_buf[t] = step.truncated
+            if len(step.out) > 1:  # log-probs, values, raw actions of on-policy and continuous policies
+                for key, value in step.out.items():
                     if key != "action":
                         extras.setdefault(key, []).append(value)
-            if finished:
-                returns.extend(finished)
-            obs = runner.obs
+            if step.returns:
+                returns.extend(step.returns)
         chunk = {"obs": torch.from_numpy(obs_buf), "action": torch.from_numpy(np.stack(actions)),
                  "reward": torch.from_numpy(reward_buf), "next_obs": torch.from_numpy(next_buf),
                  "terminated": torch.from_numpy(term_buf), "truncated": torch.from_numpy(trunc_buf)}
@@ -137,7 +94,7 @@ class StepCollector:
         else:
             transitions = self._nstep.push(chunk)
             samples = len(transitions.get("reward", ()))
-        ctx.trajectories = to_tree(transitions) if transitions else None
+        ctx.trajectories = make_batch(transitions) if transitions else None
         env_steps = steps * envs
         ctx.env_step += env_steps
         ctx.env_episode += len(returns)
@@ -147,42 +104,51 @@ class StepCollector:
 
 
 class EpisodeCollector:
-    """Collect ``n_episode`` whole episodes per call into ``ctx.episodes`` (a list of treetensor
-    episodes, one-step transitions each) and their concatenation into ``ctx.trajectories``.
+    """Collect ``n_episode`` whole episodes per call into ``ctx.episodes`` (a list of one-step episode
+    batches) and their concatenation into ``ctx.trajectories``.
 
     Episodes in progress when a call ends carry over to the next call, per env.
+
+    Args:
+        policy: ``policy.collect_mode``.
+        env: a vector env in SAME_STEP autoreset mode.
+        n_episode: episodes per call (default: one per env).
+        gamma: written as each transition's ``discount``.
+        seed: env i is first reset with ``seed + i``.
     """
 
-    def __init__(self, cfg: Mapping[str, Any], policy: Any, env: Any, n_episode: Optional[int] = None,
-                 seed: Optional[int] = None) -> None:
-        self._runner = _EnvRunner(policy, env, cfg["seed"] if seed is None else seed)
-        self.n_episode = int(n_episode or cfg["policy"]["collect"].get("n_episode", env.num_envs))
-        self._gamma = float(cfg["policy"]["discount_factor"])
+    def __init__(self, policy: CollectPolicy, env: VectorEnv, n_episode: Optional[int] = None, *,
+                 gamma: float = 0.99, seed: int = 0) -> None:
+        require(policy, CollectPolicy, "the collector's policy")
+        self._loop = EnvLoop(policy, env, seed)
+        self.n_episode = int(n_episode or env.num_envs)
+        if self.n_episode <= 0:
+            raise ValueError(f"n_episode must be positive, got {self.n_episode}")
+        self._gamma = float(gamma)
         self._open: List[List[Dict[str, Any]]] = [[] for _ in range(env.num_envs)]
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         start = time.perf_counter()
-        runner = self._runner
+        loop = self._loop
         episodes: List[Any] = []
         returns: List[float] = []
         env_steps = 0
         while len(episodes) < self.n_episode:
-            obs = runner.current_obs()
-            out, action, real_next, reward, term, trunc, finished = runner.step(obs, ctx.collect_kwargs)
-            env_steps += runner.num_envs
-            for i in range(runner.num_envs):
-                self._open[i].append({"obs": obs[i], "action": action[i], "reward": np.float32(reward[i]),
-                                      "next_obs": real_next[i], "terminated": bool(term[i]),
-                                      "truncated": bool(trunc[i])})
-                if term[i] or trunc[i]:
-                    if len(episodes) < self.n_episode:
-                        episodes.append(self._to_episode(self._open[i]))
-                    self._open[i] = []
-            returns.extend(finished)
+            step = loop.step(**ctx.collect_kwargs)
+            env_steps += loop.num_envs
+            for i in range(loop.num_envs):
+                self._open[i].append({"obs": step.obs[i], "action": step.action[i],
+                                      "reward": np.float32(step.reward[i]), "next_obs": step.next_obs[i],
+                                      "terminated": bool(step.terminated[i]), "truncated": bool(step.truncated[i])})
+            for i in step.done_envs:
+                if len(episodes) < self.n_episode:
+                    episodes.append(self._to_episode(self._open[i]))
+                self._open[i] = []
+            returns.extend(step.returns)
         ctx.episodes = episodes
-        ctx.trajectories = to_tree({k: torch.cat([getattr(e, k) for e in episodes])
-                                    for k in ("obs", "action", "reward", "next_obs", "terminated",
-                                              "truncated", "discount")})
+        ctx.trajectories = make_batch({k: torch.cat([e[k] for e in episodes])
+                                       for k in ("obs", "action", "reward", "next_obs", "terminated",
+                                                 "truncated", "discount")})
         ctx.env_step += env_steps
         ctx.env_episode += len(returns)
         ctx.episode_returns = returns
@@ -192,4 +158,4 @@ class EpisodeCollector:
     def _to_episode(self, steps: List[Dict[str, Any]]) -> Any:
         data = {k: torch.as_tensor(np.stack([s[k] for s in steps])) for k in steps[0]}
         data["discount"] = torch.full((len(steps),), self._gamma)
-        return to_tree(data)
+        return make_batch(data)

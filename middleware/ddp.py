@@ -3,40 +3,37 @@
 Added first in a pipeline, it
 
 - wraps the policy's learn model in ``torch.nn.parallel.DistributedDataParallel`` (``device_ids`` on CUDA)
-  and broadcasts rank 0's whole learn state (models, target models, optimizer), so every rank starts
+  and gives every rank rank 0's whole learn state (models, target models, optimizer), so every rank starts
   identical and every algorithm gets bucketed, overlapped gradient allreduce without a line of its own;
-- does ONE collective per iteration, at one fixed point (its backward pass, after every other middleware),
-  in the same order on every rank. A single float64 allreduce carries
-    * the collector's statistics (samples, env steps, episodes, collect duration), summed into global
-      ``ctx.env_step`` / ``ctx.env_episode`` / ``ctx.collect_stats``;
-    * every rank's learner readiness, from which ``ctx.learn_gate`` (train next iteration or not) is
-      agreed: no rank can skip a backward that another runs;
-    * rank 0's stop flag and evaluation (other ranks contribute zeros, so the sum is rank 0's value),
-      which every rank adopts: all ranks finish in the same iteration.
-  Only a stop reason outside the known ones costs a second (agreed) broadcast.
+- synchronises the context's declared fields (``engine.sync``) with ONE collective per iteration, at one
+  fixed point (its backward pass, after every other middleware), in the same order on every rank: global
+  counters are summed, the learner gate agreed, rank 0's evaluation and stop adopted by all, so every rank
+  finishes in the same iteration. Only an iteration in which rank 0 changed one of its ``Sync.RANK0``
+  fields (an evaluation, the stop) costs a second collective, which every rank knows to expect from the
+  first. It knows no field by name: a user's context field is synchronised by declaring it.
 
 Rank 0 alone evaluates, logs and writes checkpoints; that is the pipeline's composition
-(``engine.entry.serial_pipeline``), not this middleware's job.
+(``pipelines.build_pipeline``), not this middleware's job. The collectives themselves are
+``engine.distributed``'s, on the backend's device.
 """
 from __future__ import annotations
 
 import gc
 import logging
-import math
 import time
-from typing import Any
+from typing import Any, Dict, Optional
 
 import torch
 
-from engine.distributed import broadcast_object, get_local_rank, get_rank, get_world_size, is_distributed
+from engine.context import Context
+from engine.distributed import all_gather_rows, broadcast_object, get_local_rank, get_rank, get_world_size, \
+    is_distributed
+from engine.protocols import ModelOwner, require
+from engine.sync import SyncPlan
 
-__all__ = ["DDPMiddleware", "ddp_middleware"]
+__all__ = ["DDPMiddleware"]
 
 logger = logging.getLogger(__name__)
-
-_STOP_REASONS = [None, "stop_value", "max_env_step", "max_train_iter"]
-# slots of the per-iteration allreduce vector
-_SAMPLES, _ENV_STEPS, _EPISODES, _DURATION, _READY, _FINISH, _STOP, _EVALUATED, _EVAL_VALUE, _EVAL_ITER = range(10)
 
 
 class DDPMiddleware:
@@ -47,13 +44,15 @@ class DDPMiddleware:
         find_unused_parameters: passed to DDP (for models whose forward skips some parameters).
     """
 
-    def __init__(self, learn_mode: Any, find_unused_parameters: bool = False) -> None:
+    def __init__(self, learn_mode: ModelOwner, find_unused_parameters: bool = False) -> None:
         self.world_size = get_world_size()
         self.rank = get_rank()
         self.collective_time = 0.0
         self.iterations = 0
-        self._learn_mode = learn_mode
+        self._learn_mode = require(learn_mode, ModelOwner, "the ddp middleware's policy")
         self._wrapped = False
+        self._plans: Dict[type, SyncPlan] = {}
+        self._started = False
         if not is_distributed():
             return
         module = learn_mode.model
@@ -66,7 +65,7 @@ class DDPMiddleware:
         learn_mode.load_state_dict(state)
         self._wrapped = True
 
-    def on_finish(self, ctx: Any) -> None:
+    def on_finish(self, ctx: Context) -> None:
         """Unwrap the learn model and free the DDP wrapper now, on the main thread, while the process
         group is alive: a wrapper left to the garbage collector can release the group's last reference
         on one of gloo's own threads after the group was destroyed, which aborts the process."""
@@ -78,50 +77,28 @@ class DDPMiddleware:
         del wrapper
         gc.collect()
 
-    def __call__(self, ctx: Any):
+    def _plan(self, ctx: Context) -> SyncPlan:
+        plan = self._plans.get(type(ctx))
+        if plan is None:
+            plan = self._plans[type(ctx)] = SyncPlan(type(ctx))
+        return plan
+
+    def __call__(self, ctx: Context):
         if self.world_size == 1:
             yield
             return
-        if ctx.learn_gate is None:
-            ctx.learn_gate = False  # nobody trains before the ranks have agreed once
-        env_step, env_episode, eval_iter = ctx.env_step, ctx.env_episode, ctx.last_eval_iter
+        plan = self._plan(ctx)
+        if not self._started:  # e.g. the learner gate: nobody trains before the ranks have agreed once
+            self._started = True
+            for name, value in plan.distributed_defaults.items():
+                setattr(ctx, name, value)
+        plan.begin(ctx)
         yield
         start = time.perf_counter()
-        stats = ctx.collect_stats or {}
-        vec = torch.zeros(10, dtype=torch.float64)
-        vec[_SAMPLES] = stats.get("samples", 0)
-        vec[_ENV_STEPS] = stats.get("env_steps", 0)
-        vec[_EPISODES] = stats.get("episodes", 0)
-        vec[_DURATION] = stats.get("duration", 0.0)
-        vec[_READY] = float(bool(ctx.learner_ready))
-        stop_code = 0
-        if self.rank == 0:
-            vec[_FINISH] = float(bool(ctx.finish))
-            stop_code = _STOP_REASONS.index(ctx.stop_reason) if ctx.stop_reason in _STOP_REASONS else len(_STOP_REASONS)
-            vec[_STOP] = stop_code
-            evaluated = ctx.last_eval_iter != eval_iter
-            vec[_EVALUATED] = float(evaluated)
-            vec[_EVAL_VALUE] = ctx.eval_value if evaluated and math.isfinite(ctx.eval_value) else 0.0
-            vec[_EVAL_ITER] = ctx.last_eval_iter
-        torch.distributed.all_reduce(vec)
-        ctx.env_step = env_step + int(vec[_ENV_STEPS])
-        ctx.env_episode = env_episode + int(vec[_EPISODES])
-        ctx.collect_stats = {"samples": int(vec[_SAMPLES]), "env_steps": int(vec[_ENV_STEPS]),
-                             "episodes": int(vec[_EPISODES]), "duration": float(vec[_DURATION]) / self.world_size}
-        ctx.learn_gate = int(vec[_READY]) == self.world_size
-        finish = bool(vec[_FINISH])
-        stop_code = int(vec[_STOP])
-        stop_reason = (_STOP_REASONS[stop_code] if stop_code < len(_STOP_REASONS)
-                       else broadcast_object(ctx.stop_reason, src=0))  # agreed: every rank sees the same code
-        if self.rank != 0:
-            if vec[_EVALUATED]:
-                ctx.eval_value = ctx.last_eval_value = float(vec[_EVAL_VALUE])
-                ctx.last_eval_iter = int(vec[_EVAL_ITER])
-                ctx.eval_output = {"mean": ctx.eval_value, "train_iter": ctx.last_eval_iter, "from_rank": 0}
-            ctx.finish, ctx.stop_reason = finish, stop_reason
+        rows = all_gather_rows(plan.pack(ctx, self.rank))
+        rank0_values: Optional[Dict[str, Any]] = None
+        if plan.rank0_changed(rows):  # every rank read the same flag: all take part in the broadcast
+            rank0_values = broadcast_object(plan.rank0_values(ctx) if self.rank == 0 else None, src=0)
+        plan.unpack(ctx, rows, self.rank, rank0_values)
         self.iterations += 1
         self.collective_time += time.perf_counter() - start
-
-
-def ddp_middleware(learn_mode: Any, find_unused_parameters: bool = False) -> DDPMiddleware:
-    return DDPMiddleware(learn_mode, find_unused_parameters)

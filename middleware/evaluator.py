@@ -2,41 +2,36 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List
 
 import numpy as np
 
-from .collector import to_numpy
+from data.env_loop import EnvLoop
+from engine.context import OnlineRLContext, StopReason
+from engine.protocols import EvalPolicy, VectorEnv, require
 
-__all__ = ["interaction_evaluator", "InteractionEvaluator", "evaluate_episodes", "NewEvaluation"]
+__all__ = ["InteractionEvaluator", "evaluate_episodes", "NewEvaluation"]
 
 
-def evaluate_episodes(policy: Any, env: Any, n_episode: int, seed: int) -> Dict[str, Any]:
-    """Run ``n_episode`` episodes of ``policy`` (eval mode) on vector ``env``; returns returns and lengths.
+def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int) -> Dict[str, Any]:
+    """Reset ``loop``'s envs with ``seed`` and run ``n_episode`` episodes; returns returns and lengths.
 
     The episodes are split evenly over the envs before starting (env i runs its own quota), so short
     episodes cannot crowd out long ones and bias the mean.
     """
-    num_envs = env.num_envs
+    num_envs = loop.num_envs
     quota = np.array([n_episode // num_envs + (i < n_episode % num_envs) for i in range(num_envs)])
     done_count = np.zeros(num_envs, dtype=np.int64)
-    ep_return = np.zeros(num_envs)
-    ep_length = np.zeros(num_envs, dtype=np.int64)
     returns: List[float] = []
     lengths: List[int] = []
-    obs, _ = env.reset(seed=[seed + i for i in range(num_envs)])
+    loop.reset(seed)
     while (done_count < quota).any():
-        action = to_numpy(policy.forward(obs)["action"])
-        obs, reward, terminated, truncated, _ = env.step(action)
-        ep_return += reward
-        ep_length += 1
-        for i in np.flatnonzero(terminated | truncated):
+        step = loop.step()
+        for i, episode_return, length in zip(step.done_envs, step.returns, step.lengths):
             if done_count[i] < quota[i]:
-                returns.append(float(ep_return[i]))
-                lengths.append(int(ep_length[i]))
+                returns.append(episode_return)
+                lengths.append(length)
                 done_count[i] += 1
-            ep_return[i] = 0.0
-            ep_length[i] = 0
     return {"returns": returns, "lengths": lengths}
 
 
@@ -47,7 +42,7 @@ class NewEvaluation:
     def __init__(self) -> None:
         self._seen_iter = -1
 
-    def __call__(self, ctx: Any) -> bool:
+    def __call__(self, ctx: OnlineRLContext) -> bool:
         if ctx.eval_output is None or ctx.last_eval_iter == self._seen_iter:
             return False
         self._seen_iter = ctx.last_eval_iter
@@ -55,38 +50,46 @@ class NewEvaluation:
 
 
 class InteractionEvaluator:
-    """After the first update and then every ``policy.eval.evaluator.eval_freq`` train iterations, run
-    ``env.n_evaluator_episode`` episodes and write ``ctx.eval_value`` (mean return), ``ctx.eval_output``,
-    ``ctx.last_eval_iter`` and ``ctx.last_eval_value``. When the mean reaches ``env.stop_value`` the task
-    finishes with ``ctx.stop_reason = "stop_value"``.
+    """After the first update and then every ``eval_freq`` train iterations, run ``n_episode`` episodes
+    and write ``ctx.eval_value`` (mean return), ``ctx.eval_output``, ``ctx.last_eval_iter`` and
+    ``ctx.last_eval_value``. When the mean reaches ``stop_value`` the task finishes with
+    ``ctx.stop_reason = StopReason.STOP_VALUE``.
 
     Each evaluation starts its envs from new seeds, so successive evaluations see different starts.
+
+    Args:
+        policy: ``policy.eval_mode``.
+        env: vector env for evaluation only (not the collector's).
+        eval_freq: train iterations between evaluations.
+        n_episode: episodes per evaluation.
+        stop_value: mean return that stops the run (``float("inf")``: never).
+        seed: evaluation ``k`` resets env i with ``seed + 100000 + k * num_envs + i``.
     """
 
-    def __init__(self, cfg: Mapping[str, Any], policy: Any, env: Any, seed: Optional[int] = None) -> None:
-        self._policy = policy
-        self._env = env
-        self._eval_freq = int(cfg["policy"]["eval"]["evaluator"]["eval_freq"])
-        self._n_episode = int(cfg["env"]["n_evaluator_episode"])
-        self._stop_value = float(cfg["env"]["stop_value"])
-        self._seed = (cfg["seed"] if seed is None else seed) + 100_000
+    def __init__(self, policy: EvalPolicy, env: VectorEnv, *, eval_freq: int, n_episode: int,
+                 stop_value: float = float("inf"), seed: int = 0) -> None:
+        require(policy, EvalPolicy, "the evaluator's policy")
+        self._loop = EnvLoop(policy, env, seed)
+        self._eval_freq = int(eval_freq)
+        self._n_episode = int(n_episode)
+        self._stop_value = float(stop_value)
+        self._seed = seed + 100_000
         self._count = 0
         if self._n_episode <= 0:
             raise ValueError(f"env.n_evaluator_episode must be positive, got {self._n_episode}")
 
-    def should_evaluate(self, ctx: Any) -> bool:
+    def should_evaluate(self, ctx: OnlineRLContext) -> bool:
         # not before the first update: an untrained policy that happens to reach the stop value (a greedy
         # random network balances CartPole for some seeds) would end a run that learned nothing
         if ctx.last_eval_iter < 0:
             return ctx.train_iter > 0
         return ctx.train_iter - ctx.last_eval_iter >= self._eval_freq
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         if not self.should_evaluate(ctx):
             return
         start = time.perf_counter()
-        result = evaluate_episodes(self._policy, self._env, self._n_episode,
-                                   self._seed + self._count * self._env.num_envs)
+        result = evaluate_episodes(self._loop, self._n_episode, self._seed + self._count * self._loop.num_envs)
         self._count += 1
         returns = np.asarray(result["returns"])
         value = float(returns.mean())
@@ -97,9 +100,5 @@ class InteractionEvaluator:
                            "duration": time.perf_counter() - start}
         if value >= self._stop_value:
             ctx.finish = True
-            ctx.stop_reason = "stop_value"
+            ctx.stop_reason = StopReason.STOP_VALUE
 
-
-def interaction_evaluator(cfg: Mapping[str, Any], policy: Any, env: Any) -> InteractionEvaluator:
-    """DI-engine's name for ``InteractionEvaluator(cfg, policy.eval_mode, env)``."""
-    return InteractionEvaluator(cfg, policy, env)

@@ -6,7 +6,9 @@ from its restored counter, and under DDP every rank uses the same global value.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Callable
+
+from engine.context import OnlineRLContext
 
 __all__ = ["epsilon_schedule", "eps_greedy_handler", "random_collect_handler"]
 
@@ -28,23 +30,25 @@ def epsilon_schedule(type: str, start: float, end: float, decay: int) -> Callabl
     raise ValueError(f"policy.other.eps.type must be 'exp' or 'linear', got {type!r}")
 
 
-def eps_greedy_handler(cfg: Mapping[str, Any]) -> Callable[[Any], None]:
-    """Middleware that sets ``ctx.collect_kwargs['eps']`` from ``policy.other.eps`` and ``ctx.env_step``."""
-    eps = cfg["policy"]["other"]["eps"]
-    schedule = epsilon_schedule(eps["type"], eps["start"], eps["end"], eps["decay"])
+def eps_greedy_handler(schedule: Callable[[int], float]) -> Callable[[OnlineRLContext], None]:
+    """Middleware that sets ``ctx.collect_kwargs['eps']`` to ``schedule(ctx.env_step)`` (see
+    ``epsilon_schedule``)."""
+    if not callable(schedule):
+        raise TypeError(f"eps_greedy_handler wants a schedule, a function of the env step (e.g. "
+                        f"epsilon_schedule('exp', 0.95, 0.05, 10000)), got {schedule!r}")
 
-    def _eps_greedy(ctx: Any) -> None:
+    def _eps_greedy(ctx: OnlineRLContext) -> None:
         ctx.collect_kwargs["eps"] = schedule(ctx.env_step)
 
     return _eps_greedy
 
 
-def random_collect_handler(cfg: Mapping[str, Any]) -> Callable[[Any], None]:
-    """Middleware that sets ``ctx.collect_kwargs['random']`` while ``ctx.env_step`` is below
-    ``policy.random_collect_size``: the collect policy then acts uniformly at random (warm-up data)."""
-    size = int(cfg["policy"].get("random_collect_size", 0))
+def random_collect_handler(size: int) -> Callable[[OnlineRLContext], None]:
+    """Middleware that sets ``ctx.collect_kwargs['random']`` while ``ctx.env_step`` is below ``size``
+    (``policy.random_collect_size``): the collect policy then acts uniformly at random (warm-up data)."""
+    size = int(size)
 
-    def _random_collect(ctx: Any) -> None:
+    def _random_collect(ctx: OnlineRLContext) -> None:
         ctx.collect_kwargs["random"] = ctx.env_step < size
 
     return _random_collect

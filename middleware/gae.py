@@ -1,74 +1,39 @@
-"""Generalized advantage estimation (Schulman et al., 2016), per env stream.
-
-For each env column of a time-major ``[T, E]`` chunk::
-
-    delta_t = r_t + gamma * V(next_obs_t) * (1 - terminated_t) - V(obs_t)
-    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}        done = terminated or truncated
-    returns = A_t + V(obs_t)
-
-``next_obs_t`` is the real next observation (the final one where an episode ended), so a truncated step
-bootstraps from the value of its real final observation and a terminated one from zero; the recursion
-never crosses an episode end or another env's data. The last step of a chunk bootstraps from
-``V(next_obs)`` too, so chunks need no overlap.
-"""
+"""The GAE middleware: advantages and returns for what an on-policy collector just gathered
+(the computation itself is ``data.gae.gae_advantages``)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Tuple
+from typing import Callable
 
-import torch
+from data.gae import gae_advantages
+from engine.context import OnlineRLContext
+from engine.protocols import ValuePolicy, require
 
-from ._treetensor import to_tree
-
-__all__ = ["gae_advantages", "gae_estimator"]
-
-
-def gae_advantages(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, terminated: torch.Tensor,
-                   truncated: torch.Tensor, gamma: float, lam: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Advantages and value targets, all tensors ``[T, E]``.
-
-    Examples:
-        >>> r = torch.tensor([[1.0], [1.0]]); v = torch.tensor([[0.5], [0.5]]); nv = torch.tensor([[0.5], [2.0]])
-        >>> f = torch.tensor([[False], [False]])
-        >>> adv, ret = gae_advantages(r, v, nv, f, f, gamma=1.0, lam=1.0)
-        >>> adv.squeeze(1).tolist()   # [1 + 1 + 2 - 0.5, 1 + 2 - 0.5]
-        [3.5, 2.5]
-    """
-    reward, value, next_value = reward.float(), value.float(), next_value.float()
-    not_terminated = (~terminated.bool()).float()
-    not_done = (~(terminated.bool() | truncated.bool())).float()
-    delta = reward + gamma * next_value * not_terminated - value
-    adv = torch.zeros_like(delta)
-    running = torch.zeros_like(delta[0])
-    for t in range(len(delta) - 1, -1, -1):
-        running = delta[t] + gamma * lam * not_done[t] * running
-        adv[t] = running
-    return adv, adv + value
+__all__ = ["gae_estimator"]
 
 
-def gae_estimator(cfg: Mapping[str, Any], policy: Any) -> Callable[[Any], None]:
-    """Middleware: add ``adv`` and ``returns`` to the time-major ``ctx.trajectories`` from an on-policy
-    collector, then flatten them to ``[T * E]`` transitions for minibatching.
+def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float) -> Callable[[OnlineRLContext], None]:
+    """Middleware: add ``adv`` and ``returns`` to the time-major ``[T, E]`` ``ctx.trajectories`` of an
+    on-policy collector, in place, then flatten the batch to ``[T * E]`` transitions for minibatching.
 
     Args:
-        cfg: reads ``policy.discount_factor`` and ``policy.collect.gae_lambda``.
         policy: ``policy.collect_mode``; its ``value(obs)`` gives the bootstrap values.
+        gamma: discount factor (``policy.discount_factor``).
+        lam: GAE lambda (``policy.collect.gae_lambda``).
     """
-    gamma = float(cfg["policy"]["discount_factor"])
-    lam = float(cfg["policy"]["collect"]["gae_lambda"])
+    require(policy, ValuePolicy, "the GAE estimator's policy")
     if policy.value is None:
-        raise TypeError(f"gae_estimator needs a policy with value estimates; {type(policy.policy).__name__} "
-                        f"has none")
+        raise TypeError(f"gae_estimator needs a policy with value estimates; "
+                        f"{type(getattr(policy, 'policy', policy)).__name__} has none")
+    gamma, lam = float(gamma), float(lam)
 
-    def _gae_estimator(ctx: Any) -> None:
+    def _gae_estimator(ctx: OnlineRLContext) -> None:
         traj = ctx.trajectories
         if traj is None:
             return
         steps, envs = traj.reward.shape[:2]
         next_value = policy.value(traj.next_obs.reshape((steps * envs,) + tuple(traj.next_obs.shape[2:])))
-        adv, returns = gae_advantages(traj.reward, traj.value, next_value.reshape(steps, envs),
-                                      traj.terminated, traj.truncated, gamma, lam)
-        data = {k: traj[k] for k in traj.keys()}
-        data["adv"], data["returns"] = adv, returns
-        ctx.trajectories = to_tree({k: v.reshape((steps * envs,) + tuple(v.shape[2:])) for k, v in data.items()})
+        traj.adv, traj.returns = gae_advantages(traj.reward, traj.value, next_value.reshape(steps, envs),
+                                                traj.terminated, traj.truncated, gamma, lam)
+        ctx.trajectories = traj.flatten(0, 1)
 
     return _gae_estimator

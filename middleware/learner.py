@@ -1,42 +1,58 @@
-"""Learners: run the policy's updates on replayed data."""
+"""Learners: run the policy's updates on replayed or freshly collected data."""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Optional
 
 import torch
 
-__all__ = ["OffPolicyLearner", "OnPolicyLearner", "multistep_trainer"]
+from engine.context import OnlineRLContext
+from engine.protocols import LearnPolicy, ReplayBuffer, require
+
+__all__ = ["OffPolicyLearner", "OnPolicyLearner"]
 
 
 class OffPolicyLearner:
-    """``policy.learn.update_per_collect`` updates of ``policy.learn.batch_size`` sampled from ``buffer``.
+    """``update_per_collect`` updates of ``batch_size`` transitions sampled from ``buffer`` per call.
 
-    Updates start once the buffer holds ``max(batch_size, policy.random_collect_size)`` transitions. With
-    prioritized replay the TD errors returned by the policy become the sampled transitions' priorities.
-    Writes ``ctx.train_iter`` (one per update), ``ctx.train_data`` (the last batch) and
-    ``ctx.train_output`` (floats of the last update; ``loss`` averaged over the call's updates).
+    Updates start once the buffer holds ``warmup`` transitions (at least ``batch_size``). With
+    ``priority`` the TD errors returned by the policy become the sampled transitions' priorities. Writes
+    ``ctx.train_iter`` (one per update), ``ctx.train_data`` (the last batch) and ``ctx.train_output`` (floats
+    of the last update; ``loss`` averaged over the call's updates).
 
-    ``ready(ctx)`` says whether this rank has enough data (written to ``ctx.learner_ready``). Alone, that
-    decides; under DDP the ddp middleware agrees ``ctx.learn_gate`` across ranks at the end of each
-    iteration and the learner follows it, so no rank skips a backward that the others run.
+    Alone, a learner trains as soon as its buffer is ready. Under DDP no rank may skip a backward that the
+    others run, so it follows ``ctx.learn_gate``, the readiness the ranks agreed on at the end of the
+    previous iteration, and writes its own readiness there as its vote for the next (the field is declared
+    ``sync=Sync.MIN``, "all ranks ready").
+
+    Args:
+        policy: ``policy.learn_mode``.
+        buffer: the replay buffer the pusher fills.
+        batch_size: transitions per update.
+        update_per_collect: updates per call.
+        warmup: transitions the buffer must hold before the first update (default ``batch_size``).
+        priority: write the policy's ``priority`` output back to the buffer (prioritized replay).
     """
 
-    def __init__(self, cfg: Mapping[str, Any], policy: Any, buffer: Any) -> None:
-        pcfg = cfg["policy"]
-        self._policy = policy
-        self._buffer = buffer
-        self._updates = int(pcfg["learn"]["update_per_collect"])
-        self._batch_size = int(pcfg["learn"]["batch_size"])
-        self._warmup = max(self._batch_size, int(pcfg.get("random_collect_size", 0)))
-        self._priority = bool(pcfg.get("priority", False))
+    def __init__(self, policy: LearnPolicy, buffer: ReplayBuffer, *, batch_size: int, update_per_collect: int,
+                 warmup: int = 0, priority: bool = False) -> None:
+        self._policy = require(policy, LearnPolicy, "the learner's policy")
+        self._buffer = require(buffer, ReplayBuffer, "the learner's replay buffer")
+        self._updates = int(update_per_collect)
+        self._batch_size = int(batch_size)
+        self._warmup = max(self._batch_size, int(warmup))
+        self._priority = bool(priority)
 
-    def ready(self, ctx: Any) -> bool:
+    def ready(self) -> bool:
+        """Whether this rank's buffer holds enough transitions to train."""
         return len(self._buffer) >= self._warmup
 
-    def __call__(self, ctx: Any) -> None:
-        ctx.learner_ready = self.ready(ctx)
-        # under DDP, ctx.learn_gate is the readiness all ranks agreed on, so none skips alone
-        if not (ctx.learner_ready if ctx.learn_gate is None else ctx.learn_gate):
+    def __call__(self, ctx: OnlineRLContext) -> None:
+        ready = ctx.learner_ready = self.ready()
+        if ctx.learn_gate is None:  # one process: decide alone
+            train = ready
+        else:  # DDP: follow the agreed gate, vote for the next iteration
+            train, ctx.learn_gate = ctx.learn_gate, ready
+        if not train:
             return
         losses = []
         out: Dict[str, Any] = {}
@@ -54,25 +70,31 @@ class OffPolicyLearner:
 
 
 class OnPolicyLearner:
-    """``policy.learn.epoch_per_collect`` epochs over ``ctx.trajectories`` (what was just collected, with
-    advantages), each a shuffled pass of minibatches of ``policy.learn.batch_size``; one update per
-    minibatch. Writes ``ctx.train_iter``, ``ctx.train_data`` and ``ctx.train_output`` (means over the call).
+    """``epochs`` epochs over ``ctx.trajectories`` (what was just collected, with advantages), each a
+    shuffled pass of minibatches of ``batch_size``; one update per minibatch. Writes ``ctx.train_iter``,
+    ``ctx.train_data`` and ``ctx.train_output`` (means over the call).
 
     Every rank of a DDP job collects the same number of transitions, so every rank runs the same number of
     updates: there is no data-dependent skip to agree on.
+
+    Args:
+        policy: ``policy.learn_mode``.
+        epochs: passes over the collected data per call (``policy.learn.epoch_per_collect``).
+        batch_size: minibatch size.
+        generator: the shuffling RNG (default: torch's global one).
     """
 
-    def __init__(self, cfg: Mapping[str, Any], policy: Any, generator: torch.Generator | None = None) -> None:
-        learn = cfg["policy"]["learn"]
-        self._policy = policy
-        self._epochs = int(learn["epoch_per_collect"])
-        self._batch_size = int(learn["batch_size"])
+    def __init__(self, policy: LearnPolicy, *, epochs: int, batch_size: int,
+                 generator: Optional[torch.Generator] = None) -> None:
+        self._policy = require(policy, LearnPolicy, "the learner's policy")
+        self._epochs = int(epochs)
+        self._batch_size = int(batch_size)
         self._generator = generator
         if self._epochs < 1 or self._batch_size < 1:
             raise ValueError(f"policy.learn.epoch_per_collect and batch_size must be >= 1, got "
                              f"{self._epochs} and {self._batch_size}")
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         data = ctx.trajectories
         if data is None:
             return
@@ -90,11 +112,6 @@ class OnPolicyLearner:
                 ctx.train_iter += 1
         ctx.train_data = data
         ctx.train_output = {k: v / updates for k, v in totals.items()}
-
-
-def multistep_trainer(cfg: Mapping[str, Any], policy: Any) -> OnPolicyLearner:
-    """DI-engine's name for ``OnPolicyLearner(cfg, policy.learn_mode)``."""
-    return OnPolicyLearner(cfg, policy)
 
 
 def _is_scalar(value: Any) -> bool:

@@ -6,6 +6,8 @@ import os
 import time
 from typing import Any, Optional
 
+from engine.context import OnlineRLContext
+
 import numpy as np
 
 from .evaluator import NewEvaluation
@@ -47,7 +49,7 @@ class OnlineLogger:
             self._writer = SummaryWriter(self._log_dir)
         return self._writer
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         now = time.perf_counter()
         if self._last is None:
             self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
@@ -65,7 +67,7 @@ class OnlineLogger:
             logger.info("env_step=%d train_iter=%d eval=%.2f train=%s", ctx.env_step, ctx.train_iter,
                         ctx.eval_value, ctx.train_output)
 
-    def _write_interval(self, ctx: Any, now: float) -> None:
+    def _write_interval(self, ctx: OnlineRLContext, now: float) -> None:
         last_time, last_env, last_iter, _ = self._last
         w, step = self.writer, ctx.env_step
         elapsed = max(now - last_time, 1e-9)
@@ -81,7 +83,7 @@ class OnlineLogger:
                 w.add_scalar(f"train/{key}", value, step)
         self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
 
-    def on_finish(self, ctx: Any) -> None:
+    def on_finish(self, ctx: OnlineRLContext) -> None:
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()

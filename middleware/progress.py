@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from engine.context import OnlineRLContext
+
 __all__ = ["progress_bar"]
 
 
@@ -13,7 +15,7 @@ class _ProgressBar:
         self._shown = 0
         self._every = refresh_every
 
-    def __call__(self, ctx: Any) -> None:
+    def __call__(self, ctx: OnlineRLContext) -> None:
         if self._bar is None:
             from tqdm import tqdm
 
@@ -27,7 +29,7 @@ class _ProgressBar:
             postfix["eval"] = f"{ctx.eval_value:.1f}"
         self._bar.set_postfix(postfix, refresh=False)
 
-    def on_finish(self, ctx: Any) -> None:
+    def on_finish(self, ctx: OnlineRLContext) -> None:
         if self._bar is not None:
             self._bar.update(ctx.env_step - self._shown)
             self._bar.close()

@@ -1,13 +1,15 @@
-"""The policy protocol: one object owns the model and optimizer, and exposes three modes.
+"""The policy base class: one object owns the model and optimizer, and exposes three modes.
 
-Middleware talk to a policy only through its modes, never by importing an algorithm:
+Middleware talk to a policy only through its modes, never by importing an algorithm; the modes implement
+the contracts of ``engine.protocols``:
 
-- ``learn_mode.forward(batch) -> dict`` runs one update on a treetensor batch and returns statistics;
-  ``learn_mode.model`` is the module that takes gradients (the ddp middleware wraps it in
-  ``DistributedDataParallel``); ``learn_mode.state_dict()/load_state_dict()`` cover everything an update
-  changes (model, target model, optimizer, counters).
-- ``collect_mode.forward(obs, **collect_kwargs) -> dict`` acts for data collection (at least ``action``).
-- ``eval_mode.forward(obs) -> dict`` acts greedily for evaluation.
+- ``learn_mode`` (``LearnPolicy``): ``forward(batch) -> dict`` runs one update on a batch and returns
+  statistics; ``model`` is the module that takes gradients (the ddp middleware wraps it in
+  ``DistributedDataParallel``); ``state_dict()/load_state_dict()`` cover everything an update changes
+  (model, target model, optimizer, counters).
+- ``collect_mode`` (``CollectPolicy``): ``forward(obs, **collect_kwargs) -> dict`` acts for data
+  collection (at least ``action``); ``value(obs)`` for actor-critic algorithms, else None.
+- ``eval_mode`` (``EvalPolicy``): ``forward(obs) -> dict`` acts greedily for evaluation.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ class SpaceMismatchError(ValueError):
 
 
 class LearnMode:
-    """What a learner middleware may use of a policy."""
+    """What a learner middleware may use of a policy (``engine.protocols.LearnPolicy``)."""
 
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
@@ -55,8 +57,9 @@ class LearnMode:
 
 
 class CollectMode:
-    """What a collector (and the GAE estimator) may use: ``forward(obs, **collect_kwargs)`` and, for
-    actor-critic policies, ``value(obs)`` (None for value-free ones)."""
+    """What a collector (and the GAE estimator) may use (``engine.protocols.CollectPolicy``):
+    ``forward(obs, **collect_kwargs)`` and, for actor-critic policies, ``value(obs)`` (None for value-free
+    ones)."""
 
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
@@ -70,6 +73,8 @@ class CollectMode:
 
 
 class EvalMode:
+    """What an evaluator may use (``engine.protocols.EvalPolicy``): ``forward(obs)``."""
+
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
         self.forward: Callable[..., Dict[str, Any]] = policy._forward_eval

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from easydict import EasyDict
 
-from engine.envs import GymEnvType
+from data.envs import GymEnvType
 from engine.registry import ENV_REGISTRY
 
 

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("ale_py")
 
 from dizoo.atari.envs import ATARI, UnknownGameError, game_name  # noqa: E402
-from engine.envs import make_vector_env  # noqa: E402
+from data.envs import make_vector_env  # noqa: E402
 
 
 def _env(game, training, num_envs=2):

@@ -22,7 +22,7 @@ def cartpole_run(out_dir, overrides_by_rank=None, max_env_step=1024,
     """A DDP config through serial_pipeline; each rank dumps its summary and parameters."""
     import importlib
 
-    from engine.entry import serial_pipeline
+    from pipelines import build_pipeline
 
     module = importlib.import_module(config)
     main_config, create_config = module.main_config, module.create_config
@@ -39,23 +39,11 @@ def cartpole_run(out_dir, overrides_by_rank=None, max_env_step=1024,
         for part in path:
             node = node[part]
         node[last] = value
-    captured = {}
-    from middleware import ddp as ddp_module
-
-    original = ddp_module.DDPMiddleware
-
-    class Capturing(original):  # keeps a handle on the learn mode the pipeline builds
-        def __init__(self, learn_mode, **kw):
-            super().__init__(learn_mode, **kw)
-            captured["learn_mode"] = learn_mode
-
-    ddp_module.DDPMiddleware = Capturing
-    try:
-        summary = serial_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=max_env_step,
-                                  progress=False)
-    finally:
-        ddp_module.DDPMiddleware = original
-    state = captured["learn_mode"].state_dict()
+    pipeline = build_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=max_env_step,
+                              progress=False)
+    learn_mode = pipeline.policy.learn_mode
+    summary = pipeline.run()
+    state = learn_mode.state_dict()
     params = {k: v.flatten().tolist() for k, v in state["model"].items()}
     target_key = next((k for k in ("target_model", "target_critic") if k in state), None)
     target = {k: v.flatten().tolist() for k, v in state[target_key].items()} if target_key else {}
@@ -100,8 +88,6 @@ def counters_and_stop(out_dir):
             steps = 3 + 2 * rank
             ctx.env_step += steps
             ctx.env_episode += rank
-            ctx.collect_stats = {"samples": steps, "env_steps": steps, "episodes": rank, "duration": 0.0}
-            ctx.learner_ready = True
 
         def rank0_evaluator(ctx):
             if rank == 0 and ctx.total_step == 3:
@@ -123,8 +109,8 @@ def counters_and_stop(out_dir):
 
 def first_observations(out_dir):
     """The first observations of this rank's collector envs, seeded as serial_pipeline seeds them."""
-    from engine.entry.serial import rank_seed
-    from engine.envs import make_vector_env
+    from pipelines.serial import rank_seed
+    from data.envs import make_vector_env
     from engine.registry import ENV_REGISTRY
 
     env_type = ENV_REGISTRY.get("cartpole")

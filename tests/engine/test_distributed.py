@@ -114,7 +114,7 @@ def test_ddp_unreachable_master_is_a_clear_error_within_timeout(monkeypatch):
 
 
 def test_multi_gpu_without_launcher_warns_and_runs(quick_cartpole_config, caplog):
-    from engine.entry import serial_pipeline
+    from pipelines import serial_pipeline
     main, create = quick_cartpole_config
     main.policy.multi_gpu = True
     summary = serial_pipeline((main, create), max_env_step=64)

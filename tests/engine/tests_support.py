@@ -7,7 +7,7 @@ import torch
 from easydict import EasyDict
 
 from engine.config import deep_merge
-from middleware._treetensor import to_tree
+from data.batch import make_batch
 from policies import DQNPolicy
 
 
@@ -24,8 +24,8 @@ def dqn_policy_and_batches(seed: int):
                             action=torch.randint(0, 2, (n,), generator=g), reward=torch.randn(n, generator=g),
                             terminated=torch.rand(n, generator=g) < 0.2, truncated=torch.zeros(n, dtype=torch.bool),
                             discount=torch.full((n,), 0.99), weight=torch.ones(n)))
-    return policy, [to_tree(b) for b in batches]
+    return policy, [make_batch(b) for b in batches]
 
 
 def concat(batches):
-    return to_tree({k: torch.cat([getattr(b, k) for b in batches]) for k in batches[0].keys()})
+    return make_batch({k: torch.cat([getattr(b, k) for b in batches]) for k in batches[0].keys()})

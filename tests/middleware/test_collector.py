@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from easydict import EasyDict
 
 from engine import OnlineRLContext
-from engine.envs import UnknownEnvIdError, check_env_id, make_vector_env
+from data.envs import UnknownEnvIdError, check_env_id, make_vector_env
 from engine.registry import ENV_REGISTRY
 from middleware import EpisodeCollector, InteractionEvaluator, StepCollector, termination_checker
 
@@ -20,22 +19,14 @@ class ConstantPolicy:
         return {"action": torch.zeros(len(obs), dtype=torch.long)}
 
 
-def _cfg(n_sample=10, nstep=1, **env):
+def _env(num, **env):
     env_cfg = dict(ENV_REGISTRY.get("counting").default_config(), **env)
-    return EasyDict(seed=0, env=env_cfg, policy=dict(collect=dict(n_sample=n_sample), nstep=nstep,
-                                                      discount_factor=0.9,
-                                                      eval=dict(evaluator=dict(eval_freq=10))))
-
-
-def _env(cfg, num):
-    return make_vector_env(ENV_REGISTRY.get("counting"), cfg.env, num, seed=0)
+    return make_vector_env(ENV_REGISTRY.get("counting"), env_cfg, num, seed=0)
 
 
 def test_step_collector_one_forward_per_vector_step_and_counters():
-    cfg = _cfg(n_sample=10)
-    env = _env(cfg, 2)
     policy = ConstantPolicy()
-    collector = StepCollector(cfg, policy, env)
+    collector = StepCollector(policy, _env(2), n_sample=10)
     ctx = OnlineRLContext()
     collector(ctx)
     assert policy.calls == 5  # ceil(10 / 2) batched forwards
@@ -46,8 +37,7 @@ def test_step_collector_one_forward_per_vector_step_and_counters():
 
 
 def test_step_collector_truncation_keeps_real_final_obs():
-    cfg = _cfg(n_sample=12)
-    collector = StepCollector(cfg, ConstantPolicy(), _env(cfg, 2))
+    collector = StepCollector(ConstantPolicy(), _env(2), n_sample=12)
     ctx = OnlineRLContext()
     collector(ctx)
     tr = ctx.trajectories
@@ -63,8 +53,7 @@ def test_step_collector_truncation_keeps_real_final_obs():
 
 
 def test_step_collector_termination_is_separate_from_truncation():
-    cfg = _cfg(n_sample=8, env_kwargs=dict(terminate_at=3))
-    collector = StepCollector(cfg, ConstantPolicy(), _env(cfg, 1))
+    collector = StepCollector(ConstantPolicy(), _env(1, env_kwargs=dict(terminate_at=3)), n_sample=8)
     ctx = OnlineRLContext()
     collector(ctx)
     assert ctx.trajectories.terminated.tolist() == [False, False, True, False, False, True, False, False]
@@ -72,19 +61,16 @@ def test_step_collector_termination_is_separate_from_truncation():
 
 
 def test_step_collector_envs_are_seeded_apart():
-    cfg = EasyDict(seed=0, env=dict(env_id="CartPole-v1", env_kwargs={}, max_episode_steps=None,
-                                    manager=dict(type="sync")),
-                   policy=dict(collect=dict(n_sample=4), nstep=1, discount_factor=0.9))
-    env = make_vector_env(ENV_REGISTRY.get("cartpole"), cfg.env, 4, seed=0)
+    env_cfg = dict(env_id="CartPole-v1", env_kwargs={}, max_episode_steps=None, manager=dict(type="sync"))
+    env = make_vector_env(ENV_REGISTRY.get("cartpole"), env_cfg, 4, seed=0)
     ctx = OnlineRLContext()
-    StepCollector(cfg, ConstantPolicy(), env)(ctx)
+    StepCollector(ConstantPolicy(), env, n_sample=4)(ctx)
     first = ctx.trajectories.obs
     assert len({tuple(row.tolist()) for row in first}) == 4
 
 
 def test_episode_collector_whole_episodes():
-    cfg = _cfg()
-    collector = EpisodeCollector(cfg, ConstantPolicy(), _env(cfg, 2), n_episode=3)
+    collector = EpisodeCollector(ConstantPolicy(), _env(2), n_episode=3, gamma=0.9)
     ctx = OnlineRLContext()
     collector(ctx)
     assert len(ctx.episodes) == 3
@@ -94,8 +80,7 @@ def test_episode_collector_whole_episodes():
 
 
 def test_evaluator_runs_quota_and_stops_at_stop_value():
-    cfg = _cfg(stop_value=5.0, n_evaluator_episode=3)
-    evaluator = InteractionEvaluator(cfg, ConstantPolicy(), _env(cfg, 2))
+    evaluator = InteractionEvaluator(ConstantPolicy(), _env(2), eval_freq=10, n_episode=3, stop_value=5.0)
     ctx = OnlineRLContext()
     evaluator(ctx)
     assert ctx.eval_output is None  # never before the first update
@@ -106,9 +91,8 @@ def test_evaluator_runs_quota_and_stops_at_stop_value():
 
 
 def test_evaluator_waits_eval_freq_train_iters():
-    cfg = _cfg(stop_value=100.0)
     policy = ConstantPolicy()
-    evaluator = InteractionEvaluator(cfg, policy, _env(cfg, 2))
+    evaluator = InteractionEvaluator(policy, _env(2), eval_freq=10, n_episode=5, stop_value=100.0)
     ctx = OnlineRLContext(train_iter=1)
     evaluator(ctx)
     calls = policy.calls

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from engine import OnlineRLContext, Task
-from engine.envs import make_vector_env
+from data.envs import make_vector_env
 from engine.registry import ENV_REGISTRY
 from middleware import OnlineLogger, progress_bar
 
@@ -56,7 +56,6 @@ def test_progress_bar_runs_and_closes(capsys):
 
 
 def test_async_env_manager_steps_in_subprocesses():
-    from easydict import EasyDict
     from middleware import StepCollector
     import torch
     env_type = ENV_REGISTRY.get("cartpole")
@@ -64,14 +63,13 @@ def test_async_env_manager_steps_in_subprocesses():
     env = make_vector_env(env_type, env_cfg, 2, seed=0)
     try:
         assert type(env).__name__ == "AsyncVectorEnv"
-        cfg = EasyDict(seed=0, policy=dict(collect=dict(n_sample=8), nstep=1, discount_factor=0.9))
 
         class Zero:
             def forward(self, obs, **kw):
                 return {"action": torch.zeros(len(obs), dtype=torch.long)}
 
         ctx = OnlineRLContext()
-        StepCollector(cfg, Zero(), env)(ctx)
+        StepCollector(Zero(), env, n_sample=8)(ctx)
         assert len(ctx.trajectories.reward) == 8 and ctx.env_step == 8
     finally:
         env.close()

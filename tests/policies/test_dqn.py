@@ -9,7 +9,7 @@ import pytest
 import torch
 from easydict import EasyDict
 
-from middleware._treetensor import to_tree
+from data.batch import make_batch
 from policies import DQNPolicy, NonFiniteLossError, SpaceMismatchError
 from engine.config import deep_merge
 
@@ -24,7 +24,7 @@ def _policy(**overrides):
 
 def _batch(n=4):
     g = torch.Generator().manual_seed(0)
-    return to_tree(dict(obs=torch.randn(n, 3, generator=g), next_obs=torch.randn(n, 3, generator=g),
+    return make_batch(dict(obs=torch.randn(n, 3, generator=g), next_obs=torch.randn(n, 3, generator=g),
                         action=torch.tensor([0, 1, 1, 0])[:n], reward=torch.tensor([1.0, -1.0, 0.5, 2.0])[:n],
                         terminated=torch.tensor([False, True, False, False])[:n],
                         truncated=torch.tensor([False, False, True, False])[:n],
@@ -80,7 +80,7 @@ def test_dqn_importance_weights_scale_loss():
     policy = _policy(priority=True, priority_IS_weight=True, learn=dict(td_loss="mse"))
     ref = copy.deepcopy(policy)
     batch = _batch()
-    weighted = to_tree({**{k: getattr(batch, k) for k in batch.keys()}, "weight": torch.full((4,), 0.5)})
+    weighted = make_batch({**{k: getattr(batch, k) for k in batch.keys()}, "weight": torch.full((4,), 0.5)})
     half = policy.learn_mode.forward(weighted)["loss"].item()
     full = ref.learn_mode.forward(batch)["loss"].item()
     assert half == pytest.approx(full / 2, rel=1e-5)
@@ -112,7 +112,7 @@ def test_dqn_nan_loss_raises_before_step_and_keeps_parameters():
     policy = _policy()
     params = copy.deepcopy(policy._model.state_dict())
     batch = _batch()
-    bad = to_tree({**{k: getattr(batch, k) for k in batch.keys()}, "reward": torch.full((4,), float("nan"))})
+    bad = make_batch({**{k: getattr(batch, k) for k in batch.keys()}, "reward": torch.full((4,), float("nan"))})
     with pytest.raises(NonFiniteLossError, match="learning_rate"):
         policy.learn_mode.forward(bad)
     assert all(torch.equal(params[k], v) for k, v in policy._model.state_dict().items())

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from engine.entry import serial_pipeline
+from pipelines import serial_pipeline
 
 
 def _train(module, tmp_path, seed, max_env_step):

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from engine.entry import serial_pipeline
+from pipelines import serial_pipeline
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import torch
 from easydict import EasyDict
 
 from engine.config import deep_merge
-from middleware._treetensor import to_tree
+from data.batch import make_batch
 from policies import A2CPolicy, PPOPolicy, SpaceMismatchError
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
@@ -26,7 +26,7 @@ def _batch(continuous, n=8):
     g = torch.Generator().manual_seed(1)
     action = torch.randn(n, 1, generator=g) if continuous else torch.randint(0, 3, (n,), generator=g)
     extra = {"raw_action": action * 3} if continuous else {}  # raw samples may lie outside the bounds
-    return to_tree(dict(obs=torch.randn(n, 3, generator=g), action=action, **extra, logp=torch.randn(n, generator=g) * 0.1 - 1,
+    return make_batch(dict(obs=torch.randn(n, 3, generator=g), action=action, **extra, logp=torch.randn(n, generator=g) * 0.1 - 1,
                         adv=torch.randn(n, generator=g), returns=torch.randn(n, generator=g),
                         value=torch.randn(n, generator=g)))
 

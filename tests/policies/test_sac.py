@@ -11,7 +11,7 @@ import torch
 from easydict import EasyDict
 
 from engine.config import deep_merge
-from middleware._treetensor import to_tree
+from data.batch import make_batch
 from policies import SACPolicy, SpaceMismatchError
 from policies.sac import sac_target
 
@@ -28,7 +28,7 @@ def _policy(**learn):
 
 def _batch(n=6):
     g = torch.Generator().manual_seed(3)
-    return to_tree(dict(obs=torch.randn(n, 3, generator=g), next_obs=torch.randn(n, 3, generator=g),
+    return make_batch(dict(obs=torch.randn(n, 3, generator=g), next_obs=torch.randn(n, 3, generator=g),
                         action=torch.rand(n, 1, generator=g) * 4 - 2, reward=torch.randn(n, generator=g),
                         terminated=torch.tensor([False, True, False, False, True, False]),
                         truncated=torch.tensor([False, False, True, False, False, False]),

@@ -1,5 +1,5 @@
 """Env type ``lunarlander``: gymnasium's LunarLander-v3 (discrete); needs the ``box2d`` extra."""
-from engine.envs import GymEnvType
+from data.envs import GymEnvType
 from engine.registry import ENV_REGISTRY
 
 LUNARLANDER = ENV_REGISTRY.register("lunarlander", GymEnvType("LunarLander-v3", stop_value=200,

@@ -41,6 +41,6 @@ create_config = EasyDict(dict(
 ))
 
 if __name__ == "__main__":
-    from engine.entry import cli_main
+    from pipelines import cli_main
 
     cli_main((main_config, create_config))

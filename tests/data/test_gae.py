@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from middleware import gae_advantages
+from data.gae import gae_advantages
 
 G, L = 0.9, 0.8
 
@@ -65,24 +65,24 @@ def test_gae_env_columns_are_independent():
 
 
 def test_gae_estimator_flattens_with_adv_and_returns():
-    from easydict import EasyDict
     from engine import OnlineRLContext
     from middleware import gae_estimator
-    from middleware._treetensor import to_tree
+    from data.batch import make_batch
 
     class Collect:
-        policy = None
+        @staticmethod
+        def forward(obs, **kwargs):
+            raise AssertionError("GAE does not act")
 
         @staticmethod
         def value(obs):
             return torch.zeros(len(obs))
 
-    cfg = EasyDict(policy=dict(discount_factor=1.0, collect=dict(gae_lambda=1.0)))
     ctx = OnlineRLContext()
-    ctx.trajectories = to_tree(dict(obs=torch.zeros(3, 2, 4), next_obs=torch.zeros(3, 2, 4),
+    ctx.trajectories = make_batch(dict(obs=torch.zeros(3, 2, 4), next_obs=torch.zeros(3, 2, 4),
                                     reward=torch.ones(3, 2), value=torch.zeros(3, 2),
                                     terminated=torch.zeros(3, 2, dtype=torch.bool),
                                     truncated=torch.zeros(3, 2, dtype=torch.bool), action=torch.zeros(3, 2)))
-    gae_estimator(cfg, Collect())(ctx)
+    gae_estimator(Collect(), gamma=1.0, lam=1.0)(ctx)
     assert ctx.trajectories.adv.shape == (6,) and ctx.trajectories.obs.shape == (6, 4)
     assert ctx.trajectories.adv.tolist() == [3.0, 3.0, 2.0, 2.0, 1.0, 1.0]  # time-major flattening

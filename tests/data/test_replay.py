@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from middleware.replay import PrioritizedSampler, ReplayBuffer, RingStorage, SumTree, make_replay_buffer
+from data.replay import PrioritizedSampler, ReplayBuffer, RingStorage, SumTree, UniformSampler
 
 
 def _batch(start, n):
@@ -112,10 +112,13 @@ def test_replay_rejects_wrong_sampler_type():
 
 @pytest.mark.parametrize("priority", [False, True])
 def test_replay_state_dict_round_trip(priority):
-    cfg = dict(priority=priority, other=dict(replay_buffer=dict(replay_buffer_size=6, alpha=0.6, beta=0.4)))
-    b = make_replay_buffer(cfg, seed=0)
+    def make():
+        sampler = PrioritizedSampler(6, seed=0) if priority else UniformSampler(torch.Generator().manual_seed(0))
+        return ReplayBuffer(6, sampler)
+
+    b = make()
     b.push(_batch(0, 4))
-    other = make_replay_buffer(cfg, seed=0)
+    other = make()
     other.load_state_dict(b.state_dict())
     assert len(other) == 4 and torch.equal(other.storage.fields["action"][:4], torch.arange(4))
     other.push(_batch(4, 3))

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from engine.cli import load_config_file, main
+from pipelines.cli import load_config_file, main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
@@ -23,8 +23,8 @@ def test_baton_console_script_trains(tmp_path):
     assert json.loads((exp / "summary.json").read_text())["env_step"] >= 128
 
 
-def test_python_m_engine_is_the_cli(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "engine", "train", "--help"], capture_output=True, text=True,
+def test_python_m_pipelines_is_the_cli(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipelines", "train", "--help"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and "--max-env-step" in proc.stdout and "--resume" in proc.stdout
 

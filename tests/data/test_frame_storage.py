@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from easydict import EasyDict
 
 pytest.importorskip("ale_py")
 
 from dizoo.atari.envs import ATARI  # noqa: E402
 from engine import OnlineRLContext  # noqa: E402
-from engine.envs import make_vector_env  # noqa: E402
+from data.envs import make_vector_env  # noqa: E402
 from middleware import StepCollector  # noqa: E402
-from middleware.replay import FrameStackStorage, RingStorage  # noqa: E402
+from data.replay import FrameStackStorage, RingStorage  # noqa: E402
 
 
 class RandomPolicy:
@@ -30,8 +29,7 @@ def test_frame_stack_storage_rebuilds_env_stacks(nstep):
     envs = 2
     env_cfg = dict(ATARI.default_config(), env_id="BreakoutNoFrameskip-v4")  # lives: life-loss endings too
     env = make_vector_env(ATARI, env_cfg, envs, seed=0, training=True)
-    cfg = EasyDict(seed=0, policy=dict(collect=dict(n_sample=64), nstep=nstep, discount_factor=0.99))
-    collector = StepCollector(cfg, RandomPolicy(4), env)
+    collector = StepCollector(RandomPolicy(4), env, n_sample=64, nstep=nstep, gamma=0.99)
     capacity = 512  # smaller than what is pushed: the ring wraps
     frames = FrameStackStorage(capacity, envs, 4)
     plain = RingStorage(capacity)

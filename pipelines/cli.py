@@ -1,4 +1,4 @@
-"""The ``baton`` command (also ``python -m engine``).
+"""The ``baton`` command (also ``python -m pipelines``).
 
 Usage::
 
@@ -17,6 +17,8 @@ import os
 import runpy
 import sys
 from typing import Any, List, Optional, Tuple
+
+from .options import add_train_options, run_from_args
 
 __all__ = ["main", "load_config_file"]
 
@@ -38,8 +40,6 @@ def load_config_file(path: str) -> Tuple[Any, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .entry.cli_args import add_train_options
-
     parser = argparse.ArgumentParser(prog="baton", description="Train RL pipelines from dizoo-style configs.")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train the pipeline of a config file")
@@ -51,7 +51,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .entry.cli_args import run_from_args
 
     try:
         input_cfg = load_config_file(args.config)

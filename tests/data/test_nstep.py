@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from middleware.replay import NStepBuilder
+from data.nstep import NStepBuilder
 
 
 def _chunk(rewards, terminated, truncated):

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 from typing import Any, List, Optional, Sequence, Tuple
 
-__all__ = ["add_train_options", "parse_train_args", "cli_main"]
+from .serial import serial_pipeline
+
+__all__ = ["add_train_options", "parse_train_args", "run_from_args", "cli_main"]
 
 
 def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -29,7 +31,6 @@ def parse_train_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] =
 def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
     """Run ``serial_pipeline`` with the parsed options and print its one-line result (an application's
     output, not library logging)."""
-    from .serial import serial_pipeline
 
     summary = serial_pipeline(input_cfg, seed=args.seed, max_env_step=args.max_env_step,
                               max_train_iter=args.max_train_iter, exp_name=args.exp_name, resume=args.resume,

@@ -18,7 +18,7 @@ import logging
 import types
 from typing import Any, Callable, List, Optional
 
-from .context import Context
+from .context import Context, StopReason
 from .events import EventBus
 
 __all__ = ["Task", "Middleware", "MiddlewareError", "middleware_name"]
@@ -188,7 +188,10 @@ class Task:
         except BaseException as err:
             _close_all(suspended)
             if ctx.stop_reason is None:
-                ctx.stop_reason = "interrupted" if isinstance(err, KeyboardInterrupt) else f"error: {err!r}"
+                if isinstance(err, KeyboardInterrupt):
+                    ctx.stop_reason = StopReason.INTERRUPTED
+                else:
+                    ctx.stop_reason, ctx.stop_detail = StopReason.ERROR, repr(err)
             self._emit_finish()
             raise
         self._emit_finish()

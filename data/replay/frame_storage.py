@@ -17,7 +17,7 @@ never sampled. Nothing is guessed: every rebuilt stack is the stack the env retu
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping
+from typing import Any, Dict
 
 import torch
 
@@ -63,7 +63,7 @@ class FrameStackStorage:
         rest = sum(v[0].numel() * v.element_size() for v in self._rest.fields.values())
         return frame + rest + 8 + finals / n
 
-    def extend(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    def extend(self, batch: Any) -> torch.Tensor:
         obs, next_obs = batch["obs"], batch["next_obs"]
         n = len(obs)
         if n % self.num_envs:

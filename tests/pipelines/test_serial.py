@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from engine.entry import serial_pipeline
+from pipelines import serial_pipeline
 from middleware import CheckpointError
 from policies import NonFiniteLossError, SpaceMismatchError
 

@@ -1,7 +1,7 @@
 """Ring storage: one preallocated torch tensor per field, written a batch at a time."""
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional
+from typing import Any, Dict, Optional
 
 import torch
 
@@ -37,19 +37,20 @@ class RingStorage:
     def fields(self) -> Dict[str, torch.Tensor]:
         return self._fields or {}
 
-    def _allocate(self, batch: Mapping[str, torch.Tensor]) -> None:
+    def _allocate(self, batch: Any) -> None:
         # torch.empty, not zeros: a slot is never read before it is written, and untouched pages of a large
         # buffer (gigabytes for Atari) then cost no resident memory until the ring reaches them
         self._fields = {k: torch.empty((self.capacity,) + tuple(v.shape[1:]), dtype=v.dtype, device=self.device)
                         for k, v in batch.items()}
 
-    def extend(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Write a batch (all fields share the leading dimension); returns the slots written."""
+    def extend(self, batch: Any) -> torch.Tensor:
+        """Write a batch (a ``data.batch.Batch`` or a dict of tensors sharing the leading dimension);
+        returns the slots written."""
         n = len(next(iter(batch.values())))
         if self._fields is None:
             self._allocate(batch)
-        elif batch.keys() != self._fields.keys():
-            raise KeyError(f"batch fields {sorted(batch)} differ from the stored fields {sorted(self._fields)}")
+        elif set(batch.keys()) != self._fields.keys():
+            raise KeyError(f"batch fields {sorted(batch.keys())} differ from the stored fields {sorted(self._fields)}")
         if n > self.capacity:  # only the newest `capacity` transitions can survive
             batch = {k: v[-self.capacity:] for k, v in batch.items()}
             self._cursor = (self._cursor + n - self.capacity) % self.capacity

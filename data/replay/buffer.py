@@ -1,16 +1,17 @@
-"""The replay buffer: ring storage plus a sampler, batches in and batches out as treetensors."""
+"""The replay buffer: a storage plus a sampler; batches in, batches out (``data.batch``)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Optional
 
 import torch
 
-from .._treetensor import to_tree
-from .samplers import PrioritizedSampler, Sampler, UniformSampler
-from .frame_storage import FrameStackStorage
+from engine.protocols import Batch, Storage, require
+
+from ..batch import make_batch
+from .samplers import Sampler, UniformSampler
 from .storage import RingStorage
 
-__all__ = ["ReplayBuffer", "make_replay_buffer"]
+__all__ = ["ReplayBuffer"]
 
 
 class ReplayBuffer:
@@ -19,15 +20,17 @@ class ReplayBuffer:
     Args:
         capacity: transitions kept; the oldest are overwritten.
         sampler: ``UniformSampler()`` (default) or ``PrioritizedSampler(capacity, ...)``.
+        storage: ``RingStorage(capacity)`` (default) or another ``engine.protocols.Storage``, e.g.
+            ``FrameStackStorage`` for image stacks.
 
     Sampled batches carry two extra fields: ``index`` (for ``update_priority``) and ``weight`` (importance
     weights, ones for uniform sampling).
     """
 
-    def __init__(self, capacity: int, sampler: Optional[Sampler] = None, storage: Any = None) -> None:
+    def __init__(self, capacity: int, sampler: Optional[Sampler] = None, storage: Optional[Storage] = None) -> None:
         if sampler is not None and not isinstance(sampler, Sampler):
-            raise TypeError(f"sampler must be a middleware.replay.Sampler, got {type(sampler).__name__}")
-        self.storage = storage if storage is not None else RingStorage(capacity)
+            raise TypeError(f"sampler must be a data.replay.Sampler, got {type(sampler).__name__}")
+        self.storage = require(storage, Storage, "the replay storage") if storage is not None else RingStorage(capacity)
         if self.storage.capacity != capacity:
             raise ValueError(f"storage capacity {self.storage.capacity} differs from the buffer's {capacity}")
         self.sampler = sampler or UniformSampler()
@@ -40,17 +43,16 @@ class ReplayBuffer:
     def capacity(self) -> int:
         return self.storage.capacity
 
-    def push(self, batch: Mapping[str, torch.Tensor]) -> None:
-        """Store a batch of transitions (a treetensor or a dict of tensors with a shared leading dim)."""
-        if hasattr(batch, "items") and not isinstance(batch, Mapping):
-            batch = {k: v for k, v in batch.items()}
-        if not batch:
+    def push(self, batch: Batch) -> None:
+        """Store a batch of transitions (a ``data.batch.Batch``, or a dict of tensors with a shared leading
+        dimension); the storage reads its fields directly."""
+        if batch is None or not list(batch.keys()):
             return
         idx = self.storage.extend(batch)
         self.sampler.on_extend(idx)
 
-    def sample(self, batch_size: int) -> Any:
-        """``batch_size`` transitions as a ``treetensor.torch.Tensor``.
+    def sample(self, batch_size: int) -> Batch:
+        """``batch_size`` transitions as one batch (built once, from one index gather per field).
 
         Raises:
             ValueError: if the buffer is empty.
@@ -68,7 +70,7 @@ class ReplayBuffer:
             weight = self._ones
         data["index"] = idx
         data["weight"] = weight
-        return to_tree(data)
+        return make_batch(data)
 
     def _replace_unsampleable(self, idx: torch.Tensor, weight: Optional[torch.Tensor], size: int):
         for _ in range(50):
@@ -92,18 +94,3 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict) -> None:
         self.storage.load_state_dict(state["storage"])
         self.sampler.load_state_dict(state["sampler"])
-
-
-def make_replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None,
-                       frame_stack: Optional[int] = None, num_envs: Optional[int] = None) -> ReplayBuffer:
-    """The buffer a policy config asks for: ``other.replay_buffer`` sizes, ``priority`` picks the sampler;
-    ``frame_stack`` (with the collector's ``num_envs``) stores image stacks one frame per transition."""
-    rb = policy_cfg["other"]["replay_buffer"]
-    capacity = int(rb["replay_buffer_size"])
-    storage = FrameStackStorage(capacity, num_envs, frame_stack) if frame_stack else None
-    if policy_cfg.get("priority", False):
-        sampler: Sampler = PrioritizedSampler(capacity, alpha=rb["alpha"], beta=rb["beta"], seed=seed)
-    else:
-        generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        sampler = UniformSampler(generator)
-    return ReplayBuffer(capacity, sampler, storage)

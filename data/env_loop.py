@@ -1,0 +1,98 @@
+"""The one env-stepping loop: a batched policy forward, one vector-env step, and the bookkeeping every
+user of an env needs. The collectors and the evaluator all step envs through it.
+
+One ``EnvLoop.step``:
+
+1. ``policy.forward(obs, **kwargs)`` on the current observations of all envs (one row per env); the action
+   comes back as numpy (tensors on any device are copied to the host);
+2. one ``env.step(action)``;
+3. where an episode ended (terminated or truncated), the real last observation
+   (``info["final_obs"]``, gymnasium's SAME_STEP autoreset) replaces the reset observation in
+   ``next_obs``, and the episode's return and length are reported, then restarted.
+"""
+from __future__ import annotations
+
+from typing import Any, List, NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from engine.protocols import VectorEnv
+
+__all__ = ["EnvLoop", "EnvStep", "to_numpy"]
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """Policy outputs as numpy: tensors (on any device) are detached and copied to the host."""
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+class EnvStep(NamedTuple):
+    """What one vector step produced; arrays have one row per env."""
+
+    obs: np.ndarray            # the observations the policy acted on
+    out: dict                  # everything the policy returned (``action``, and ``logp``/``value``, ...)
+    action: np.ndarray         # the action sent to the env, as numpy
+    next_obs: np.ndarray       # the real next observation (the final one where an episode ended)
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    done_envs: Any             # indices of the envs whose episode ended in this step (empty tuple: none)
+    returns: List[float]       # the returns of those episodes, in the same order
+    lengths: List[int]         # their lengths in env steps
+
+
+class EnvLoop:
+    """Steps ``env`` with ``policy``, keeping the current observations and per-env episode statistics.
+
+    Args:
+        policy: anything with ``forward(obs, **kwargs) -> {"action": ...}`` (a collect or eval mode).
+        env: a vector env in SAME_STEP autoreset mode (``data.envs.make_vector_env``).
+        seed: env i is reset with ``seed + i`` the first time (``reset`` can pass other seeds).
+    """
+
+    def __init__(self, policy: Any, env: VectorEnv, seed: int = 0) -> None:
+        self.policy = policy
+        self.env = env
+        self.num_envs = env.num_envs
+        self.seed = seed
+        self.obs: Optional[np.ndarray] = None
+        self._return = np.zeros(self.num_envs, dtype=np.float64)
+        self._started_at = np.zeros(self.num_envs, dtype=np.int64)  # loop step at which each episode began
+        self._steps = 0
+
+    def reset(self, seed: Optional[int] = None) -> np.ndarray:
+        """Reset every env (env i with ``seed + i``; default the loop's seed) and restart its episode."""
+        seed = self.seed if seed is None else seed
+        self.obs, _ = self.env.reset(seed=[seed + i for i in range(self.num_envs)])
+        self._return[:] = 0.0
+        self._started_at[:] = self._steps
+        return self.obs
+
+    def current_obs(self) -> np.ndarray:
+        """The observations the next step acts on (the envs are reset on first use)."""
+        return self.obs if self.obs is not None else self.reset()
+
+    def step(self, **policy_kwargs: Any) -> EnvStep:
+        obs = self.current_obs()
+        out = self.policy.forward(obs, **policy_kwargs)
+        action = out["action"]
+        if type(action) is not np.ndarray:
+            action = to_numpy(action)
+        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        self._steps += 1
+        self._return += reward
+        real_next, done_envs, returns, lengths = next_obs, (), [], []
+        if terminated.any() or truncated.any():
+            done = terminated | truncated
+            done_envs = np.flatnonzero(done)
+            real_next = next_obs.copy()
+            final = info["final_obs"]
+            for i in done_envs:
+                real_next[i] = final[i]
+            returns = self._return[done_envs].tolist()
+            lengths = (self._steps - self._started_at[done_envs]).tolist()
+            self._return[done] = 0.0
+            self._started_at[done] = self._steps
+        self.obs = next_obs
+        return EnvStep(obs, out, action, real_next, reward, terminated, truncated, done_envs, returns, lengths)

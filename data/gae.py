@@ -1,0 +1,43 @@
+"""Generalized advantage estimation (Schulman et al., 2016), per env stream.
+
+For each env column of a time-major ``[T, E]`` chunk::
+
+    delta_t = r_t + gamma * V(next_obs_t) * (1 - terminated_t) - V(obs_t)
+    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}        done = terminated or truncated
+    returns = A_t + V(obs_t)
+
+``next_obs_t`` is the real next observation (the final one where an episode ended), so a truncated step
+bootstraps from the value of its real final observation and a terminated one from zero; the recursion
+never crosses an episode end or another env's data. The last step of a chunk bootstraps from
+``V(next_obs)`` too, so chunks need no overlap.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+__all__ = ["gae_advantages"]
+
+
+def gae_advantages(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, terminated: torch.Tensor,
+                   truncated: torch.Tensor, gamma: float, lam: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and value targets, all tensors ``[T, E]``.
+
+    Examples:
+        >>> r = torch.tensor([[1.0], [1.0]]); v = torch.tensor([[0.5], [0.5]]); nv = torch.tensor([[0.5], [2.0]])
+        >>> f = torch.tensor([[False], [False]])
+        >>> adv, ret = gae_advantages(r, v, nv, f, f, gamma=1.0, lam=1.0)
+        >>> adv.squeeze(1).tolist()   # [1 + 1 + 2 - 0.5, 1 + 2 - 0.5]
+        [3.5, 2.5]
+    """
+    reward, value, next_value = reward.float(), value.float(), next_value.float()
+    not_terminated = (~terminated.bool()).float()
+    not_done = (~(terminated.bool() | truncated.bool())).float()
+    delta = reward + gamma * next_value * not_terminated - value
+    adv = torch.zeros_like(delta)
+    running = torch.zeros_like(delta[0])
+    for t in range(len(delta) - 1, -1, -1):
+        running = delta[t] + gamma * lam * not_done[t] * running
+        adv[t] = running
+    return adv, adv + value

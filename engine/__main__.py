@@ -1,6 +1,0 @@
-"""``python -m engine`` is the ``baton`` command."""
-import sys
-
-from .cli import main
-
-sys.exit(main())

@@ -1,0 +1,6 @@
+"""``python -m pipelines`` is the ``baton`` command."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

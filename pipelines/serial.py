@@ -1,0 +1,190 @@
+"""The standard pipeline of a dizoo-style config: ``build_pipeline`` (extend it, then run it) and
+``serial_pipeline`` (build and run in one call).
+
+The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [on] off- or on-policy::
+
+    ddp              DDP-wrapped learner; the context's declared fields agreed once per iteration (no-op alone)
+    summary          wall clock from the start of the first iteration; summary.json at finish
+    evaluator        (0) every eval_freq updates; stops the run at env.stop_value
+    exploration      epsilon of ctx.env_step (policies with other.eps)
+    random_collect   random actions below policy.random_collect_size env steps (when > 0)
+    collector        n_sample transitions into ctx.trajectories: [off] n-step, [on] time-major
+    pusher           [off] into the replay buffer
+    gae              [on] advantages and returns per env stream
+    learner          [off] update_per_collect updates of batch_size; [on] epochs of minibatches
+    checkpoint       (0) best / periodic / final checkpoints
+    logger           (0) tensorboardX scalars (log.tensorboard)
+    termination      max_env_step / max_train_iter
+    progress         (0) tqdm (log.progress)
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+import torch
+
+from data.envs import make_vector_env
+from engine.config import compile_config
+from engine.context import OnlineRLContext
+from engine.distributed import DDPContext, broadcast_object, launched_world_size, is_distributed
+from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
+from middleware import DDPMiddleware, RunSummary, data_pusher, progress_bar, termination_checker
+from middleware.checkpoint import LATEST, load_checkpoint
+from policies.base import SpaceMismatchError
+
+from . import stages
+from .pipeline import Pipeline
+
+__all__ = ["build_pipeline", "serial_pipeline", "rank_seed", "RANK_SEED_OFFSET"]
+
+logger = logging.getLogger(__name__)
+
+RANK_SEED_OFFSET = 1000
+
+ConfigPair = Tuple[Mapping[str, Any], Mapping[str, Any]]
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank ``rank``: ranks seeded alike would collect identical data."""
+    return seed + rank * RANK_SEED_OFFSET
+
+
+def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[int] = None,
+                   max_train_iter: Optional[int] = None, *, exp_name: Optional[str] = None, resume: bool = False,
+                   progress: Optional[bool] = None, context: type = OnlineRLContext) -> Pipeline:
+    """The standard pipeline for the policy of ``(main_config, create_config)``, ready to extend and run.
+
+    Joins the process group when launched data-parallel (``WORLD_SIZE > 1``: torchrun,
+    ``torch.distributed.launch``, ``engine.launch``; see docs/distributed.md), compiles the config, builds
+    the envs, the policy and the replay buffer, and lists the stages (the module docstring). The envs and
+    the process group are released when ``run()`` ends (or by ``close()``).
+
+    Args:
+        input_cfg: ``(main_config, create_config)`` as in a dizoo config file.
+        seed: base seed. Rank r seeds torch, numpy and random with ``seed + r * RANK_SEED_OFFSET``, and its
+            collector env i with that plus i.
+        max_env_step, max_train_iter: budgets (global env steps under DDP); the run also stops at
+            ``env.stop_value``.
+        exp_name: overrides the config's ``exp_name`` (the experiment directory).
+        resume: continue from ``<exp_name>/ckpt/latest.pth.tar``.
+        progress: show the progress bar (default: the config's ``log.progress``).
+        context: the context class, ``OnlineRLContext`` or a subclass of it with fields of your own (declare
+            ``sync=...`` on those that must agree across ranks).
+
+    Examples:
+        >>> pipeline = build_pipeline((main_config, create_config))          # doctest: +SKIP
+        >>> pipeline.insert_after("learner", my_middleware, name="mine")    # doctest: +SKIP
+        >>> summary = pipeline.run()                                        # doctest: +SKIP
+    """
+    if not (isinstance(context, type) and issubclass(context, OnlineRLContext)):
+        raise TypeError(f"build_pipeline(context=...) wants OnlineRLContext or a subclass of it (the standard "
+                        f"stages read its fields), got {context!r}")
+    main_config, create_config = input_cfg
+    cuda = bool(main_config.get("policy", {}).get("cuda", False)) and torch.cuda.is_available()
+    if main_config.get("policy", {}).get("multi_gpu", False) and launched_world_size() == 1 \
+            and not is_distributed():
+        logger.warning("policy.multi_gpu=True but the process was not started by a launcher: world size is 1, "
+                       "running in one process (use torchrun --nproc_per_node=N, see docs/distributed.md)")
+    resources = contextlib.ExitStack()
+    try:
+        ddp_ctx = resources.enter_context(DDPContext(backend="nccl" if cuda else "gloo"))
+        return _build(main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume,
+                      progress, context, ddp_ctx, resources)
+    except BaseException:
+        resources.close()
+        raise
+
+
+def serial_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[int] = None,
+                    max_train_iter: Optional[int] = None, *, exp_name: Optional[str] = None, resume: bool = False,
+                    progress: Optional[bool] = None) -> Dict[str, Any]:
+    """Train the policy of ``(main_config, create_config)`` with the standard pipeline and return the run
+    summary (``build_pipeline(...).run()``; the same arguments)."""
+    return build_pipeline(input_cfg, seed, max_env_step, max_train_iter, exp_name=exp_name, resume=resume,
+                          progress=progress).run()
+
+
+def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed: int,
+           max_env_step: Optional[int], max_train_iter: Optional[int], exp_name: Optional[str], resume: bool,
+           progress: Optional[bool], context: type, ddp_ctx: DDPContext,
+           resources: contextlib.ExitStack) -> Pipeline:
+    rank, world_size = ddp_ctx.rank, ddp_ctx.world_size
+    main = rank == 0
+    cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=main)
+    seed_r = rank_seed(cfg.seed, rank)
+    _seed_everything(seed_r)
+    env_type = ENV_REGISTRY.get(cfg.env.type)
+    policy_cls = POLICY_REGISTRY.get(cfg.policy.type)
+    on_policy = policy_cls.pipeline == "on_policy"
+    collector_env = make_vector_env(env_type, cfg.env, cfg.env.collector_env_num, seed_r)
+    resources.callback(collector_env.close)
+    evaluator_env = None
+    if main:
+        evaluator_env = make_vector_env(env_type, cfg.env, cfg.env.evaluator_env_num, cfg.seed, manager="sync",
+                                        training=False)
+        resources.callback(evaluator_env.close)
+    device = ddp_ctx.device if ddp_ctx.device != "cpu" else None
+    try:
+        policy = policy_cls(cfg.policy, collector_env.single_observation_space, collector_env.single_action_space,
+                            device=device)
+    except SpaceMismatchError as err:  # say which env, beside the policy and the space
+        raise SpaceMismatchError(f"env {cfg.env.env_id!r} (type {cfg.env.type!r}): {err}") from err
+    frame_stack = cfg.env.get("frame_stack") if len(collector_env.single_observation_space.shape) == 3 else None
+    buffer = None if on_policy else stages.replay_buffer(cfg.policy, seed=seed_r, frame_stack=frame_stack,
+                                                         num_envs=cfg.env.collector_env_num)
+    ctx = context()
+    saver = stages.checkpoint_saver(cfg, policy, buffer) if main else None
+    if resume and main:
+        _resume(os.path.join(cfg.exp_name, "ckpt"), policy, ctx, buffer, saver)
+    if world_size > 1 and resume:  # rank 0 read the checkpoint; the ddp middleware shares its learn state
+        ctx.load_persistent_state(broadcast_object(ctx.persistent_state(), src=0))
+    ddp = DDPMiddleware(policy.learn_mode)
+    summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {"world_size": world_size, "ddp_collective_s":
+                                                                  ddp.collective_time} if world_size > 1 else {})
+
+    pipeline = Pipeline(ctx, rank=rank, result=lambda: summary.result, resources=resources)
+    pipeline.cfg, pipeline.policy, pipeline.buffer = cfg, policy, buffer
+    pipeline.append(ddp, name="ddp")
+    pipeline.append(summary, name="summary")
+    pipeline.append(stages.evaluator(cfg, policy, evaluator_env) if main else None, name="evaluator",
+                    main_only=True)
+    if "eps" in cfg.policy.other:
+        pipeline.append(stages.exploration(cfg), name="exploration")
+    if cfg.policy.get("random_collect_size", 0) > 0:
+        pipeline.append(stages.random_collect(cfg), name="random_collect")
+    pipeline.append(stages.collector(cfg, policy, collector_env, seed_r, on_policy), name="collector")
+    if on_policy:
+        pipeline.append(stages.gae(cfg, policy), name="gae")
+        pipeline.append(stages.on_policy_learner(cfg, policy), name="learner")
+    else:
+        pipeline.append(data_pusher(buffer), name="pusher")
+        pipeline.append(stages.off_policy_learner(cfg, policy, buffer), name="learner")
+    pipeline.append(saver, name="checkpoint", main_only=True)
+    if cfg.log.tensorboard:
+        pipeline.append(stages.logger(cfg) if main else None, name="logger", main_only=True)
+    pipeline.append(termination_checker(max_env_step, max_train_iter), name="termination")
+    if cfg.log.progress if progress is None else progress:
+        pipeline.append(progress_bar(max_env_step) if main else None, name="progress", main_only=True)
+    return pipeline
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _resume(ckpt_dir: str, policy: Any, ctx: OnlineRLContext, buffer: Any, saver: Any) -> None:
+    state = load_checkpoint(os.path.join(ckpt_dir, LATEST))
+    policy.learn_mode.load_state_dict(state["policy"])
+    ctx.load_persistent_state(state["ctx"])
+    ctx.finish, ctx.stop_reason, ctx.stop_detail = False, None, None  # a resumed run goes on
+    if buffer is not None and "replay_buffer" in state:
+        buffer.load_state_dict(state["replay_buffer"])
+    saver.restore_best(state.get("best_eval_value", float("-inf")))
+    logger.info("resumed from %s at env_step=%d train_iter=%d", ckpt_dir, ctx.env_step, ctx.train_iter)

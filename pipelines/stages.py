@@ -1,0 +1,82 @@
+"""From a compiled config to the middleware of the standard pipeline: the one place that knows which
+config key feeds which constructor argument. Middleware themselves take explicit, typed arguments.
+
+Each function takes the compiled config (``engine.compile_config``) and the objects the pipeline built
+(policy, envs, buffer) and returns one middleware or data structure.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Optional
+
+import torch
+
+from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
+from middleware import (CkptSaver, InteractionEvaluator, OffPolicyLearner, OnPolicyLearner, StepCollector,
+                        eps_greedy_handler, epsilon_schedule, gae_estimator, online_logger, random_collect_handler)
+
+__all__ = ["replay_buffer", "collector", "evaluator", "exploration", "random_collect", "off_policy_learner",
+           "on_policy_learner", "gae", "checkpoint_saver", "logger"]
+
+
+def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, frame_stack: Optional[int] = None,
+                  num_envs: Optional[int] = None) -> ReplayBuffer:
+    """The buffer a policy config asks for: ``other.replay_buffer`` sizes it, ``priority`` picks the
+    sampler; ``frame_stack`` (with the collector's ``num_envs``) stores image stacks one frame per
+    transition."""
+    rb = policy_cfg["other"]["replay_buffer"]
+    capacity = int(rb["replay_buffer_size"])
+    storage = FrameStackStorage(capacity, num_envs, frame_stack) if frame_stack else None
+    if policy_cfg.get("priority", False):
+        sampler: Sampler = PrioritizedSampler(capacity, alpha=rb["alpha"], beta=rb["beta"], seed=seed)
+    else:
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        sampler = UniformSampler(generator)
+    return ReplayBuffer(capacity, sampler, storage)
+
+
+def collector(cfg: Mapping[str, Any], policy: Any, env: Any, seed: int, on_policy: bool) -> StepCollector:
+    pcfg = cfg["policy"]
+    return StepCollector(policy.collect_mode, env, pcfg["collect"]["n_sample"], nstep=pcfg.get("nstep", 1),
+                         gamma=pcfg["discount_factor"], seed=seed, time_major=on_policy)
+
+
+def evaluator(cfg: Mapping[str, Any], policy: Any, env: Any) -> InteractionEvaluator:
+    return InteractionEvaluator(policy.eval_mode, env, eval_freq=cfg["policy"]["eval"]["evaluator"]["eval_freq"],
+                                n_episode=cfg["env"]["n_evaluator_episode"], stop_value=cfg["env"]["stop_value"],
+                                seed=cfg["seed"])
+
+
+def exploration(cfg: Mapping[str, Any]) -> Any:
+    eps = cfg["policy"]["other"]["eps"]
+    return eps_greedy_handler(epsilon_schedule(eps["type"], eps["start"], eps["end"], eps["decay"]))
+
+
+def random_collect(cfg: Mapping[str, Any]) -> Any:
+    return random_collect_handler(cfg["policy"]["random_collect_size"])
+
+
+def off_policy_learner(cfg: Mapping[str, Any], policy: Any, buffer: ReplayBuffer) -> OffPolicyLearner:
+    pcfg = cfg["policy"]
+    return OffPolicyLearner(policy.learn_mode, buffer, batch_size=pcfg["learn"]["batch_size"],
+                            update_per_collect=pcfg["learn"]["update_per_collect"],
+                            warmup=pcfg.get("random_collect_size", 0), priority=pcfg.get("priority", False))
+
+
+def on_policy_learner(cfg: Mapping[str, Any], policy: Any) -> OnPolicyLearner:
+    learn = cfg["policy"]["learn"]
+    return OnPolicyLearner(policy.learn_mode, epochs=learn["epoch_per_collect"], batch_size=learn["batch_size"])
+
+
+def gae(cfg: Mapping[str, Any], policy: Any) -> Any:
+    pcfg = cfg["policy"]
+    return gae_estimator(policy.collect_mode, gamma=pcfg["discount_factor"], lam=pcfg["collect"]["gae_lambda"])
+
+
+def checkpoint_saver(cfg: Mapping[str, Any], policy: Any, buffer: Optional[ReplayBuffer]) -> CkptSaver:
+    return CkptSaver(policy.learn_mode, os.path.join(cfg["exp_name"], "ckpt"), cfg["ckpt"]["save_freq"],
+                     buffer if cfg["ckpt"]["save_replay_buffer"] else None)
+
+
+def logger(cfg: Mapping[str, Any]) -> Any:
+    return online_logger(os.path.join(cfg["exp_name"], "log"), print_freq=cfg["log"]["print_freq"])
