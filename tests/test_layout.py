@@ -1,0 +1,88 @@
+"""The floors of docs/architecture.md: each package imports only downward, and only
+``engine/distributed.py`` touches ``torch.distributed``."""
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("engine", "data", "middleware", "policies", "pipelines", "dizoo")
+
+# what each floor may NOT import (of our own packages): engine -> nothing above it; data -> engine only;
+# middleware and policies -> engine and data, never each other; only pipelines composes middleware and
+# policies; dizoo (env types and configs) -> engine, data and pipelines
+FORBIDDEN = {
+    "engine": {"data", "middleware", "policies", "pipelines", "dizoo"},
+    "data": {"middleware", "policies", "pipelines", "dizoo"},
+    "middleware": {"policies", "pipelines", "dizoo"},
+    "policies": {"middleware", "pipelines", "dizoo"},
+    "pipelines": {"dizoo"},
+    "dizoo": {"middleware", "policies"},
+}
+DISTRIBUTED_HOME = os.path.join("engine", "distributed.py")
+
+
+def _py_files(package):
+    for dirpath, _, files in os.walk(os.path.join(ROOT, package)):
+        for name in files:
+            if name.endswith(".py"):
+                yield os.path.join(dirpath, name)
+
+
+def _imports(tree):
+    """(imported module, node) for every absolute import, at any depth (deferred imports included)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, node
+            for alias in node.names:
+                yield f"{node.module}.{alias.name}", node
+
+
+def _tree(path):
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read(), filename=path)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_floor_imports_only_downward(package):
+    for path in _py_files(package):
+        rel = os.path.relpath(path, ROOT)
+        for module, node in _imports(_tree(path)):
+            top = module.split(".")[0]
+            assert top not in FORBIDDEN[package], f"{rel}:{node.lineno} imports {module} ({package} may not)"
+
+
+def _distributed_uses(tree):
+    """Imports of torch.distributed and attribute chains torch.distributed.<x>."""
+    for module, node in _imports(tree):
+        if module == "torch.distributed" or module.startswith("torch.distributed."):
+            yield node.lineno, module
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "distributed" and isinstance(node.value.value, ast.Name)
+                and node.value.value.id == "torch"):
+            yield node.lineno, f"torch.distributed.{node.attr}"
+
+
+def test_only_engine_distributed_touches_torch_distributed():
+    """Collectives must run on the backend's device (a CPU tensor fails under nccl): one module owns them."""
+    offenders = []
+    for package in PACKAGES:
+        for path in _py_files(package):
+            rel = os.path.relpath(path, ROOT)
+            if rel == DISTRIBUTED_HOME:
+                continue
+            offenders += [f"{rel}:{line} uses {what}" for line, what in _distributed_uses(_tree(path))]
+    assert not offenders, "only engine/distributed.py may use torch.distributed:\n" + "\n".join(offenders)
+
+
+def test_distributed_check_catches_a_collective(tmp_path):
+    """The check above is not vacuous: it flags both spellings of a collective call."""
+    code = "import torch\nimport torch.distributed as dist\ntorch.distributed.all_reduce(x)\n"
+    found = [what for _, what in _distributed_uses(ast.parse(code))]
+    assert "torch.distributed" in found and "torch.distributed.all_reduce" in found
