@@ -16,7 +16,7 @@ from dizoo.atari.config.serial.pong.pong_dqn_config import create_config, main_c
 from dizoo.atari.envs import ATARI
 from engine import OnlineRLContext, compile_config
 from data.envs import make_vector_env
-from middleware import StepCollector, make_replay_buffer
+from pipelines import stages
 from policies import DQNPolicy
 
 NUM_ENVS = 8
@@ -46,7 +46,7 @@ def main() -> None:
     bare = bare_steps_per_s(args.steps, cfg)
     env = make_vector_env(ATARI, cfg.env, NUM_ENVS, seed=0)
     policy = DQNPolicy(cfg.policy, env.single_observation_space, env.single_action_space, device=device)
-    collector = StepCollector(cfg, policy.collect_mode, env)
+    collector = stages.collector(cfg, policy, env, seed=0, on_policy=False)
     ctx = OnlineRLContext()
     ctx.collect_kwargs["eps"] = 0.05
     start = time.perf_counter()
@@ -55,7 +55,7 @@ def main() -> None:
     print(f"bare AtariVectorEnv (8 Pong envs), random actions: {bare:8.0f} env steps/s")
     print(f"StepCollector + DQN (Nature CNN) on {device}:       {ours:8.0f} env steps/s  ratio {ours / bare:.2f}")
 
-    buffer = make_replay_buffer(cfg.policy, seed=0, frame_stack=4, num_envs=NUM_ENVS)
+    buffer = stages.replay_buffer(cfg.policy, seed=0, frame_stack=4, num_envs=NUM_ENVS)
     buffer.push(ctx.trajectories)
     per = buffer.storage.bytes_per_transition()
     full = 2 * 4 * 84 * 84

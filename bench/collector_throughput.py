@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode
 from engine import OnlineRLContext, compile_config
 from data.envs import make_vector_env
 from engine.registry import ENV_REGISTRY
-from middleware import StepCollector
+from pipelines import stages
 from policies import DQNPolicy
 
 NUM_ENVS = 8
@@ -42,7 +42,7 @@ def collector_env_steps_per_s(steps: int) -> float:
     cfg.policy.collect.n_sample = 8 * NUM_ENVS * 16  # 128 vector steps per call
     env = make_vector_env(ENV_REGISTRY.get("cartpole"), cfg.env, NUM_ENVS, seed=0)
     policy = DQNPolicy(cfg.policy, env.single_observation_space, env.single_action_space)
-    collector = StepCollector(cfg, policy.collect_mode, env)
+    collector = stages.collector(cfg, policy, env, seed=0, on_policy=False)  # as the pipeline builds it
     ctx = OnlineRLContext()
     # eps = 1: every action is random, as in the bare loop, so episodes last as long and the envs reset
     # as often (an untrained greedy policy ends CartPole episodes twice as fast, and resets cost more

@@ -12,12 +12,12 @@ One ``EnvLoop.step``:
 """
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
 
-from engine.protocols import VectorEnv
+from engine.protocols import CollectPolicy, EvalPolicy, VectorEnv
 
 __all__ = ["EnvLoop", "EnvStep", "to_numpy"]
 
@@ -51,7 +51,7 @@ class EnvLoop:
         seed: env i is reset with ``seed + i`` the first time (``reset`` can pass other seeds).
     """
 
-    def __init__(self, policy: Any, env: VectorEnv, seed: int = 0) -> None:
+    def __init__(self, policy: Union[CollectPolicy, EvalPolicy], env: VectorEnv, seed: int = 0) -> None:
         self.policy = policy
         self.env = env
         self.num_envs = env.num_envs

@@ -1,7 +1,7 @@
 """A progress bar for long runs (tqdm), on rank 0, off with ``log.progress=False`` or ``--no-progress``."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from engine.context import OnlineRLContext
 

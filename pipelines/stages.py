@@ -12,8 +12,10 @@ from typing import Any, Mapping, Optional
 import torch
 
 from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
+from engine.protocols import VectorEnv
 from middleware import (CkptSaver, InteractionEvaluator, OffPolicyLearner, OnPolicyLearner, StepCollector,
                         eps_greedy_handler, epsilon_schedule, gae_estimator, online_logger, random_collect_handler)
+from policies.base import Policy
 
 __all__ = ["replay_buffer", "collector", "evaluator", "exploration", "random_collect", "off_policy_learner",
            "on_policy_learner", "gae", "checkpoint_saver", "logger"]
@@ -35,13 +37,13 @@ def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, fra
     return ReplayBuffer(capacity, sampler, storage)
 
 
-def collector(cfg: Mapping[str, Any], policy: Any, env: Any, seed: int, on_policy: bool) -> StepCollector:
+def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int, on_policy: bool) -> StepCollector:
     pcfg = cfg["policy"]
     return StepCollector(policy.collect_mode, env, pcfg["collect"]["n_sample"], nstep=pcfg.get("nstep", 1),
                          gamma=pcfg["discount_factor"], seed=seed, time_major=on_policy)
 
 
-def evaluator(cfg: Mapping[str, Any], policy: Any, env: Any) -> InteractionEvaluator:
+def evaluator(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv) -> InteractionEvaluator:
     return InteractionEvaluator(policy.eval_mode, env, eval_freq=cfg["policy"]["eval"]["evaluator"]["eval_freq"],
                                 n_episode=cfg["env"]["n_evaluator_episode"], stop_value=cfg["env"]["stop_value"],
                                 seed=cfg["seed"])
@@ -56,24 +58,24 @@ def random_collect(cfg: Mapping[str, Any]) -> Any:
     return random_collect_handler(cfg["policy"]["random_collect_size"])
 
 
-def off_policy_learner(cfg: Mapping[str, Any], policy: Any, buffer: ReplayBuffer) -> OffPolicyLearner:
+def off_policy_learner(cfg: Mapping[str, Any], policy: Policy, buffer: ReplayBuffer) -> OffPolicyLearner:
     pcfg = cfg["policy"]
     return OffPolicyLearner(policy.learn_mode, buffer, batch_size=pcfg["learn"]["batch_size"],
                             update_per_collect=pcfg["learn"]["update_per_collect"],
                             warmup=pcfg.get("random_collect_size", 0), priority=pcfg.get("priority", False))
 
 
-def on_policy_learner(cfg: Mapping[str, Any], policy: Any) -> OnPolicyLearner:
+def on_policy_learner(cfg: Mapping[str, Any], policy: Policy) -> OnPolicyLearner:
     learn = cfg["policy"]["learn"]
     return OnPolicyLearner(policy.learn_mode, epochs=learn["epoch_per_collect"], batch_size=learn["batch_size"])
 
 
-def gae(cfg: Mapping[str, Any], policy: Any) -> Any:
+def gae(cfg: Mapping[str, Any], policy: Policy) -> Any:
     pcfg = cfg["policy"]
     return gae_estimator(policy.collect_mode, gamma=pcfg["discount_factor"], lam=pcfg["collect"]["gae_lambda"])
 
 
-def checkpoint_saver(cfg: Mapping[str, Any], policy: Any, buffer: Optional[ReplayBuffer]) -> CkptSaver:
+def checkpoint_saver(cfg: Mapping[str, Any], policy: Policy, buffer: Optional[ReplayBuffer]) -> CkptSaver:
     return CkptSaver(policy.learn_mode, os.path.join(cfg["exp_name"], "ckpt"), cfg["ckpt"]["save_freq"],
                      buffer if cfg["ckpt"]["save_replay_buffer"] else None)
 

@@ -273,3 +273,16 @@ def test_parallel_propagates_error():
         task.use(parallel(bad, lambda ctx: None))
         with pytest.raises(ValueError, match="in thread"):
             task.run(max_step=1)
+
+
+def test_default_task_instance_does_not_shadow_a_module():
+    import importlib
+    import types
+
+    import engine
+    from engine.loop import Task as LoopTask
+
+    assert isinstance(engine.task, LoopTask)
+    assert isinstance(importlib.import_module("engine.loop"), types.ModuleType)
+    with pytest.raises(ModuleNotFoundError):  # no module hides behind the instance's name
+        importlib.import_module("engine.task")
