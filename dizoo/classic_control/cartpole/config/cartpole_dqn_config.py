@@ -10,40 +10,25 @@ from easydict import EasyDict
 
 main_config = EasyDict(dict(
     exp_name="cartpole_dqn_seed0",
-    env=dict(
-        collector_env_num=8,
-        evaluator_env_num=5,
-        n_evaluator_episode=5,
-        stop_value=195,
-    ),
+    env=dict(),  # every env value is the default; the empty section lets callers set main_config.env.<key>
     policy=dict(
-        cuda=False,
-        model=dict(
-            obs_shape=4,
-            action_shape=2,
-            encoder_hidden_size_list=[64, 64],
-            dueling=True,
-        ),
+        model=dict(encoder_hidden_size_list=[64, 64]),
         nstep=3,
-        discount_factor=0.99,
         learn=dict(
             update_per_collect=8,
-            batch_size=64,
             learning_rate=0.002,
-            target_update_freq=100,
             td_loss="mse",
         ),
         collect=dict(n_sample=64),
         eval=dict(evaluator=dict(eval_freq=50)),
         other=dict(
-            eps=dict(type="linear", start=1.0, end=0.05, decay=4000),
+            eps=dict(type="linear", start=1.0, decay=4000),
             replay_buffer=dict(replay_buffer_size=20000),
         ),
     ),
 ))
 create_config = EasyDict(dict(
     env=dict(type="cartpole"),
-    env_manager=dict(type="sync"),
     policy=dict(type="dqn"),
 ))
 

@@ -6,40 +6,26 @@ from easydict import EasyDict
 
 main_config = EasyDict(dict(
     exp_name="pong_ppo_seed0",
-    env=dict(
-        collector_env_num=8,
-        evaluator_env_num=8,
-        n_evaluator_episode=8,
-        stop_value=20,
-        env_id="PongNoFrameskip-v4",
-        frame_stack=4,
-    ),
     policy=dict(
         cuda=True,
         model=dict(
-            obs_shape=[4, 84, 84],
-            action_shape=6,
             actor_head_hidden_size_list=[512],
             critic_head_hidden_size_list=[512],
         ),
-        discount_factor=0.99,
         learn=dict(
             epoch_per_collect=4,
             batch_size=256,
             learning_rate=0.00025,
             clip_ratio=0.1,
-            value_weight=0.5,
             entropy_weight=0.01,
-            adv_norm=True,
             value_clip=True,
         ),
-        collect=dict(n_sample=1024, gae_lambda=0.95),
+        collect=dict(n_sample=1024),
         eval=dict(evaluator=dict(eval_freq=200)),
     ),
 ))
 create_config = EasyDict(dict(
     env=dict(type="atari"),
-    env_manager=dict(type="sync"),
     policy=dict(type="ppo"),
 ))
 
