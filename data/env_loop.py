@@ -12,7 +12,7 @@ One ``EnvLoop.step``:
 """
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional, Union
+from typing import Any, List, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
@@ -20,6 +20,8 @@ import torch
 from engine.protocols import CollectPolicy, EvalPolicy, VectorEnv
 
 __all__ = ["EnvLoop", "EnvStep", "to_numpy"]
+
+_NO_KWARGS: Mapping[str, Any] = {}
 
 
 def to_numpy(value: Any) -> np.ndarray:
@@ -73,7 +75,8 @@ class EnvLoop:
         """The observations the next step acts on (the envs are reset on first use)."""
         return self.obs if self.obs is not None else self.reset()
 
-    def step(self, **policy_kwargs: Any) -> EnvStep:
+    def step(self, policy_kwargs: Mapping[str, Any] = _NO_KWARGS) -> EnvStep:
+        """One act + env step; ``policy_kwargs`` go to ``policy.forward`` (e.g. ``{"eps": 0.1}``)."""
         obs = self.current_obs()
         out = self.policy.forward(obs, **policy_kwargs)
         action = out["action"]

@@ -70,19 +70,20 @@ class StepCollector:
         returns: List[float] = []
         kwargs = ctx.collect_kwargs
         for t in range(steps):
-            step = loop.step(**kwargs)
-            obs_buf[t] = step.obs
-            next_buf[t] = step.next_obs
-            actions.append(step.action)
-            reward_buf[t] = step.reward
-            term_buf[t] = step.terminated
-            trunc_buf[t] = step.truncated
-            if len(step.out) > 1:  # log-probs, values, raw actions of on-policy and continuous policies
-                for key, value in step.out.items():
+            # unpacked rather than read by name: this loop is the collector's whole overhead
+            obs, out, action, next_obs, reward, terminated, truncated, _, finished, _ = loop.step(kwargs)
+            obs_buf[t] = obs
+            next_buf[t] = next_obs
+            actions.append(action)
+            reward_buf[t] = reward
+            term_buf[t] = terminated
+            trunc_buf[t] = truncated
+            if len(out) > 1:  # log-probs, values, raw actions of on-policy and continuous policies
+                for key, value in out.items():
                     if key != "action":
                         extras.setdefault(key, []).append(value)
-            if step.returns:
-                returns.extend(step.returns)
+            if finished:
+                returns.extend(finished)
         chunk = {"obs": torch.from_numpy(obs_buf), "action": torch.from_numpy(np.stack(actions)),
                  "reward": torch.from_numpy(reward_buf), "next_obs": torch.from_numpy(next_buf),
                  "terminated": torch.from_numpy(term_buf), "truncated": torch.from_numpy(trunc_buf)}
@@ -134,7 +135,7 @@ class EpisodeCollector:
         returns: List[float] = []
         env_steps = 0
         while len(episodes) < self.n_episode:
-            step = loop.step(**ctx.collect_kwargs)
+            step = loop.step(ctx.collect_kwargs)
             env_steps += loop.num_envs
             for i in range(loop.num_envs):
                 self._open[i].append({"obs": step.obs[i], "action": step.action[i],

@@ -26,7 +26,7 @@ def _loop(num_envs=2, **env):
 
 def test_env_loop_reports_episode_ends_with_real_final_obs_returns_and_lengths():
     loop, policy = _loop(env_kwargs=dict(terminate_at=3))
-    steps = [loop.step(eps=0.5) for _ in range(6)]
+    steps = [loop.step({"eps": 0.5}) for _ in range(6)]
     assert policy.kwargs[0] == {"eps": 0.5}
     ends = [(i, list(s.done_envs), s.returns, s.lengths) for i, s in enumerate(steps) if len(s.done_envs)]
     assert ends == [(2, [0, 1], [3.0, 3.0], [3, 3]), (5, [0, 1], [3.0, 3.0], [3, 3])]
