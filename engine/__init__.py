@@ -26,8 +26,9 @@ __version__ = "0.1.0"
 
 
 def launch(*args, **kwargs):
-    """``engine.distributed.launch``: run a function on N local processes (imports torch when called)."""
-    from .distributed import launch as _launch
+    """``engine.launcher.launch``: run a function on every process of a data-parallel job, on one node or
+    many (imports torch when called)."""
+    from .launcher import launch as _launch
 
     return _launch(*args, **kwargs)
 

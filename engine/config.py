@@ -42,6 +42,9 @@ def base_config() -> Dict[str, Any]:
             save_freq=0,            # >0: also save every N train iterations
             save_replay_buffer=False,
         ),
+        ddp=dict(
+            backend="auto",         # "auto" | "nccl" | "gloo" (engine.devices: gloo lets processes share GPUs)
+        ),
     )
 
 

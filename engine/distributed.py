@@ -1,10 +1,12 @@
-"""The distributed runtime: process groups from any launcher, a few collectives, and a spawner.
+"""The distributed runtime: process groups from any launcher, and the only module that calls
+``torch.distributed`` (every collective on the backend's device: cuda for nccl, cpu for gloo).
 
-Launchers set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``:
-``torchrun --nproc_per_node=N script.py`` (one or many nodes), ``python -m torch.distributed.launch
---nproc_per_node=N script.py`` (which also appends ``--local-rank``), or ``engine.launch(fn, nprocs=N)``
-(``torch.multiprocessing.spawn``, one machine). ``DDPContext`` turns that environment into a process group:
-``nccl`` when CUDA is available, ``gloo`` otherwise; the device is ``cuda:LOCAL_RANK``; every collective has
+Launchers set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT``: ``torchrun --nproc_per_node=N script.py`` (one or many nodes), ``python -m
+torch.distributed.launch --nproc_per_node=N script.py`` (which also appends ``--local-rank``), or
+``engine.launch(fn, nprocs=N)`` (``engine.launcher``: all GPUs of a node, many nodes). ``DDPContext`` turns
+that environment into a process group; the backend and each rank's device follow ``engine.devices``
+(nccl and ``cuda:LOCAL_RANK`` when every local rank has its own GPU, gloo otherwise). Every collective has
 a finite timeout (``BATON_DDP_TIMEOUT`` seconds, default 600), so a rank that dies or never arrives makes
 the others fail with an error instead of hanging. Without a launcher it does nothing and the world size
 is 1, so the same script runs alone.
@@ -15,18 +17,15 @@ names the collective and the rank that did not arrive.
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import os
-import socket
-import tempfile
-import time
-import traceback
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
+
+from .devices import local_world_size, rank_device, resolve_backend, visible_gpu_count
 
 __all__ = ["DDPContext", "get_rank", "get_world_size", "get_local_rank", "is_main_process", "is_distributed",
-           "allreduce_data", "all_gather_rows", "broadcast_object", "barrier", "launch", "DistributedError", "default_timeout",
-           "launched_world_size"]
+           "allreduce_data", "all_gather_rows", "broadcast_object", "barrier", "DistributedError",
+           "default_timeout", "launched_world_size"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,9 +118,15 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
 
 
 def barrier() -> None:
+    """Wait for every rank (under nccl on this rank's GPU, so nccl does not guess the device)."""
+    import torch
     import torch.distributed as dist
 
-    if is_distributed():
+    if not is_distributed():
+        return
+    if dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
         dist.barrier()
 
 
@@ -141,9 +146,14 @@ class DDPContext:
         init_method: e.g. ``"file:///shared/path/rendezvous"`` for a shared-filesystem rendezvous (then
             ``RANK`` and ``WORLD_SIZE`` still come from the environment or the arguments); default
             ``env://`` (``MASTER_ADDR``/``MASTER_PORT``).
-        backend: ``nccl`` or ``gloo``; default ``nccl`` when CUDA is available, else ``gloo``.
+        backend: ``auto`` (default), ``nccl`` or ``gloo``; see ``engine.devices.resolve_backend``.
+        cuda: whether the run's models live on CUDA; picks nccl under ``auto`` and gives ``device``.
         timeout: seconds for the rendezvous and for every collective (default ``BATON_DDP_TIMEOUT`` or 600).
         rank, world_size: override the environment.
+
+    Attributes:
+        device: this rank's device: ``cuda:LOCAL_RANK`` under nccl, a shared GPU under gloo with ``cuda``,
+            else ``cpu`` (also in one process: ``cuda:0`` with ``cuda``).
 
     Examples:
         >>> with DDPContext() as ddp:      # no launcher: a no-op
@@ -151,11 +161,12 @@ class DDPContext:
         1
     """
 
-    def __init__(self, init_method: Optional[str] = None, backend: Optional[str] = None,
+    def __init__(self, init_method: Optional[str] = None, backend: str = "auto", cuda: bool = False,
                  timeout: Optional[float] = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None) -> None:
         self.init_method = init_method
-        self.backend = backend
+        self.backend = backend or "auto"
+        self.cuda = cuda
         self.timeout = float(timeout if timeout is not None else default_timeout())
         self.rank = int(rank if rank is not None else os.environ.get("RANK", "0"))
         self.world_size = int(world_size if world_size is not None else launched_world_size())
@@ -167,14 +178,17 @@ class DDPContext:
         import torch
         import torch.distributed as dist
 
+        gpus = visible_gpu_count() if self.cuda else 0
         if is_distributed():  # already set up (e.g. by engine.launch): join it
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
             self.backend = dist.get_backend()
-            self.device = _device_for(self.backend, self.local_rank)
+            self.device = rank_device(self.backend, self.cuda, self.local_rank, gpus)
             return self
         if self.world_size <= 1 and self.init_method is None:
+            self.device = rank_device("gloo", self.cuda, 0, gpus)
             return self
-        backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        # decided before any CUDA call: too many ranks for nccl is a clear error, not "invalid device ordinal"
+        backend = resolve_backend(self.backend, self.cuda, local_world_size(), visible_gpu_count())
         if backend == "nccl":
             torch.cuda.set_device(self.local_rank)
         init_method = self.init_method or "env://"
@@ -195,8 +209,9 @@ class DDPContext:
                                    f"that MASTER_PORT is free and the same on all nodes") from err
         self._owns_group = True
         self.backend = backend
-        self.device = _device_for(backend, self.local_rank)
-        logger.info("rank %d/%d joined (%s, device %s)", self.rank, self.world_size, backend, self.device)
+        self.device = rank_device(backend, self.cuda, self.local_rank, visible_gpu_count() if self.cuda else 0)
+        logger.info("rank %d/%d joined (local rank %d, %s, device %s)", self.rank, self.world_size, self.local_rank,
+                    backend, self.device)
         return self
 
     def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
@@ -207,67 +222,7 @@ class DDPContext:
                 if exc_type is None:
                     # nobody tears the group down while another rank still talks to it; on an error the
                     # others may never arrive, so there is no barrier then
-                    dist.barrier()
+                    barrier()
             finally:
                 dist.destroy_process_group()
         self._owns_group = False
-
-
-def _device_for(backend: str, local_rank: int) -> str:
-    return f"cuda:{local_rank}" if backend == "nccl" else "cpu"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _spawned(local_rank: int, fn: Callable[..., Any], args: Sequence[Any], nprocs: int, backend: Optional[str],
-             timeout: Optional[float], error_dir: str) -> None:
-    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nprocs),
-                      LOCAL_WORLD_SIZE=str(nprocs))
-    with DDPContext(backend=backend, timeout=timeout):
-        try:
-            fn(*args)
-        except BaseException:
-            # record when and how this rank failed, before leaving the group breaks the other ranks'
-            # connections, so launch() can name the rank that failed first
-            with open(os.path.join(error_dir, f"rank{local_rank}.json"), "w") as f:
-                json.dump({"rank": local_rank, "time": time.time(), "traceback": traceback.format_exc()}, f)
-            raise
-
-
-def _root_cause(error_dir: str) -> Optional[dict]:
-    reports = []
-    for name in os.listdir(error_dir):
-        with open(os.path.join(error_dir, name)) as f:
-            reports.append(json.load(f))
-    return min(reports, key=lambda r: r["time"]) if reports else None
-
-
-def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, backend: Optional[str] = None,
-           timeout: Optional[float] = None, master_port: Optional[int] = None) -> None:
-    """Run ``fn(*args)`` on ``nprocs`` local processes, each inside a ``DDPContext``.
-
-    Uses ``torch.multiprocessing.spawn`` (so ``fn`` must be importable: a module-level function) and sets
-    the rendezvous itself (``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT``). If any process raises,
-    the others are terminated and a ``DistributedError`` names the rank that failed first (the root cause;
-    the others usually fail after it, on a broken connection) with its traceback.
-    """
-    import torch.multiprocessing as mp
-
-    if nprocs < 1:
-        raise ValueError(f"nprocs must be >= 1, got {nprocs}")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(master_port or _free_port())
-    with tempfile.TemporaryDirectory(prefix="baton-launch-") as error_dir:
-        try:
-            mp.spawn(_spawned, args=(fn, tuple(args), nprocs, backend, timeout, error_dir), nprocs=nprocs,
-                     join=True)
-        except Exception as err:
-            first = _root_cause(error_dir)
-            if first is None:
-                raise
-            raise DistributedError(f"rank {first['rank']} of {nprocs} failed first (root cause); the other "
-                                   f"ranks were stopped. Its traceback:\n{first['traceback']}") from err

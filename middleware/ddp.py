@@ -26,8 +26,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from engine.context import Context
-from engine.distributed import all_gather_rows, broadcast_object, get_local_rank, get_rank, get_world_size, \
-    is_distributed
+from engine.distributed import all_gather_rows, broadcast_object, get_rank, get_world_size, is_distributed
 from engine.protocols import ModelOwner, require
 from engine.sync import SyncPlan
 
@@ -56,9 +55,9 @@ class DDPMiddleware:
         if not is_distributed():
             return
         module = learn_mode.model
-        on_cuda = next(module.parameters()).is_cuda
+        device = next(module.parameters()).device  # cuda:LOCAL_RANK under nccl; a shared GPU under gloo
         learn_mode.model = torch.nn.parallel.DistributedDataParallel(
-            module, device_ids=[get_local_rank()] if on_cuda else None,
+            module, device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=find_unused_parameters)
         # DDP syncs the wrapped module; target networks and optimizer state must match too
         state = broadcast_object(learn_mode.state_dict() if self.rank == 0 else None, src=0)

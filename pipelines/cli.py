@@ -3,7 +3,8 @@
 Usage::
 
     baton train -c CONFIG [-s SEED] [--max-env-step N] [--max-train-iter N] [--exp-name NAME] [--resume]
-                [--no-progress]
+                [--no-progress] [--gpus all|N | --nproc N] [--nnodes N --node-rank n
+                (--master-addr HOST0 --master-port PORT | --rendezvous file:///shared/path)]
 
 ``CONFIG`` is a Python file defining ``main_config`` and ``create_config`` (a dizoo config). Under
 ``torch.distributed.launch`` the appended ``--local-rank`` is accepted and ignored (the runtime reads
@@ -18,7 +19,7 @@ import runpy
 import sys
 from typing import Any, List, Optional, Tuple
 
-from .options import add_train_options, run_from_args
+from .options import add_train_options, check_launch_options, run_from_args
 
 __all__ = ["main", "load_config_file"]
 
@@ -49,7 +50,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    check_launch_options(args, parser.error)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     try:

@@ -1,12 +1,26 @@
-"""The command-line options shared by ``baton train`` and every dizoo config run as a script."""
+"""The command-line options shared by ``baton train`` and every dizoo config run as a script.
+
+Besides the run's own options, these start the data-parallel processes themselves (``engine.launch``), so
+no torchrun line is needed: ``--gpus all`` (one process per visible GPU, nccl), ``--nproc N`` (N processes,
+gloo on CPU), and for several machines ``--nnodes N --node-rank n`` with ``--master-addr/--master-port`` or
+``--rendezvous file:///shared/path``.
+"""
 from __future__ import annotations
 
 import argparse
+import copy
+import logging
+import os
 from typing import Any, List, Optional, Sequence, Tuple
+
+from engine.devices import visible_gpu_count
+from engine.launcher import check_rendezvous, launch
 
 from .serial import serial_pipeline
 
-__all__ = ["add_train_options", "parse_train_args", "run_from_args", "cli_main"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["add_train_options", "parse_train_args", "check_launch_options", "run_from_args", "cli_main"]
 
 
 def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -16,6 +30,16 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument("--exp-name", default=None, help="experiment directory (default: the config's exp_name)")
     parser.add_argument("--resume", action="store_true", help="continue from <exp_name>/ckpt/latest.pth.tar")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    dist = parser.add_argument_group("data-parallel processes started by baton (no torchrun needed)")
+    dist.add_argument("--gpus", default=None, metavar="all|N",
+                      help="one process per GPU on this node: 'all' visible GPUs or the first N (sets policy.cuda)")
+    dist.add_argument("--nproc", type=int, default=None, metavar="N", help="N processes on this node (CPU: gloo)")
+    dist.add_argument("--nnodes", type=int, default=1, metavar="N", help="nodes in the job (default 1)")
+    dist.add_argument("--node-rank", type=int, default=0, metavar="n", help="this node's index, 0 .. nnodes-1")
+    dist.add_argument("--master-addr", default=None, help="node 0's address, the same on every node")
+    dist.add_argument("--master-port", type=int, default=None, help="a free port on node 0, the same everywhere")
+    dist.add_argument("--rendezvous", default=None, metavar="file:///PATH",
+                      help="meet through a new file on a filesystem every node shares, instead of an address")
     # torch.distributed.launch appends --local-rank=N (--local_rank before torch 2.0); LOCAL_RANK in the
     # environment carries the same value, which is what the runtime reads.
     parser.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, default=None,
@@ -25,23 +49,84 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 
 def parse_train_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description="Train the pipeline of this config.")
-    return add_train_options(parser).parse_args(argv)
+    args = add_train_options(parser).parse_args(argv)
+    check_launch_options(args, parser.error)
+    return args
 
 
-def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
-    """Run ``serial_pipeline`` with the parsed options and print its one-line result (an application's
-    output, not library logging)."""
+def check_launch_options(args: argparse.Namespace, error: Any) -> None:
+    """Reject impossible process layouts before anything starts (``error`` prints and exits, argparse's way)."""
+    if args.gpus is not None and args.nproc is not None:
+        error("--gpus and --nproc both set the processes per node: give one of them")
+    if args.gpus is not None:
+        gpus = visible_gpu_count()
+        if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) >= 1):
+            error(f"--gpus {args.gpus!r}: give 'all' or a number of GPUs >= 1")
+        if gpus == 0:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            error(f"--gpus {args.gpus}: no CUDA GPU is visible to this process"
+                  f"{f' (CUDA_VISIBLE_DEVICES={visible!r})' if visible is not None else ''}; use --nproc N to "
+                  f"train with N CPU processes")
+        if args.gpus != "all" and int(args.gpus) > gpus:
+            error(f"--gpus {args.gpus}: this node sees {gpus} GPU{'s' if gpus != 1 else ''}")
+    if args.nproc is not None and args.nproc < 1:
+        error(f"--nproc {args.nproc}: give at least 1 process")
+    if args.nnodes < 1:
+        error(f"--nnodes {args.nnodes}: give at least 1 node")
+    if not 0 <= args.node_rank < args.nnodes:
+        error(f"--node-rank {args.node_rank} is not in 0..{args.nnodes - 1} (--nnodes {args.nnodes})")
+    if args.nnodes > 1 and args.rendezvous is None and (args.master_addr is None or args.master_port is None):
+        error(f"--nnodes {args.nnodes} needs where the nodes meet: --master-addr HOST0 --master-port PORT (the same "
+              f"on every node), or --rendezvous file:///shared/path")
+    if args.rendezvous is not None:
+        try:
+            check_rendezvous(args.rendezvous)
+        except ValueError as err:
+            error(str(err))
+    if _starts_processes(args) and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        error("--gpus/--nproc/--nnodes start their own processes, but this one was started by a launcher "
+              "(WORLD_SIZE is set): leave them out under torchrun")
 
+
+def _starts_processes(args: argparse.Namespace) -> bool:
+    return args.gpus is not None or args.nproc is not None or args.nnodes > 1
+
+
+def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optional[dict]:
+    """Run the standard pipeline with the parsed options: in this process, or on the processes that
+    ``--gpus/--nproc/--nnodes`` ask for. Returns the run summary (None in the process that only launched)."""
+    if not _starts_processes(args):
+        return _train(input_cfg, args)
+    main_config, create_config = input_cfg
+    cuda = bool(main_config.get("policy", {}).get("cuda", False))
+    if args.gpus is not None:
+        nprocs = visible_gpu_count() if args.gpus == "all" else int(args.gpus)
+        main_config = copy.deepcopy(main_config)
+        main_config.setdefault("policy", {})["cuda"] = cuda = True
+    else:
+        nprocs = args.nproc or 1
+    backend = main_config.get("ddp", {}).get("backend", "auto")
+    logger.info("starting %d process(es) on node %d of %d (%s)", nprocs, args.node_rank, args.nnodes,
+                "GPUs" if cuda else "CPU")
+    launch(_train, nprocs, args=((main_config, create_config), args), backend=backend, cuda=cuda,
+           nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
+           rendezvous=args.rendezvous)
+    return None
+
+
+def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
+    """One process's run, and its one-line result (an application's output, not library logging)."""
     summary = serial_pipeline(input_cfg, seed=args.seed, max_env_step=args.max_env_step,
                               max_train_iter=args.max_train_iter, exp_name=args.exp_name, resume=args.resume,
                               progress=False if args.no_progress else None)
     if summary:
-        print(f"baton: {summary['stop_reason']}: eval_return={summary['eval_return']} "
+        where = f"[rank {summary['rank']}/{summary['world_size']}] " if summary.get("world_size", 1) > 1 else ""
+        print(f"baton: {where}{summary['stop_reason']}: eval_return={summary['eval_return']} "
               f"best_eval_return={summary['best_eval_return']} env_step={summary['env_step']} "
               f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f}", flush=True)
     return summary
 
 
-def cli_main(input_cfg: Tuple[Any, Any], argv: Optional[List[str]] = None) -> dict:
+def cli_main(input_cfg: Tuple[Any, Any], argv: Optional[List[str]] = None) -> Optional[dict]:
     """Entry point of a dizoo config file: ``if __name__ == "__main__": cli_main((main_config, create_config))``."""
     return run_from_args(input_cfg, parse_train_args(argv))

@@ -90,9 +90,10 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
             and not is_distributed():
         logger.warning("policy.multi_gpu=True but the process was not started by a launcher: world size is 1, "
                        "running in one process (use torchrun --nproc_per_node=N, see docs/distributed.md)")
+    backend = main_config.get("ddp", {}).get("backend", "auto")
     resources = contextlib.ExitStack()
     try:
-        ddp_ctx = resources.enter_context(DDPContext(backend="nccl" if cuda else "gloo"))
+        ddp_ctx = resources.enter_context(DDPContext(backend=backend, cuda=cuda))
         return _build(main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume,
                       progress, context, ddp_ctx, resources)
     except BaseException:
@@ -144,8 +145,9 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     if world_size > 1 and resume:  # rank 0 read the checkpoint; the ddp middleware shares its learn state
         ctx.load_persistent_state(broadcast_object(ctx.persistent_state(), src=0))
     ddp = DDPMiddleware(policy.learn_mode)
-    summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {"world_size": world_size, "ddp_collective_s":
-                                                                  ddp.collective_time} if world_size > 1 else {})
+    summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {"world_size": world_size, "rank": rank,
+                                                                  "ddp_collective_s": ddp.collective_time}
+                         if world_size > 1 else {})
 
     pipeline = Pipeline(ctx, rank=rank, result=lambda: summary.result, resources=resources)
     pipeline.cfg, pipeline.policy, pipeline.buffer = cfg, policy, buffer

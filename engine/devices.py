@@ -1,0 +1,120 @@
+"""Which backend and which device each rank uses, decided before any CUDA call, with errors that name the fix.
+
+- ``nccl`` needs one GPU per local rank: ``cuda:LOCAL_RANK``. More local ranks than visible GPUs is an
+  error before anything touches CUDA (the raw alternative is "CUDA error: invalid device ordinal").
+- ``gloo`` works everywhere: on CPU, and with CUDA models, where several ranks may share a GPU
+  (rank r uses ``cuda:(LOCAL_RANK % visible GPUs)``). A test and debugging setting: gloo moves gradients
+  through host memory, far slower than nccl.
+- ``auto`` (the default, ``ddp.backend``): nccl when the run wants CUDA and every local rank has its own
+  GPU; gloo otherwise (with a warning when GPUs are shared).
+
+``CUDA_VISIBLE_DEVICES`` is respected: the visible GPUs are numbered from 0 as CUDA numbers them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any, Optional
+
+__all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device",
+           "DeviceError"]
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "nccl", "gloo")
+_DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+|meta)$")
+
+
+class DeviceError(ValueError):
+    """A backend or device that cannot be used here; the message says what to change."""
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process may use (``CUDA_VISIBLE_DEVICES`` respected); 0 without CUDA. Creates no CUDA
+    context."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def local_world_size() -> int:
+    """Processes on this node: ``LOCAL_WORLD_SIZE`` as torchrun and ``engine.launch`` set it (else
+    ``WORLD_SIZE``, a single-node launcher)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+
+
+def _visible_note() -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+
+
+def resolve_backend(backend: str, cuda: bool, local_world: int, gpus: int) -> str:
+    """The process-group backend for a run.
+
+    Args:
+        backend: ``auto``, ``nccl`` or ``gloo`` (``ddp.backend``).
+        cuda: whether the run's models live on CUDA (``policy.cuda``).
+        local_world: processes on this node.
+        gpus: GPUs visible to this process.
+
+    Raises:
+        DeviceError: an unknown backend; nccl without GPUs; nccl with more local ranks than GPUs (naming
+            both fixes: fewer processes per node, or gloo to share GPUs).
+
+    Examples:
+        >>> resolve_backend("auto", cuda=True, local_world=2, gpus=2)
+        'nccl'
+        >>> resolve_backend("auto", cuda=False, local_world=2, gpus=8)
+        'gloo'
+    """
+    if backend not in BACKENDS:
+        raise DeviceError(f"ddp.backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend == "gloo":
+        return "gloo"
+    if backend == "nccl":
+        if gpus == 0:
+            raise DeviceError(f"ddp.backend='nccl' needs CUDA GPUs, but none is visible{_visible_note()}; "
+                              f"use ddp.backend='gloo' (or 'auto') on CPUs")
+        if local_world > gpus:
+            raise DeviceError(f"ddp.backend='nccl' needs one GPU per process, but this node runs {local_world} "
+                              f"processes and sees {gpus} GPU{'s' if gpus != 1 else ''}{_visible_note()}. Start at "
+                              f"most {gpus} process{'es' if gpus != 1 else ''} per node (--nproc_per_node={gpus}, "
+                              f"or --gpus all), or set ddp.backend='gloo' to let processes share GPUs (slower; "
+                              f"for tests and debugging)")
+        return "nccl"
+    if cuda and gpus > 0:
+        if local_world <= gpus:
+            return "nccl"
+        logger.warning("%d processes on this node share %d GPU(s): using the gloo backend (nccl needs one GPU "
+                       "per process)", local_world, gpus)
+    return "gloo"
+
+
+def rank_device(backend: str, cuda: bool, local_rank: int, gpus: int) -> str:
+    """The device of local rank ``local_rank``: ``cuda:LOCAL_RANK`` under nccl, GPUs shared round-robin
+    under gloo when the run wants CUDA, else ``cpu``."""
+    if not cuda or gpus == 0:
+        return "cpu"
+    if backend == "nccl":
+        return f"cuda:{local_rank}"
+    return f"cuda:{local_rank % gpus}"
+
+
+def parse_device(spec: Any, key: str, gpus: Optional[int] = None) -> str:
+    """A device string from a config, checked: ``cpu``, ``cuda``, ``cuda:N`` (N below the visible GPU
+    count) or ``meta``.
+
+    Raises:
+        DeviceError: naming the config key, the value and the valid forms or the visible GPUs.
+    """
+    if not isinstance(spec, str) or not _DEVICE.match(spec.strip()):
+        raise DeviceError(f"{key}={spec!r} is not a device torch knows here; use 'cpu', 'cuda' or 'cuda:N'")
+    spec = spec.strip()
+    if spec.startswith("cuda"):
+        gpus = visible_gpu_count() if gpus is None else gpus
+        index = int(spec.split(":")[1]) if ":" in spec else 0
+        if index >= gpus:
+            raise DeviceError(f"{key}={spec!r}: this process sees {gpus} GPU{'s' if gpus != 1 else ''}"
+                              f"{_visible_note()}" + (f"; use cuda:0 .. cuda:{gpus - 1}" if gpus else "; use 'cpu'"))
+    return spec

@@ -1,0 +1,125 @@
+"""``engine.launch``: run a function on every process of a data-parallel job, one node or many.
+
+One node: ``launch(fn, nprocs=N)`` starts N processes (``torch.multiprocessing.spawn``) and picks a free
+rendezvous port itself. Many nodes: run the same call on every node with ``nnodes``, this node's
+``node_rank`` and where the nodes meet, either ``master_addr``/``master_port`` (node 0's address, the same
+on every node) or ``rendezvous="file:///shared/path"`` (a new file name on a filesystem all nodes share).
+
+Ranks are deterministic: the process with local rank ``l`` on node ``n`` is global rank
+``n * nprocs + l`` of ``nnodes * nprocs``; global rank 0 (node 0, local rank 0) alone evaluates and writes
+the model, checkpoints and logs. (torchrun with ``--rdzv-backend=c10d`` assigns node order by arrival and
+ignores ``--node_rank``; docs/distributed.md gives the torchrun flags that keep it.)
+
+If a process raises, the others on its node are stopped and a ``DistributedError`` names the rank that
+failed first (the root cause: the others usually fail after it, on a broken connection) with its traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+import traceback
+from typing import Any, Callable, Optional, Sequence
+
+from .distributed import DDPContext, DistributedError
+
+__all__ = ["launch", "check_rendezvous"]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_rendezvous(rendezvous: str) -> str:
+    """A ``file://`` rendezvous whose directory exists and is writable, else a ``ValueError`` naming the
+    path and the fix."""
+    if not rendezvous.startswith("file://"):
+        raise ValueError(f"--rendezvous {rendezvous!r}: give a file on a filesystem every node shares, as "
+                         f"file:///shared/path/job-name (or use --master-addr/--master-port)")
+    path = rendezvous[len("file://"):]
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(directory):
+        raise ValueError(f"--rendezvous {rendezvous!r}: the directory {directory} does not exist; create it on "
+                         f"the shared filesystem first")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"--rendezvous {rendezvous!r}: the directory {directory} is not writable by this user")
+    return rendezvous
+
+
+def _spawned(local_rank: int, fn: Callable[..., Any], args: Sequence[Any], nprocs: int, node_rank: int,
+             nnodes: int, rendezvous: Optional[str], backend: str, cuda: bool, timeout: Optional[float],
+             error_dir: str) -> None:
+    rank = node_rank * nprocs + local_rank
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nnodes * nprocs),
+                      LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK=str(node_rank))
+    with DDPContext(init_method=rendezvous, backend=backend, cuda=cuda, timeout=timeout):
+        try:
+            fn(*args)
+        except BaseException:
+            # record when and how this rank failed, before leaving the group breaks the other ranks'
+            # connections, so launch() can name the rank that failed first
+            with open(os.path.join(error_dir, f"rank{rank}.json"), "w") as f:
+                json.dump({"rank": rank, "time": time.time(), "traceback": traceback.format_exc()}, f)
+            raise
+
+
+def _root_cause(error_dir: str) -> Optional[dict]:
+    reports = []
+    for name in os.listdir(error_dir):
+        with open(os.path.join(error_dir, name)) as f:
+            reports.append(json.load(f))
+    return min(reports, key=lambda r: r["time"]) if reports else None
+
+
+def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, backend: str = "auto",
+           cuda: bool = False, timeout: Optional[float] = None, nnodes: int = 1, node_rank: int = 0,
+           master_addr: Optional[str] = None, master_port: Optional[int] = None,
+           rendezvous: Optional[str] = None) -> None:
+    """Run ``fn(*args)`` on ``nprocs`` processes of this node, each inside a ``DDPContext``.
+
+    ``fn`` must be importable (a module-level function): spawn pickles it by name.
+
+    Args:
+        nprocs: processes on this node (one per GPU for nccl).
+        backend, cuda: as ``DDPContext`` (``auto`` picks nccl only for CUDA runs with a GPU per process).
+        timeout: seconds for the rendezvous and every collective.
+        nnodes, node_rank: the job's node count and this node's index (0 .. nnodes-1).
+        master_addr, master_port: where the nodes meet (node 0's address); on one node, default
+            127.0.0.1 and a free port.
+        rendezvous: ``file:///shared/path`` instead of an address.
+
+    Raises:
+        ValueError: an impossible layout (node_rank >= nnodes, no meeting point for several nodes, a
+            rendezvous file in a missing or read-only directory).
+        DistributedError: a process failed; names the rank that failed first, with its traceback.
+    """
+    import torch.multiprocessing as mp
+
+    if nprocs < 1 or nnodes < 1:
+        raise ValueError(f"nprocs and nnodes must be >= 1, got nprocs={nprocs}, nnodes={nnodes}")
+    if not 0 <= node_rank < nnodes:
+        raise ValueError(f"--node-rank {node_rank} is not in 0..{nnodes - 1} (--nnodes {nnodes}): number the "
+                         f"nodes 0 to nnodes-1, node 0 being the one at --master-addr")
+    if rendezvous is not None:
+        check_rendezvous(rendezvous)
+    elif nnodes > 1 and (master_addr is None or master_port is None):
+        raise ValueError(f"--nnodes {nnodes} needs where the nodes meet: --master-addr HOST0 --master-port PORT "
+                         f"(node 0's address, the same on every node), or --rendezvous file:///shared/path")
+    else:
+        os.environ["MASTER_ADDR"] = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
+        os.environ["MASTER_PORT"] = str(master_port or _free_port())
+    world = nnodes * nprocs
+    with tempfile.TemporaryDirectory(prefix="baton-launch-") as error_dir:
+        try:
+            mp.spawn(_spawned, args=(fn, tuple(args), nprocs, node_rank, nnodes, rendezvous, backend, cuda, timeout,
+                                     error_dir), nprocs=nprocs, join=True)
+        except Exception as err:
+            first = _root_cause(error_dir)
+            if first is None:
+                raise
+            raise DistributedError(f"rank {first['rank']} of {world} failed first (root cause); the other "
+                                   f"ranks of this node were stopped. Its traceback:\n{first['traceback']}") from err
