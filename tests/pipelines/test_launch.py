@@ -1,0 +1,91 @@
+"""baton starts the data-parallel processes itself: all processes of a node, and many nodes simulated on
+this machine (each node a `baton train` process with its own working directory)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from pipelines.cli import main
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_node(node_rank, nnodes, nproc, meet, cwd):
+    cmd = [sys.executable, "-m", "pipelines", "train", "-c", CONFIG, "--nproc", str(nproc), "--nnodes", str(nnodes),
+           "--node-rank", str(node_rank), "--max-env-step", "256", "--no-progress", "--exp-name", "run", *meet]
+    env = dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60")
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("meeting", ["address", "file"])
+def test_two_nodes_get_deterministic_global_ranks_and_only_node0_writes(nproc, meeting, tmp_path):
+    meet = (["--master-addr", "127.0.0.1", "--master-port", str(_free_port())] if meeting == "address"
+            else ["--rendezvous", f"file://{tmp_path}/rendezvous"])
+    nodes = [tmp_path / f"node{n}" for n in range(2)]
+    for node in nodes:
+        node.mkdir()
+    procs = [_start_node(n, 2, nproc, meet, nodes[n]) for n in range(2)]
+    outputs = [p.communicate(timeout=200) for p in procs]
+    for n, (proc, (out, err)) in enumerate(zip(procs, outputs)):
+        assert proc.returncode == 0, f"node {n}:\n{err[-3000:]}"
+        ranks = sorted(int(r) for r, _ in re.findall(r"\[rank (\d+)/(\d+)\]", out))
+        assert ranks == [n * nproc + local for local in range(nproc)], out   # global = node_rank * nproc + local
+        assert set(re.findall(r"\[rank \d+/(\d+)\]", out)) == {str(2 * nproc)}
+    summary = json.loads((nodes[0] / "run" / "summary.json").read_text())
+    assert summary["world_size"] == 2 * nproc and summary["rank"] == 0
+    assert os.listdir(nodes[1]) == []  # global rank 0 alone writes the model, checkpoints and logs
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--nnodes", "2", "--node-rank", "2", "--rendezvous", "file:///tmp/x"], r"--node-rank 2 is not in 0\.\.1"),
+    (["--nnodes", "2", "--node-rank", "1"], "needs where the nodes meet: --master-addr"),
+    (["--rendezvous", "file:///no/such/dir/job"], "the directory /no/such/dir does not exist"),
+    (["--rendezvous", "/shared/job"], "file:///shared/path"),
+    (["--gpus", "all", "--nproc", "2"], "give one of them"),
+    (["--nproc", "0"], "at least 1 process"),
+    (["--gpus", "two"], "give 'all' or a number"),
+])
+def test_impossible_layouts_are_refused_before_anything_starts(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "-c", CONFIG, *argv])
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_gpus_all_without_a_gpu_says_to_use_nproc(capsys, monkeypatch):
+    monkeypatch.setattr("pipelines.options.visible_gpu_count", lambda: 0)
+    with pytest.raises(SystemExit):
+        main(["train", "-c", CONFIG, "--gpus", "all"])
+    err = capsys.readouterr().err
+    assert "no CUDA GPU is visible" in err and "use --nproc N" in err
+
+
+def test_launch_options_under_an_external_launcher_are_refused(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit):
+        main(["train", "-c", CONFIG, "--nproc", "2"])
+    assert "leave them out under torchrun" in capsys.readouterr().err
+
+
+def test_rendezvous_directory_must_be_writable(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("engine.launcher.os.access", lambda path, mode: False)  # as for a read-only mount
+    with pytest.raises(SystemExit):
+        main(["train", "-c", CONFIG, "--rendezvous", f"file://{tmp_path}/job"])
+    assert f"the directory {tmp_path} is not writable" in capsys.readouterr().err
