@@ -12,6 +12,7 @@ from .learner import OffPolicyLearner, OnPolicyLearner
 from .logger import OnlineLogger, online_logger
 from .progress import progress_bar
 from .pusher import data_pusher
+from .refresh import actor_refresher
 from .summary import RunSummary
 from .termination import termination_checker
 
@@ -19,5 +20,5 @@ __all__ = [
     "StepCollector", "EpisodeCollector", "eps_greedy_handler", "epsilon_schedule", "data_pusher",
     "OffPolicyLearner", "OnPolicyLearner", "gae_estimator", "random_collect_handler", "InteractionEvaluator",
     "NewEvaluation", "evaluate_episodes", "termination_checker", "online_logger", "OnlineLogger", "CkptSaver",
-    "load_checkpoint", "CheckpointError", "progress_bar", "RunSummary", "DDPMiddleware",
+    "load_checkpoint", "CheckpointError", "progress_bar", "RunSummary", "DDPMiddleware", "actor_refresher",
 ]

@@ -12,6 +12,7 @@ The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [
     pusher           [off] into the replay buffer
     gae              [on] advantages and returns per env stream
     learner          [off] update_per_collect updates of batch_size; [on] epochs of minibatches
+    refresh          the learner's weights copied to collection/evaluation on other devices (policy.device.*)
     checkpoint       (0) best / periodic / final checkpoints
     logger           (0) tensorboardX scalars (log.tensorboard)
     termination      max_env_step / max_train_iter
@@ -33,7 +34,7 @@ from engine.config import compile_config
 from engine.context import OnlineRLContext
 from engine.distributed import DDPContext, broadcast_object, launched_world_size, is_distributed
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
-from middleware import DDPMiddleware, RunSummary, data_pusher, progress_bar, termination_checker
+from middleware import DDPMiddleware, RunSummary, actor_refresher, data_pusher, progress_bar, termination_checker
 from middleware.checkpoint import LATEST, load_checkpoint
 from policies.base import SpaceMismatchError
 
@@ -166,6 +167,8 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     else:
         pipeline.append(data_pusher(buffer), name="pusher")
         pipeline.append(stages.off_policy_learner(cfg, policy, buffer), name="learner")
+    if policy.separate_actors:  # collection or evaluation acts on its own device: keep its copy current
+        pipeline.append(actor_refresher(policy.refresh_actors, cfg.policy.device.refresh_every), name="refresh")
     pipeline.append(saver, name="checkpoint", main_only=True)
     if cfg.log.tensorboard:
         pipeline.append(stages.logger(cfg) if main else None, name="logger", main_only=True)

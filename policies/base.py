@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 import gymnasium as gym
 import torch
 
-__all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError"]
+__all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
+           "DeviceMismatchError", "common_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +33,31 @@ class SpaceMismatchError(ValueError):
     """The model's declared shapes or the algorithm's action type do not fit the env's spaces."""
 
 
+class DeviceMismatchError(RuntimeError):
+    """A tensor on another device than the policy mode declares (``policy.check_device=True``)."""
+
+
+def common_config() -> Dict[str, Any]:
+    """Config keys every policy has, merged into each ``default_config``."""
+    return dict(
+        cuda=False,                 # shorthand: learn, collect and evaluate on this process's GPU
+        multi_gpu=False,            # DI-engine's DDP switch; a launcher decides (docs/distributed.md)
+        device=dict(
+            learn=None,             # e.g. "cuda:0"; None: the process's device (cuda=True: its GPU)
+            collect=None,           # e.g. "cpu" or "cuda:1": acts through its own copy; None: the learner's model
+            eval=None,              # likewise for evaluation
+            refresh_every=1,        # iterations between copies of the learner's weights to the others
+        ),
+        check_device=False,         # check every tensor in and out of each mode (debugging; off: free)
+    )
+
+
 class LearnMode:
     """What a learner middleware may use of a policy (``engine.protocols.LearnPolicy``)."""
 
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
-        self.forward: Callable[[Any], Dict[str, Any]] = policy._forward_learn
+        self.forward: Callable[[Any], Dict[str, Any]] = policy._checked("learn", policy._forward_learn)
         self.state_dict = policy.state_dict
         self.load_state_dict = policy.load_state_dict
         self.cfg = policy.cfg
@@ -63,13 +83,14 @@ class CollectMode:
 
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
-        self.forward: Callable[..., Dict[str, Any]] = policy._forward_collect
-        self.value: Optional[Callable[[Any], Any]] = getattr(policy, "_value", None)
+        self.forward: Callable[..., Dict[str, Any]] = policy._checked("collect", policy._forward_collect)
+        value = getattr(policy, "_value", None)
+        self.value: Optional[Callable[[Any], Any]] = policy._checked("collect", value) if value else None
         self.cfg = policy.cfg
 
     @property
     def device(self) -> torch.device:
-        return self.policy.device
+        return self.policy.mode_devices["collect"]
 
 
 class EvalMode:
@@ -77,22 +98,30 @@ class EvalMode:
 
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
-        self.forward: Callable[..., Dict[str, Any]] = policy._forward_eval
+        self.forward: Callable[..., Dict[str, Any]] = policy._checked("eval", policy._forward_eval)
         self.cfg = policy.cfg
 
     @property
     def device(self) -> torch.device:
-        return self.policy.device
+        return self.policy.mode_devices["eval"]
 
 
 class Policy:
-    """Base class of algorithms. Subclasses implement ``default_config`` and the three ``_forward_*``.
+    """Base class of algorithms. Subclasses implement ``default_config`` and the three ``_forward_*``, and
+    build their model through ``_init_model(factory)``.
+
+    Devices: the learner works on ``self.device``; collection and evaluation act on
+    ``mode_devices["collect"]`` / ``["eval"]`` (``policy.device.*``). A mode given its own device acts
+    through its own copy of the model (``_actor(mode)``; modes on one device share it), built on the host
+    and moved to its device, and ``refresh_actors()`` copies the learner's weights into it through host
+    memory, so nothing meant for one GPU passes through another.
 
     Args:
         cfg: the compiled ``policy`` section of a config.
         observation_space, action_space: the env's single-env spaces; the model shapes are checked
             against them at construction (filled in from them when the config leaves them None).
-        device: overrides ``cfg.cuda`` (the ddp runtime passes ``cuda:LOCAL_RANK``).
+        device: the learner's device, overriding ``policy.device.learn`` and ``cfg.cuda`` (the ddp runtime
+            passes each rank's device).
     """
 
     #: "off_policy" (replay buffer) or "on_policy" (learn on what was just collected)
@@ -104,11 +133,33 @@ class Policy:
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
+        from engine.devices import parse_device
+
         self.cfg = cfg
-        self.device = torch.device(device) if device is not None else _device_from_cfg(cfg)
+        dev_cfg = dict(cfg.get("device") or {})
+        learn = dev_cfg.get("learn")
+        if device is not None:
+            self.device = torch.device(device)
+            if learn is not None and torch.device(parse_device(learn, "policy.device.learn")) != self.device:
+                logger.warning("policy.device.learn=%r is ignored: this process learns on %s (its DDP rank's "
+                               "device)", learn, self.device)
+        elif learn is not None:
+            self.device = torch.device(parse_device(learn, "policy.device.learn"))
+        else:
+            self.device = _device_from_cfg(cfg)
+        # a mode given its own device acts through its own copy of the model (even on the learner's device:
+        # then refresh_every > 1 acts with weights that lag the learner's, by choice)
+        self._own_copy = {mode for mode in ("collect", "eval") if dev_cfg.get(mode) is not None}
+        self.mode_devices: Dict[str, torch.device] = {
+            mode: torch.device(parse_device(dev_cfg[mode], f"policy.device.{mode}"))
+            if mode in self._own_copy else self.device for mode in ("collect", "eval")}
+        self._check_device = bool(cfg.get("check_device", False))
         self.observation_space = observation_space
         self.action_space = action_space
         self._learn_model: torch.nn.Module
+        self._model_factory: Optional[Callable[[], torch.nn.Module]] = None
+        self._actors: Dict[torch.device, torch.nn.Module] = {}  # acting copies, by device
+        self._acting: Dict[str, torch.nn.Module] = {}           # the model each acting mode uses
         self._learn_mode = self._collect_mode = self._eval_mode = None
 
     @property
@@ -129,6 +180,70 @@ class Policy:
             self._eval_mode = EvalMode(self)
         return self._eval_mode
 
+    # ---- models and devices ------------------------------------------------------------------------
+    def _init_model(self, factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        """Build the learner's model with ``factory`` (on the host, then moved); acting copies for other
+        devices are built with it too."""
+        self._model_factory = factory
+        self._model = factory().to(self.device)
+        self._learn_model = self._model
+        return self._model
+
+    @property
+    def separate_actors(self) -> bool:
+        """Whether collection or evaluation acts through its own copy of the model (``policy.device.collect``
+        or ``.eval`` set); the pipeline then refreshes the copies every ``policy.device.refresh_every``
+        iterations."""
+        return bool(self._own_copy)
+
+    def _actor(self, mode: str) -> torch.nn.Module:
+        """The model ``mode`` ("collect" or "eval") acts with: the learner's own, or a copy on its device."""
+        actor = self._acting.get(mode)
+        if actor is None:
+            device = self.mode_devices[mode]
+            if mode not in self._own_copy:
+                actor = self._model
+            elif device in self._actors:
+                actor = self._actors[device]
+            else:
+                actor = self._model_factory().requires_grad_(False)  # built on the host ...
+                actor.load_state_dict(_host_state(self._model))
+                actor = self._actors[device] = actor.to(device)     # ... and moved once to its own device
+            self._acting[mode] = actor
+        return actor
+
+    def refresh_actors(self) -> None:
+        """Copy the learner's weights into the acting copies, through host memory."""
+        if self._actors:
+            state = _host_state(self._model)
+            for actor in self._actors.values():
+                actor.load_state_dict(state)
+
+    def _checked(self, mode: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` itself, or (``policy.check_device=True``) ``fn`` wrapped in a check of every tensor in its
+        arguments, its model and its result against the mode's device."""
+        if not self._check_device:
+            return fn
+        name = getattr(fn, "__name__", mode).lstrip("_")
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            device = self.device if mode == "learn" else self.mode_devices[mode]
+            model = self._model if mode == "learn" else self._actor(mode)
+            allowed = {torch.device("cpu"), device}  # host tensors are moved by the mode itself
+            for i, arg in enumerate(args):
+                _check_tensors(f"{mode}_mode.{name} input {i}", arg, allowed, device)
+            for key, arg in kwargs.items():
+                _check_tensors(f"{mode}_mode.{name} input {key}", arg, allowed, device)
+            for pname, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+                if tensor.device != device:
+                    raise DeviceMismatchError(f"{mode}_mode model tensor {pname!r} is on {tensor.device}, "
+                                              f"expected {device} (policy.device.{mode})")
+            out = fn(*args, **kwargs)
+            _check_tensors(f"{mode}_mode.{name} output", out, allowed, device)
+            return out
+
+        return checked
+
     def state_dict(self) -> Dict[str, Any]:
         raise NotImplementedError
 
@@ -143,6 +258,24 @@ class Policy:
 
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         raise NotImplementedError
+
+
+def _host_state(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+
+
+def _check_tensors(where: str, value: Any, allowed: set, device: torch.device, path: str = "") -> None:
+    """Every tensor inside ``value`` (tensors, dicts, batches, lists) must be on a device in ``allowed``."""
+    if isinstance(value, torch.Tensor):
+        if value.device not in allowed:
+            raise DeviceMismatchError(f"{where}{path or ''}: tensor is on {value.device}, expected {device} (or "
+                                      f"cpu, which the mode moves itself)")
+    elif hasattr(value, "items"):
+        for key, item in value.items():
+            _check_tensors(where, item, allowed, device, f"{path}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_tensors(where, item, allowed, device, f"{path}[{i}]")
 
 
 def _device_from_cfg(cfg: Mapping[str, Any]) -> torch.device:

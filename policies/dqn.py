@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, make_adam, resolve_shape, space_dims
+from .base import Policy, check_finite, common_config, make_adam, resolve_shape, space_dims
 from .models import QNetwork
 
 __all__ = ["DQNPolicy"]
@@ -38,8 +38,7 @@ class DQNPolicy(Policy):
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
         return dict(
-            cuda=False,
-            multi_gpu=False,
+            **common_config(),
             priority=False,             # prioritized replay (sum tree)
             priority_IS_weight=False,   # weight the loss by importance weights
             discount_factor=0.99,
@@ -81,9 +80,8 @@ class DQNPolicy(Policy):
         action_shape = resolve_shape(model_cfg, "action_shape", int(action_space.n), "dqn",
                                      f"action space {action_space}")
         action_dim = int(action_shape if not isinstance(action_shape, list) else action_shape[0])
-        self._model = QNetwork(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"],
-                               model_cfg["dueling"]).to(self.device)
-        self._learn_model = self._model
+        self._init_model(lambda: QNetwork(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"],
+                                          model_cfg["dueling"]))
         self._target_model = copy.deepcopy(self._model).requires_grad_(False)
         learn = cfg["learn"]
         self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"],
@@ -99,9 +97,7 @@ class DQNPolicy(Policy):
         self._td_loss = F.smooth_l1_loss if learn["td_loss"] == "huber" else F.mse_loss
         self._updates = 0
         self._action_dim = action_dim
-        # acting on the CPU goes through numpy (see QNetwork.numpy_greedy_action); its RNG is drawn from torch's,
-        # so torch.manual_seed still makes collection reproducible
-        self._act_numpy = self.device.type == "cpu" and not self._model.is_image
+        # its RNG is drawn from torch's, so torch.manual_seed still makes collection reproducible
         self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
 
     # ---- learn -----------------------------------------------------------------------------------
@@ -153,18 +149,20 @@ class DQNPolicy(Policy):
             self._target_model.load_state_dict(self._model.state_dict())
 
     # ---- act -------------------------------------------------------------------------------------
-    def _greedy(self, obs: Any) -> np.ndarray:
-        if self._act_numpy:
-            return self._model.numpy_greedy_action(np.asarray(obs))
+    def _greedy(self, obs: Any, mode: str) -> np.ndarray:
+        model = self._actor(mode)
+        device = self.mode_devices[mode]
+        if device.type == "cpu" and not model.is_image:  # numpy acting, see QNetwork.numpy_greedy_action
+            return model.numpy_greedy_action(np.asarray(obs))
         with torch.inference_mode():
-            obs_t = torch.as_tensor(np.asarray(obs), device=self.device)
-            return self._model(obs_t if self._model.is_image else obs_t.float()).argmax(dim=1).cpu().numpy()
+            obs_t = torch.as_tensor(np.asarray(obs), device=device)
+            return model(obs_t if model.is_image else obs_t.float()).argmax(dim=1).cpu().numpy()
 
     def _forward_collect(self, obs: Any, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:
         """Epsilon-greedy: each env acts at random with probability ``eps`` (always when ``random``, as
         during ``random_collect_size``). Returns numpy actions."""
         eps = 1.0 if random else eps
-        action = self._greedy(obs)
+        action = self._greedy(obs, "collect")
         if eps > 0:
             # one uniform draw per env decides both: explore when u < eps, and then u / eps is itself
             # uniform on [0, 1), so it picks the random action
@@ -177,7 +175,7 @@ class DQNPolicy(Policy):
         return {"action": action}
 
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        return {"action": self._greedy(obs)}
+        return {"action": self._greedy(obs, "eval")}
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

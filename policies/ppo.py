@@ -24,7 +24,7 @@ from torch.distributions import Categorical, Normal
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, make_adam, resolve_shape, space_dims
+from .base import Policy, check_finite, common_config, make_adam, resolve_shape, space_dims
 from .models import ActorCritic
 
 __all__ = ["PPOPolicy", "A2CPolicy"]
@@ -40,8 +40,7 @@ class PPOPolicy(Policy):
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
         return dict(
-            cuda=False,
-            multi_gpu=False,
+            **common_config(),
             discount_factor=0.99,
             model=dict(
                 obs_shape=None,
@@ -76,10 +75,9 @@ class PPOPolicy(Policy):
         resolve_shape(model_cfg, "obs_shape", observation_space.shape, self.algo, f"observation shape "
                       f"{observation_space.shape}")
         resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
-        self._model = ActorCritic(obs_shape, action_dim, model_cfg["actor_head_hidden_size_list"],
-                                  model_cfg["critic_head_hidden_size_list"], self.continuous,
-                                  model_cfg["init_log_std"]).to(self.device)
-        self._learn_model = self._model
+        self._init_model(lambda: ActorCritic(obs_shape, action_dim, model_cfg["actor_head_hidden_size_list"],
+                                             model_cfg["critic_head_hidden_size_list"], self.continuous,
+                                             model_cfg["init_log_std"]))
         learn = cfg["learn"]
         self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"], eps=1e-5)
         self._clip = float(learn["clip_ratio"])
@@ -152,7 +150,7 @@ class PPOPolicy(Policy):
     @torch.inference_mode()
     def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
         """Sample an action; also return its log-prob and the state value, for GAE and the ratio."""
-        head, value = self._model(self._obs(obs))
+        head, value = self._actor("collect")(self._obs(obs, "collect"))
         dist = self._dist(head)
         action = dist.sample()
         out = {"action": action.cpu().numpy(), "logp": self._log_prob(dist, action).cpu().numpy(),
@@ -164,7 +162,7 @@ class PPOPolicy(Policy):
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        head, _ = self._model(self._obs(obs))
+        head, _ = self._actor("eval")(self._obs(obs, "eval"))
         if self.continuous:
             return {"action": np.clip(head[0].cpu().numpy(), self._low, self._high)}
         return {"action": head.argmax(dim=-1).cpu().numpy()}
@@ -172,11 +170,12 @@ class PPOPolicy(Policy):
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs) for a batch of observations (GAE bootstraps from it)."""
-        return self._model.value(self._obs(obs)).cpu()
+        return self._actor("collect").value(self._obs(obs, "collect")).cpu()
 
-    def _obs(self, obs: Any) -> torch.Tensor:
-        """Observations as a tensor on the device: float for vectors, uint8 frames left to the CNN."""
-        obs_t = torch.as_tensor(np.asarray(obs) if not isinstance(obs, torch.Tensor) else obs, device=self.device)
+    def _obs(self, obs: Any, mode: str = "learn") -> torch.Tensor:
+        """Observations as a tensor on ``mode``'s device: float for vectors, uint8 frames left to the CNN."""
+        device = self.device if mode == "learn" else self.mode_devices[mode]
+        obs_t = torch.as_tensor(np.asarray(obs) if not isinstance(obs, torch.Tensor) else obs, device=device)
         return obs_t if self._image else obs_t.float()
 
     # ---- state -----------------------------------------------------------------------------------

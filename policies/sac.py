@@ -30,7 +30,7 @@ from torch.func import functional_call
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, resolve_shape, space_dims
+from .base import Policy, check_finite, common_config, resolve_shape, space_dims
 from .models import SquashedGaussianActor, TwinQ
 
 __all__ = ["SACPolicy", "SACModel", "sac_target"]
@@ -83,8 +83,7 @@ class SACPolicy(Policy):
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
         return dict(
-            cuda=False,
-            multi_gpu=False,
+            **common_config(),
             priority=False,
             priority_IS_weight=False,
             discount_factor=0.99,
@@ -122,10 +121,9 @@ class SACPolicy(Policy):
         resolve_shape(model_cfg, "action_shape", action_dim, "sac", f"action space {action_space}")
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ValueError(f"policy 'sac' needs a bounded action space, got {action_space}")
-        self._model = SACModel(obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"],
-                               model_cfg["critic_head_hidden_size_list"], float(learn["alpha"]),
-                               bool(learn["auto_alpha"])).to(self.device)
-        self._learn_model = self._model
+        self._init_model(lambda: SACModel(obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"],
+                                          model_cfg["critic_head_hidden_size_list"], float(learn["alpha"]),
+                                          bool(learn["auto_alpha"])))
         self._target_critic = copy.deepcopy(self._model.critic).requires_grad_(False)
         groups = [{"params": self._model.critic.parameters(), "lr": learn["learning_rate_q"]},
                   {"params": self._model.actor.parameters(), "lr": learn["learning_rate_policy"]}]
@@ -188,12 +186,14 @@ class SACPolicy(Policy):
         if random:
             squashed = torch.as_tensor(self._rng.uniform(-1.0, 1.0, (n, self._action_dim)), dtype=torch.float32)
             return {"action": self._to_env(squashed)}
-        action, _ = self._model.sample(torch.as_tensor(np.asarray(obs), device=self.device).float())
+        device = self.mode_devices["collect"]
+        action, _ = self._actor("collect").sample(torch.as_tensor(np.asarray(obs), device=device).float())
         return {"action": self._to_env(action)}
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        mean, _ = self._model.actor(torch.as_tensor(np.asarray(obs), device=self.device).float())
+        device = self.mode_devices["eval"]
+        mean, _ = self._actor("eval").actor(torch.as_tensor(np.asarray(obs), device=device).float())
         return {"action": self._to_env(torch.tanh(mean))}
 
     # ---- state -----------------------------------------------------------------------------------
