@@ -5,6 +5,7 @@ Usage::
     baton train -c CONFIG [-s SEED] [--max-env-step N] [--max-train-iter N] [--exp-name NAME] [--resume]
                 [--no-progress] [--gpus all|N | --nproc N] [--nnodes N --node-rank n
                 (--master-addr HOST0 --master-port PORT | --rendezvous file:///shared/path)]
+    baton check-ddp -c CONFIG [--nproc 2] [--tolerance 1e-5]
 
 ``CONFIG`` is a Python file defining ``main_config`` and ``create_config`` (a dizoo config). Under
 ``torch.distributed.launch`` the appended ``--local-rank`` is accepted and ignored (the runtime reads
@@ -46,13 +47,20 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train the pipeline of a config file")
     train.add_argument("-c", "--config", required=True, help="path of a config file (main_config, create_config)")
     add_train_options(train)
+    check = sub.add_parser("check-ddp", help="one learner update data-parallel against the same update in one "
+                                             "process: can this model be trusted under DDP?")
+    check.add_argument("-c", "--config", required=True, help="path of a config file (main_config, create_config)")
+    check.add_argument("--nproc", type=int, default=2, help="processes to compare (default 2, gloo on CPU)")
+    check.add_argument("-s", "--seed", type=int, default=0)
+    check.add_argument("--tolerance", type=float, default=1e-5, help="largest parameter difference accepted")
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    check_launch_options(args, parser.error)
+    if args.command == "train":
+        check_launch_options(args, parser.error)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     try:
@@ -60,6 +68,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"baton: {err}", file=sys.stderr)
         return 2
+    if args.command == "check-ddp":
+        from .check_ddp import check_ddp
+
+        if args.nproc < 2:
+            parser.error(f"--nproc {args.nproc}: the check compares at least 2 processes")
+        report = check_ddp(input_cfg, nproc=args.nproc, seed=args.seed, tolerance=args.tolerance)
+        print(report, flush=True)
+        return 0 if report["ok"] else 1
     run_from_args(input_cfg, args)
     return 0
 

@@ -1,0 +1,52 @@
+"""baton check-ddp: the data-parallel update against the one-process update, and what it reports."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pipelines.check_ddp import compare_ranks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DQN_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_ddp_config.py")
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+def test_check_ddp_passes_for_dqn(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60")
+    proc = subprocess.run([sys.executable, "-m", "pipelines", "check-ddp", "-c", DQN_DDP, "--nproc", "2"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "OK: the data-parallel update equals the one-process update" in proc.stdout
+    assert os.listdir(tmp_path) == []  # it writes nothing where it runs
+
+
+def _record(w, unused=(), bn=0.0):
+    return {"after": {"w": w, "bn.running_mean": torch.tensor([bn])}, "buffers": {"bn.running_mean": torch.tensor([bn])},
+            "unused": list(unused), "batch": {"obs": torch.zeros(4, 1)}}
+
+
+def test_report_names_unsynchronised_unused_and_buffers():
+    reference = {"w": torch.tensor([1.0, 2.0]), "bn.running_mean": torch.tensor([0.0])}
+    good = compare_ranks([_record(torch.tensor([1.0, 2.0])), _record(torch.tensor([1.0, 2.0]))], reference)
+    assert good["ok"] and good["max_difference"] == 0.0 and "OK:" in str(good)
+    bad = compare_ranks([_record(torch.tensor([1.0, 2.0])), _record(torch.tensor([1.0, 2.5]), unused=["head.bias"],
+                                                                     bn=0.3)], reference)
+    assert not bad["ok"]
+    assert bad["differ_across_ranks"] == ["w"] and bad["unused"] == ["head.bias"]
+    assert bad["buffers_differ"] == ["bn.running_mean"]
+    text = str(bad)
+    assert "not synchronised): w" in text and "head.bias" in text and "NOT EQUAL" in text
+    off = compare_ranks([_record(torch.tensor([1.0, 2.1]))] * 2, reference)
+    assert not off["ok"] and off["worst_parameter"] == "w" and abs(off["max_difference"] - 0.1) < 1e-6
+
+
+def test_check_ddp_needs_two_processes(capsys):
+    from pipelines.cli import main
+    with pytest.raises(SystemExit):
+        main(["check-ddp", "-c", DQN_DDP, "--nproc", "1"])
+    assert "compares at least 2 processes" in capsys.readouterr().err
