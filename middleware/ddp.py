@@ -52,7 +52,8 @@ class DDPMiddleware:
         self._wrapped = False
         self._plans: Dict[type, SyncPlan] = {}
         self._started = False
-        if not is_distributed():
+        self._distributed = is_distributed()  # a group of one process synchronises too (one GPU under nccl)
+        if not self._distributed:
             return
         module = learn_mode.model
         device = next(module.parameters()).device  # cuda:LOCAL_RANK under nccl; a shared GPU under gloo
@@ -83,7 +84,7 @@ class DDPMiddleware:
         return plan
 
     def __call__(self, ctx: Context):
-        if self.world_size == 1:
+        if not self._distributed:
             yield
             return
         plan = self._plan(ctx)

@@ -139,19 +139,19 @@ class Policy:
         dev_cfg = dict(cfg.get("device") or {})
         learn = dev_cfg.get("learn")
         if device is not None:
-            self.device = torch.device(device)
+            self.device = _indexed(torch.device(device))
             if learn is not None and torch.device(parse_device(learn, "policy.device.learn")) != self.device:
                 logger.warning("policy.device.learn=%r is ignored: this process learns on %s (its DDP rank's "
                                "device)", learn, self.device)
         elif learn is not None:
-            self.device = torch.device(parse_device(learn, "policy.device.learn"))
+            self.device = _indexed(torch.device(parse_device(learn, "policy.device.learn")))
         else:
-            self.device = _device_from_cfg(cfg)
+            self.device = _indexed(_device_from_cfg(cfg))
         # a mode given its own device acts through its own copy of the model (even on the learner's device:
         # then refresh_every > 1 acts with weights that lag the learner's, by choice)
         self._own_copy = {mode for mode in ("collect", "eval") if dev_cfg.get(mode) is not None}
         self.mode_devices: Dict[str, torch.device] = {
-            mode: torch.device(parse_device(dev_cfg[mode], f"policy.device.{mode}"))
+            mode: _indexed(torch.device(parse_device(dev_cfg[mode], f"policy.device.{mode}")))
             if mode in self._own_copy else self.device for mode in ("collect", "eval")}
         self._check_device = bool(cfg.get("check_device", False))
         self.observation_space = observation_space
@@ -258,6 +258,13 @@ class Policy:
 
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         raise NotImplementedError
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """``cuda`` as ``cuda:N`` (the current GPU): tensors report an index, and the device check compares."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _host_state(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
