@@ -139,6 +139,34 @@ def _collective_device() -> Any:
     return torch.device("cpu")
 
 
+_WORLD_SIZES_KEY = "baton/world_sizes"
+
+
+def _rendezvous_store(init_method: str, rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
+    """The store the ranks meet through, made here where baton's launcher (or a user's environment) owns
+    the rendezvous; None under torchrun, whose agent owns it (``TORCHELASTIC_RUN_ID``)."""
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        return None
+    if init_method == "env://":
+        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                             is_master=rank == 0, timeout=timeout, wait_for_workers=False)
+    if init_method.startswith("file://"):
+        return dist.FileStore(init_method[len("file://"):], world_size)
+    return None
+
+
+def _world_sizes_seen(store: Any) -> set:
+    """The world sizes the processes that reached ``store`` were started for (empty when unknown)."""
+    if store is None:
+        return set()
+    try:
+        return {int(w) for w in store.get(_WORLD_SIZES_KEY).decode().split(",") if w}
+    except Exception:  # the store itself is unreachable: nothing to add to the error
+        return set()
+
+
 class DDPContext:
     """Initialise the process group from the launcher's environment; destroy it on exit, also on error.
 
@@ -197,12 +225,27 @@ class DDPContext:
             if missing:
                 raise DistributedError(f"rank {self.rank} of {self.world_size}: {', '.join(missing)} not set; "
                                        f"launch with torchrun or engine.launch, or pass init_method='file://...'")
+        timeout = datetime.timedelta(seconds=self.timeout)
+        store = None
         try:
-            dist.init_process_group(backend=backend, init_method=init_method, rank=self.rank,
-                                    world_size=self.world_size, timeout=datetime.timedelta(seconds=self.timeout))
+            store = _rendezvous_store(init_method, self.rank, self.world_size, timeout)
+            if store is not None:
+                # each process says which world it was started for, so a failed join can name a mismatch
+                store.append(_WORLD_SIZES_KEY, f"{self.world_size},")
+                dist.init_process_group(backend=backend, store=store, rank=self.rank, world_size=self.world_size,
+                                        timeout=timeout)
+            else:
+                dist.init_process_group(backend=backend, init_method=init_method, rank=self.rank,
+                                        world_size=self.world_size, timeout=timeout)
         except Exception as err:
             where = (f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
                      if init_method == "env://" else init_method)
+            sizes = _world_sizes_seen(store)
+            if len(sizes) > 1:
+                raise DistributedError(
+                    f"rank {self.rank} could not join the process group at {where}: the processes were started "
+                    f"for different world sizes ({', '.join(str(w) for w in sorted(sizes))}). Start every node with "
+                    f"the same --nproc (and --nnodes); this one was started for {self.world_size}") from err
             raise DistributedError(f"rank {self.rank} of {self.world_size} could not join the process group at "
                                    f"{where} within {self.timeout:.0f} s ({type(err).__name__}: {err}). Check that "
                                    f"every rank was started, that the master is reachable from this node, and "
