@@ -40,6 +40,7 @@ def base_config() -> Dict[str, Any]:
         ),
         ckpt=dict(
             save_freq=0,            # >0: also save every N train iterations
+            latest_every_s=120.0,   # write latest.pth.tar at least this often (s), so a killed run resumes; 0: off
             save_replay_buffer=False,
         ),
         ddp=dict(

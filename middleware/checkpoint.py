@@ -1,21 +1,29 @@
-"""Checkpoints: periodic, best evaluation, and final; every file written atomically.
+"""Checkpoints you can always resume from: periodic, best evaluation, latest, and final; every file
+written atomically, never a non-finite model, and nothing in them can run code when loaded.
 
 Files under ``<save_dir>``:
 
 - ``iteration_<train_iter>.pth.tar`` every ``train_freq`` train iterations (when set);
 - ``best.pth.tar`` whenever an evaluation beats the best so far;
-- ``latest.pth.tar``: the newest of all of them, and the one written at finish. ``--resume`` reads it.
+- ``latest.pth.tar``: written every ``latest_every_s`` seconds (so a killed run can be resumed), with each
+  periodic checkpoint, and at finish. ``--resume`` reads it, or the newest checkpoint that loads.
 
 A checkpoint holds the policy's learn state (model, target model, optimizer, counters), the context's
-persistent fields (env_step, train_iter, ...), and the replay buffer when asked. A run that ends in an
-error (a NaN loss included) writes no final checkpoint: the last good one stays as it was.
+persistent fields (env_step, train_iter, ...), what wrote it (``meta``: policy type, env), and the replay
+buffer when asked: tensors and plain Python data only, read back with ``torch.load(weights_only=True)``,
+which executes nothing. Before any write the weights are checked: a model with NaN or infinite values is
+never written (``NonFiniteWeightsError`` names the update and the last good checkpoint). A run that ends in
+an error writes no final checkpoint: the last good one stays as it was. Temporary files of writes cut short
+by a kill are removed when a saver starts.
 """
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import shutil
-from typing import Any, Dict, Optional
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -25,17 +33,23 @@ from engine.protocols import ReplayBuffer, Saveable, require
 
 from .evaluator import NewEvaluation
 
-__all__ = ["CkptSaver", "load_checkpoint", "CheckpointError", "LATEST", "BEST"]
+__all__ = ["CkptSaver", "load_checkpoint", "load_newest_checkpoint", "CheckpointError", "NonFiniteWeightsError",
+           "LATEST", "BEST"]
 
 logger = logging.getLogger(__name__)
 
 LATEST = "latest.pth.tar"
 BEST = "best.pth.tar"
 FORMAT_VERSION = 1
+_TMP_PREFIX = ".tmp-"  # engine.fileio.atomic_write's temporary files
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint that is missing, unreadable, or not one of ours; the message names the path."""
+    """A checkpoint that is missing, unreadable, unsafe, or not one of ours; the message names the path."""
+
+
+class NonFiniteWeightsError(FloatingPointError):
+    """The weights hold NaN or infinite values; nothing was saved."""
 
 
 def save_checkpoint(path: str, state: Dict[str, Any]) -> str:
@@ -43,20 +57,69 @@ def save_checkpoint(path: str, state: Dict[str, Any]) -> str:
 
 
 def load_checkpoint(path: str) -> Dict[str, Any]:
-    """Read a checkpoint written by ``CkptSaver``.
+    """Read a checkpoint written by ``CkptSaver``, executing nothing in it (``weights_only=True``).
 
     Raises:
-        CheckpointError: naming ``path`` when it is missing, corrupt, or lacks the expected fields.
+        CheckpointError: naming ``path`` when it is missing, corrupt, holds anything but tensors and plain
+            data (such a file is refused, never run), or lacks the expected fields.
     """
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: {err}") from err
+        raise CheckpointError(f"checkpoint {path} is corrupt, or holds objects other than tensors and plain data "
+                              f"(refused, not executed): {str(err).splitlines()[0] if str(err) else err!r}") from err
     if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION or "policy" not in state:
         raise CheckpointError(f"{path} is not a baton checkpoint (format {FORMAT_VERSION})")
     return state
+
+
+def non_finite_tensors(state: Any, path: str = "") -> List[str]:
+    """Key paths of the floating-point tensors in ``state`` that hold NaN or infinite values."""
+    if isinstance(state, torch.Tensor):
+        return [path or "tensor"] if state.is_floating_point() and not bool(torch.isfinite(state).all()) else []
+    if isinstance(state, Mapping):
+        return [p for k, v in state.items() for p in non_finite_tensors(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(state, (list, tuple)):
+        return [p for i, v in enumerate(state) for p in non_finite_tensors(v, f"{path}[{i}]")]
+    return []
+
+
+def _candidates(ckpt_dir: str) -> List[str]:
+    """Checkpoints in ``ckpt_dir``: ``latest`` first, then the others, newest first."""
+    others = [p for p in glob.glob(os.path.join(ckpt_dir, "*.pth.tar"))
+              if os.path.basename(p) != LATEST and not os.path.basename(p).startswith(_TMP_PREFIX)]
+    others.sort(key=os.path.getmtime, reverse=True)
+    latest = os.path.join(ckpt_dir, LATEST)
+    return ([latest] if os.path.isfile(latest) else []) + others
+
+
+def load_newest_checkpoint(ckpt_dir: str) -> Tuple[str, Dict[str, Any]]:
+    """The newest checkpoint of ``ckpt_dir`` that loads and holds finite weights: ``latest`` if it does,
+    else the newest other one, with a warning saying which and why.
+
+    Raises:
+        CheckpointError: naming the directory and what was wrong with each file, when none loads.
+    """
+    problems = []
+    for path in _candidates(ckpt_dir):
+        try:
+            state = load_checkpoint(path)
+        except CheckpointError as err:
+            problems.append(str(err))
+            continue
+        bad = non_finite_tensors(state["policy"])
+        if bad:
+            problems.append(f"{path} holds non-finite weights ({', '.join(bad[:3])})")
+            continue
+        if problems:
+            logger.warning("resuming from %s, the newest loadable checkpoint; skipped: %s", path, "; ".join(problems))
+        return path, state
+    if not problems:
+        raise CheckpointError(f"no checkpoint to resume from in {ckpt_dir}: start without --resume, or point "
+                              f"--exp-name at the run to continue")
+    raise CheckpointError(f"no loadable checkpoint in {ckpt_dir}: " + "; ".join(problems))
 
 
 class CkptSaver:
@@ -65,31 +128,56 @@ class CkptSaver:
     Args:
         policy: usually ``policy.learn_mode`` (anything with ``state_dict()``).
         save_dir: directory of the checkpoint files.
-        train_freq: also save every this many train iterations (None or 0: never periodically).
+        train_freq: also save ``iteration_<n>`` every this many train iterations (None or 0: never).
         buffer: a replay buffer to include in every checkpoint (for exact resumes; can be large).
+        latest_every_s: write ``latest`` at least this often, in seconds of wall time (0: only with the
+            periodic checkpoints and at finish).
+        meta: plain data stored with every checkpoint (what wrote it: policy type, env), checked at resume.
+        clock: the time source (tests pass their own).
     """
 
     def __init__(self, policy: Saveable, save_dir: str, train_freq: Optional[int] = None,
-                 buffer: Optional[ReplayBuffer] = None) -> None:
+                 buffer: Optional[ReplayBuffer] = None, latest_every_s: float = 0.0,
+                 meta: Optional[Mapping[str, Any]] = None, clock: Callable[[], float] = time.monotonic) -> None:
         self._policy = require(policy, Saveable, "the checkpoint saver's policy")
         self._dir = save_dir
         self._train_freq = int(train_freq or 0)
         self._buffer = buffer
+        self._latest_every = float(latest_every_s)
+        self._meta = dict(meta or {})
+        self._clock = clock
+        self._last_latest = clock()
         self._last_save_iter = 0
+        self._last_good: Optional[str] = None
         self._best = float("-inf")
         self._new_evaluation = NewEvaluation()
+        self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> None:
+        for path in glob.glob(os.path.join(self._dir, _TMP_PREFIX + "*")):
+            logger.info("removing %s, left by an interrupted write", path)
+            os.unlink(path)
 
     def _state(self, ctx: OnlineRLContext) -> Dict[str, Any]:
         state = {"format": FORMAT_VERSION, "policy": self._policy.state_dict(), "ctx": ctx.persistent_state(),
-                 "best_eval_value": self._best}
+                 "best_eval_value": self._best, "meta": self._meta}
+        bad = non_finite_tensors(state["policy"])
+        if bad:
+            raise NonFiniteWeightsError(
+                f"the weights hold NaN or infinite values after update {ctx.train_iter} ({', '.join(bad[:5])}"
+                f"{', ...' if len(bad) > 5 else ''}): nothing was saved. The last good checkpoint is "
+                f"{self._last_good or 'none of this run'}. Lower policy.learn.learning_rate or clip gradients")
         if self._buffer is not None:
             state["replay_buffer"] = self._buffer.state_dict()
         return state
 
     def _save(self, ctx: OnlineRLContext, name: str, also_latest: bool = True) -> None:
         path = save_checkpoint(os.path.join(self._dir, name), self._state(ctx))
+        self._last_good = path
+        if name == LATEST or also_latest:
+            self._last_latest = self._clock()
         if also_latest and name != LATEST:
-            tmp = os.path.join(self._dir, ".tmp-" + LATEST)
+            tmp = os.path.join(self._dir, _TMP_PREFIX + LATEST)
             shutil.copyfile(path, tmp)
             os.replace(tmp, os.path.join(self._dir, LATEST))
 
@@ -101,6 +189,8 @@ class CkptSaver:
         if self._train_freq and ctx.train_iter - self._last_save_iter >= self._train_freq:
             self._last_save_iter = ctx.train_iter
             self._save(ctx, f"iteration_{ctx.train_iter}.pth.tar")
+        elif self._latest_every and self._clock() - self._last_latest >= self._latest_every:
+            self._save(ctx, LATEST)
 
     def on_finish(self, ctx: OnlineRLContext) -> None:
         if ctx.stop_reason == StopReason.ERROR:

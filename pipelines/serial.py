@@ -35,7 +35,7 @@ from engine.context import OnlineRLContext
 from engine.distributed import DDPContext, broadcast_object, launched_world_size, is_distributed
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from middleware import DDPMiddleware, RunSummary, actor_refresher, data_pusher, progress_bar, termination_checker
-from middleware.checkpoint import LATEST, load_checkpoint
+from middleware.checkpoint import CheckpointError, load_newest_checkpoint
 from policies.base import SpaceMismatchError
 
 from . import stages
@@ -142,7 +142,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     ctx = context()
     saver = stages.checkpoint_saver(cfg, policy, buffer) if main else None
     if resume and main:
-        _resume(os.path.join(cfg.exp_name, "ckpt"), policy, ctx, buffer, saver)
+        _resume(cfg, policy, ctx, buffer, saver)
     if world_size > 1 and resume:  # rank 0 read the checkpoint; the ddp middleware shares its learn state
         ctx.load_persistent_state(broadcast_object(ctx.persistent_state(), src=0))
     ddp = DDPMiddleware(policy.learn_mode)
@@ -184,12 +184,25 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _resume(ckpt_dir: str, policy: Any, ctx: OnlineRLContext, buffer: Any, saver: Any) -> None:
-    state = load_checkpoint(os.path.join(ckpt_dir, LATEST))
-    policy.learn_mode.load_state_dict(state["policy"])
+def _resume(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer: Any, saver: Any) -> None:
+    """Continue from the newest loadable checkpoint of ``<exp_name>/ckpt`` (``latest`` when it loads)."""
+    ckpt_dir = os.path.join(cfg["exp_name"], "ckpt")
+    path, state = load_newest_checkpoint(ckpt_dir)
+    wrote, wants = state.get("meta") or {}, stages.checkpoint_meta(cfg)
+    if wrote.get("policy_type", wants["policy_type"]) != wants["policy_type"] or \
+            wrote.get("env_type", wants["env_type"]) != wants["env_type"]:
+        raise CheckpointError(f"{path} was written by policy {wrote.get('policy_type')!r} on env "
+                              f"{wrote.get('env_id') or wrote.get('env_type')!r}; this config trains "
+                              f"{wants['policy_type']!r} on {wants['env_id'] or wants['env_type']!r}. Resume with "
+                              f"the config that wrote it, or start a new run under another --exp-name")
+    try:
+        policy.learn_mode.load_state_dict(state["policy"])
+    except (KeyError, RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{path} does not fit this config's model ({str(err).splitlines()[0]}): resume with "
+                              f"the config that wrote it, or start a new run under another --exp-name") from err
     ctx.load_persistent_state(state["ctx"])
     ctx.finish, ctx.stop_reason, ctx.stop_detail = False, None, None  # a resumed run goes on
     if buffer is not None and "replay_buffer" in state:
         buffer.load_state_dict(state["replay_buffer"])
     saver.restore_best(state.get("best_eval_value", float("-inf")))
-    logger.info("resumed from %s at env_step=%d train_iter=%d", ckpt_dir, ctx.env_step, ctx.train_iter)
+    logger.info("resumed from %s at env_step=%d train_iter=%d", path, ctx.env_step, ctx.train_iter)

@@ -7,7 +7,7 @@ Each function takes the compiled config (``engine.compile_config``) and the obje
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 
@@ -77,7 +77,13 @@ def gae(cfg: Mapping[str, Any], policy: Policy) -> Any:
 
 def checkpoint_saver(cfg: Mapping[str, Any], policy: Policy, buffer: Optional[ReplayBuffer]) -> CkptSaver:
     return CkptSaver(policy.learn_mode, os.path.join(cfg["exp_name"], "ckpt"), cfg["ckpt"]["save_freq"],
-                     buffer if cfg["ckpt"]["save_replay_buffer"] else None)
+                     buffer if cfg["ckpt"]["save_replay_buffer"] else None,
+                     latest_every_s=cfg["ckpt"]["latest_every_s"], meta=checkpoint_meta(cfg))
+
+
+def checkpoint_meta(cfg: Mapping[str, Any]) -> Dict[str, Any]:
+    """What wrote a checkpoint, checked when a run resumes from it."""
+    return {"policy_type": cfg["policy"]["type"], "env_type": cfg["env"]["type"], "env_id": cfg["env"].get("env_id")}
 
 
 def logger(cfg: Mapping[str, Any]) -> Any:

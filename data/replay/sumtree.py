@@ -3,6 +3,7 @@ over transitions): the O(log N) structure behind prioritized replay."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 __all__ = ["SumTree"]
 
@@ -67,8 +68,9 @@ class SumTree:
         return np.minimum(nodes - self._leaves, self.capacity - 1)
 
     def state_dict(self) -> dict:
-        return {"sum": self._sum.copy(), "min": self._min.copy()}
+        """Tensors, not numpy arrays: checkpoints load with ``torch.load(weights_only=True)``."""
+        return {"sum": torch.from_numpy(self._sum.copy()), "min": torch.from_numpy(self._min.copy())}
 
     def load_state_dict(self, state: dict) -> None:
-        self._sum[:] = state["sum"]
-        self._min[:] = state["min"]
+        self._sum[:] = np.asarray(state["sum"])
+        self._min[:] = np.asarray(state["min"])
