@@ -19,7 +19,7 @@ from easydict import EasyDict
 from .fileio import atomic_write_json
 from .registry import ENV_REGISTRY, POLICY_REGISTRY
 
-__all__ = ["ConfigError", "compile_config", "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
+__all__ = ["ConfigError", "compile_config", "check_values", "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
 
 CONFIG_FILE = "config.json"
 
@@ -104,6 +104,7 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     if not merged["exp_name"]:
         raise ConfigError("exp_name must be a non-empty path")
     cfg = EasyDict(merged)
+    check_values(cfg)
     if hasattr(policy_cls, "check_config"):
         policy_cls.check_config(cfg)
     if save:
@@ -137,6 +138,65 @@ def deep_merge(defaults: Mapping[str, Any], user: Mapping[str, Any], path: str =
 def save_config(cfg: Mapping[str, Any]) -> str:
     """Write ``cfg`` to ``<exp_name>/config.json`` atomically and return the path."""
     return atomic_write_json(os.path.join(cfg["exp_name"], CONFIG_FILE), _plain(cfg))
+
+
+# Values that would make a run train nothing, or crash deep inside: refused at compile time, by key path.
+_AT_LEAST_ONE = ("env.collector_env_num", "env.evaluator_env_num", "env.n_evaluator_episode", "policy.nstep",
+                 "policy.collect.n_sample", "policy.learn.batch_size", "policy.learn.update_per_collect",
+                 "policy.learn.epoch_per_collect", "policy.learn.target_update_freq",
+                 "policy.eval.evaluator.eval_freq", "policy.other.replay_buffer.replay_buffer_size",
+                 "policy.device.refresh_every")
+_POSITIVE = ("policy.learn.learning_rate", "policy.learn.learning_rate_q", "policy.learn.learning_rate_policy",
+             "policy.learn.learning_rate_alpha")
+_NOT_NEGATIVE = ("ckpt.save_freq", "ckpt.latest_every_s", "log.print_freq", "policy.random_collect_size")
+_UNIT_INTERVAL = ("policy.discount_factor", "policy.collect.gae_lambda")
+
+
+def _lookup(cfg: Mapping[str, Any], path: str) -> Any:
+    node: Any = cfg
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def check_values(cfg: Mapping[str, Any]) -> None:
+    """Refuse values that would train nothing or fail deep inside a run, naming the key and the fix.
+
+    Raises:
+        ConfigError: e.g. ``policy.learn.learning_rate=0``, ``policy.learn.update_per_collect=0``, a replay
+            buffer smaller than the batch, ``env.collector_env_num=0``.
+    """
+    for path in _AT_LEAST_ONE:
+        value = _lookup(cfg, path)
+        if value is not None and value < 1:
+            raise ConfigError(f"config key {path!r} is {value!r}: it must be at least 1 (with {value!r} the run "
+                              f"would {'train nothing' if 'learn' in path or 'replay' in path else 'not run'})")
+    for path in _POSITIVE:
+        value = _lookup(cfg, path)
+        if value is not None and not value > 0:
+            raise ConfigError(f"config key {path!r} is {value!r}: a learning rate must be > 0 (with {value!r} the "
+                              f"run would train nothing)")
+    for path in _NOT_NEGATIVE:
+        value = _lookup(cfg, path)
+        if value is not None and value < 0:
+            raise ConfigError(f"config key {path!r} is {value!r}: it must be >= 0 (0 turns it off)")
+    for path in _UNIT_INTERVAL:
+        value = _lookup(cfg, path)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise ConfigError(f"config key {path!r} is {value!r}: it must lie in [0, 1]")
+    backend = _lookup(cfg, "ddp.backend")
+    if backend is not None and backend not in ("auto", "nccl", "gloo"):
+        raise ConfigError(f"config key 'ddp.backend' is {backend!r}: use 'auto', 'nccl' (one GPU per process) or "
+                          f"'gloo' (CPU, or processes sharing GPUs)")
+    size = _lookup(cfg, "policy.other.replay_buffer.replay_buffer_size")
+    batch = _lookup(cfg, "policy.learn.batch_size")
+    if size is not None and batch is not None and _lookup(cfg, "policy.learn.update_per_collect") is not None \
+            and size < batch:
+        raise ConfigError(f"policy.other.replay_buffer.replay_buffer_size={size} is smaller than "
+                          f"policy.learn.batch_size={batch}: the learner would never start. Make the buffer larger "
+                          f"or the batch smaller")
 
 
 # ---- helpers ---------------------------------------------------------------------------------------

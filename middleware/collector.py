@@ -24,7 +24,21 @@ from data.nstep import NStepBuilder
 from engine.context import OnlineRLContext
 from engine.protocols import CollectPolicy, VectorEnv, require
 
-__all__ = ["StepCollector", "EpisodeCollector"]
+__all__ = ["StepCollector", "EpisodeCollector", "NonFiniteDataError"]
+
+
+class NonFiniteDataError(ValueError):
+    """An env returned NaN or infinite observations or rewards."""
+
+
+def _check_finite(obs: np.ndarray, next_obs: np.ndarray, reward: np.ndarray) -> None:
+    """Name bad data where it enters, not as a NaN loss many updates later (one vectorized pass per call)."""
+    for name, values in (("reward", reward), ("observation", obs), ("next observation", next_obs)):
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            step, env = (int(i) for i in np.argwhere(~np.isfinite(values))[0][:2])
+            raise NonFiniteDataError(f"env {env} returned a non-finite {name} ({float(values[step, env])}) at step {step} of "
+                                     f"this collection: the env must return finite numbers (check its wrapper or "
+                                     f"its reward computation)")
 
 
 class StepCollector:
@@ -84,6 +98,7 @@ class StepCollector:
                         extras.setdefault(key, []).append(value)
             if finished:
                 returns.extend(finished)
+        _check_finite(obs_buf, next_buf, reward_buf)
         chunk = {"obs": torch.from_numpy(obs_buf), "action": torch.from_numpy(np.stack(actions)),
                  "reward": torch.from_numpy(reward_buf), "next_obs": torch.from_numpy(next_buf),
                  "terminated": torch.from_numpy(term_buf), "truncated": torch.from_numpy(trunc_buf)}

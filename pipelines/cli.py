@@ -34,7 +34,14 @@ def load_config_file(path: str) -> Tuple[Any, Any]:
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"config file not found: {path}")
-    namespace = runpy.run_path(path, run_name="__baton_config__")
+    if not path.endswith(".py"):
+        raise ValueError(f"config file {path}: a config is a Python file defining main_config and create_config "
+                         f"(see dizoo/**/config/*_config.py); {os.path.splitext(path)[1] or 'this'} files are not read")
+    try:
+        namespace = runpy.run_path(path, run_name="__baton_config__")
+    except SyntaxError as err:
+        raise ValueError(f"config file {path}, line {err.lineno}: {err.msg} (a config is Python: main_config and "
+                         f"create_config as dicts)") from err
     missing = [name for name in ("main_config", "create_config") if name not in namespace]
     if missing:
         raise ValueError(f"config file {path} does not define {' and '.join(missing)}")

@@ -1,0 +1,234 @@
+"""A catalogue of bad input through every user-facing path: config values, config files and the command
+line, the launcher's environment, and the Python API. Each must fail with an error that names what is
+wrong (key, value, file, env or rank) and, where there is one, the fix; never a crash deep inside a run."""
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+
+from engine import ConfigError, compile_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CARTPOLE_DQN = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
+
+
+def _cfg(config="cartpole_dqn", **sections):
+    """A dizoo config with ``sections`` deep-set (``{"policy.learn.batch_size": 0}``), compiled unsaved."""
+    from pipelines.cli import load_config_file
+    family = {"cartpole": "classic_control/cartpole", "pendulum": "classic_control/pendulum"}[config.split("_")[0]]
+    main, create = load_config_file(os.path.join(ROOT, "dizoo", *family.split("/"), "config", f"{config}_config.py"))
+    main = copy.deepcopy(main)
+    for path, value in sections.items():
+        node = main
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return compile_config(main, create, save=False)
+
+
+def _value(path, value, config="cartpole_dqn"):
+    return lambda tmp: _cfg(config, **{path: value})
+
+
+CONFIG_VALUES = [
+    ("misspelt key", _value("policy.learn.learning_rte", 0.1), ConfigError, r"did you mean 'policy.learn.learning_rate'"),
+    ("wrong type", _value("policy.learn.batch_size", "64"), ConfigError, r"'policy.learn.batch_size' expects int.*got str"),
+    ("NaN value", _value("policy.learn.learning_rate", float("nan")), ConfigError, r"'policy.learn.learning_rate' is NaN"),
+    ("learning rate 0", _value("policy.learn.learning_rate", 0.0), ConfigError, r"learning_rate' is 0.0.*train nothing"),
+    ("negative SAC rate", _value("policy.learn.learning_rate_q", -1e-3, "pendulum_sac"), ConfigError, r"learning_rate_q"),
+    ("batch 0", _value("policy.learn.batch_size", 0), ConfigError, r"'policy.learn.batch_size' is 0: it must be at least 1"),
+    ("no updates", _value("policy.learn.update_per_collect", 0), ConfigError, r"update_per_collect' is 0.*train nothing"),
+    ("target period 0", _value("policy.learn.target_update_freq", 0), ConfigError, r"target_update_freq' is 0"),
+    ("no epochs", _value("policy.learn.epoch_per_collect", 0, "cartpole_ppo"), ConfigError, r"epoch_per_collect' is 0"),
+    ("no collector envs", _value("env.collector_env_num", 0), ConfigError, r"'env.collector_env_num' is 0"),
+    ("no evaluator envs", _value("env.evaluator_env_num", 0), ConfigError, r"'env.evaluator_env_num' is 0"),
+    ("no eval episodes", _value("env.n_evaluator_episode", 0), ConfigError, r"n_evaluator_episode' is 0"),
+    ("no samples", _value("policy.collect.n_sample", 0), ConfigError, r"'policy.collect.n_sample' is 0"),
+    ("nstep 0", _value("policy.nstep", 0), ConfigError, r"'policy.nstep' is 0"),
+    ("eval_freq 0", _value("policy.eval.evaluator.eval_freq", 0), ConfigError, r"eval_freq' is 0"),
+    ("buffer below batch", _value("policy.other.replay_buffer.replay_buffer_size", 32), ConfigError,
+     r"replay_buffer_size=32 is smaller than policy.learn.batch_size=64.*never start"),
+    ("discount above 1", _value("policy.discount_factor", 1.5), ConfigError, r"discount_factor' is 1.5.*\[0, 1\]"),
+    ("lambda above 1", _value("policy.collect.gae_lambda", 2.0, "cartpole_ppo"), ConfigError, r"gae_lambda"),
+    ("negative save_freq", _value("ckpt.save_freq", -1), ConfigError, r"'ckpt.save_freq' is -1: it must be >= 0"),
+    ("unknown backend", _value("ddp.backend", "mpi"), ConfigError, r"'ddp.backend' is 'mpi'.*'gloo'"),
+    ("empty exp_name", _value("exp_name", ""), ConfigError, r"exp_name must be a non-empty path"),
+    ("unknown policy type", lambda tmp: compile_config({}, dict(env=dict(type="cartpole"), policy=dict(type="dqm")),
+                                                       save=False), KeyError, r"unknown policy type 'dqm'.*dqn"),
+    ("unknown env type", lambda tmp: compile_config({}, dict(env=dict(type="cartpol"), policy=dict(type="dqn")),
+                                                    save=False), KeyError, r"unknown env type 'cartpol'.*cartpole"),
+    ("missing policy type", lambda tmp: compile_config({}, dict(env=dict(type="cartpole")), save=False), ConfigError,
+     r"create_config.policy.type is missing"),
+    ("unknown create section", lambda tmp: compile_config({}, dict(env=dict(type="cartpole"), policy=dict(type="dqn"),
+                                                                   learner=dict()), save=False),
+     ConfigError, r"unknown config key 'create_config.learner'"),
+]
+
+
+def _train(tmp, **sections):
+    from pipelines import serial_pipeline
+    from pipelines.cli import load_config_file
+    main, create = load_config_file(CARTPOLE_DQN)
+    main = copy.deepcopy(main)
+    main.exp_name, main.log = str(tmp / "exp"), dict(progress=False)
+    for path, value in sections.items():
+        node = main
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return serial_pipeline((main, create), max_env_step=64)
+
+
+def _nan_env(tmp):
+    import gymnasium as gym
+    from data.envs import GymEnvType
+    from engine.registry import ENV_REGISTRY
+
+    class NaNReward(gym.Wrapper):
+        def step(self, action):
+            obs, _, term, trunc, info = self.env.step(action)
+            return obs, float("nan"), term, trunc, info
+
+    if "BatonNaN-v0" not in gym.registry:
+        gym.register("BatonNaN-v0", entry_point=lambda: NaNReward(gym.make("CartPole-v1")))
+        ENV_REGISTRY.register("nan_cartpole", GymEnvType("BatonNaN-v0", stop_value=1e9))
+    from pipelines import serial_pipeline
+    return serial_pipeline((dict(exp_name=str(tmp / "exp"), log=dict(progress=False)),
+                            dict(env=dict(type="nan_cartpole"), policy=dict(type="dqn"))), max_env_step=64)
+
+
+RUNS = [
+    ("unknown gym id", lambda tmp: _train(tmp, **{"env.env_id": "CartPol-v1"}), ValueError,
+     r"env.env_id='CartPol-v1' is not a registered gymnasium env id. Did you mean 'CartPole-v1'"),
+    ("model shape vs env", lambda tmp: _train(tmp, **{"policy.model.obs_shape": 5}), ValueError,
+     r"env 'CartPole-v1'.*obs_shape=5.*expected \(4,\)"),
+    ("discrete algo on continuous env", lambda tmp: _cfg_and_policy(tmp, "pendulum_sac", "dqn"), ValueError,
+     r"'dqn' needs a discrete action space.*use a continuous-action policy"),
+    ("device string", lambda tmp: _train(tmp, **{"policy.device.collect": "gpu1"}), ValueError,
+     r"policy.device.collect='gpu1' is not a device torch knows here; use 'cpu', 'cuda' or 'cuda:N'"),
+    ("NaN rewards from the env", _nan_env, ValueError, r"env \d returned a non-finite reward \(nan\)"),
+    ("resume without checkpoint", lambda tmp: _resume_nothing(tmp), RuntimeError,
+     r"no checkpoint to resume from in .*exp/ckpt"),
+]
+
+
+def _cfg_and_policy(tmp, config, policy_type):
+    from pipelines import serial_pipeline
+    from pipelines.cli import load_config_file
+    main, _ = load_config_file(os.path.join(ROOT, "dizoo", "classic_control", "pendulum", "config",
+                                            f"{config}_config.py"))
+    main = copy.deepcopy(main)
+    main.log = dict(progress=False)
+    return serial_pipeline(({k: v for k, v in main.items() if k != "policy"} | {"exp_name": str(tmp / "exp")},
+                            dict(env=dict(type="pendulum"), policy=dict(type=policy_type))), max_env_step=8)
+
+
+def _resume_nothing(tmp):
+    from pipelines import serial_pipeline
+    from pipelines.cli import load_config_file
+    main, create = load_config_file(CARTPOLE_DQN)
+    return serial_pipeline((dict(copy.deepcopy(main), exp_name=str(tmp / "exp")), create), resume=True)
+
+
+@pytest.mark.parametrize("name,make,error,message", CONFIG_VALUES + RUNS, ids=[c[0] for c in CONFIG_VALUES + RUNS])
+def test_bad_config_or_run_is_named(name, make, error, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(error, match=message):
+        make(tmp_path)
+
+
+def _write(tmp, name, text):
+    path = tmp / name
+    path.write_text(text)
+    return str(path)
+
+
+CLI = [
+    ("config not found", lambda tmp: ["train", "-c", str(tmp / "nope.py")], r"config file not found: .*nope.py"),
+    ("YAML config", lambda tmp: ["train", "-c", _write(tmp, "c.yaml", "env: {}\n")],
+     r"a config is a Python file defining main_config and create_config.*\.yaml files are not read"),
+    ("config syntax error", lambda tmp: ["train", "-c", _write(tmp, "c.py", "main_config = dict(\n")],
+     r"c.py, line \d+: .*a config is Python"),
+    ("config without create_config", lambda tmp: ["train", "-c", _write(tmp, "c.py", "main_config = {}\n")],
+     r"does not define create_config"),
+    ("node rank too high", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--nnodes", "2", "--node-rank", "3",
+                                        "--rendezvous", f"file://{tmp}/r"], r"--node-rank 3 is not in 0\.\.1"),
+    ("nodes with nowhere to meet", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--nnodes", "2"],
+     r"needs where the nodes meet"),
+    ("rendezvous dir missing", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--rendezvous", f"file://{tmp}/no/dir/r"],
+     r"the directory .*no/dir does not exist"),
+    ("gpus and nproc", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--gpus", "1", "--nproc", "2"], r"give one of them"),
+    ("nproc 0", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--nproc", "0"], r"--nproc 0: give at least 1 process"),
+    ("check-ddp alone", lambda tmp: ["check-ddp", "-c", CARTPOLE_DQN, "--nproc", "1"], r"at least 2 processes"),
+    ("unknown subcommand", lambda tmp: ["trian", "-c", CARTPOLE_DQN], r"invalid choice: 'trian'"),
+]
+
+
+@pytest.mark.parametrize("name,argv,message", CLI, ids=[c[0] for c in CLI])
+def test_bad_command_line_is_named(name, argv, message, tmp_path, capsys):
+    from pipelines.cli import main
+    try:
+        code = main(argv(tmp_path))
+    except SystemExit as exit_info:
+        code = exit_info.code
+    assert code == 2
+    assert __import__("re").search(message, capsys.readouterr().err)
+
+
+def test_launcher_environment_without_master_names_what_is_missing(monkeypatch):
+    from engine.distributed import DDPContext, DistributedError
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    with pytest.raises(DistributedError, match="rank 1 of 2: MASTER_ADDR, MASTER_PORT not set"):
+        with DDPContext():
+            pass
+
+
+def test_launch_options_under_torchrun_are_refused(monkeypatch, capsys):
+    from pipelines.cli import main
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit):
+        main(["train", "-c", CARTPOLE_DQN, "--nproc", "2"])
+    assert "leave them out under torchrun" in capsys.readouterr().err
+
+
+def test_python_api_misuse_is_named():
+    from dataclasses import dataclass
+
+    from data.replay import ReplayBuffer
+    from engine import OnlineRLContext, Task, persistent
+    from middleware import OffPolicyLearner, StepCollector
+    from pipelines import Pipeline, StageError
+
+    pipeline = Pipeline(OnlineRLContext())
+    pipeline.append(lambda ctx: None, name="collector")
+    with pytest.raises(StageError, match="no stage named 'colector'.*Did you mean 'collector'"):
+        pipeline.insert_after("colector", lambda ctx: None)
+    with pytest.raises(TypeError, match="stage 'x': a middleware must be callable"):
+        pipeline.append(42, name="x")
+    with pytest.raises(ValueError, match="unknown sync rule 'total'"):
+        @dataclass
+        class Bad(OnlineRLContext):
+            n: int = persistent(0, sync="total")
+    with pytest.raises(TypeError, match="collector's policy must be a CollectPolicy.*lacks: forward"):
+        StepCollector(object(), None, n_sample=8)
+    with pytest.raises(TypeError, match="learner's replay buffer must be a ReplayBuffer"):
+        OffPolicyLearner(type("P", (), {"forward": 0, "model": 0, "state_dict": 0, "load_state_dict": 0})(), [],
+                         batch_size=4, update_per_collect=1)
+    with pytest.raises(TypeError, match="sampler must be a data.replay.Sampler"):
+        ReplayBuffer(8, sampler="uniform")
+    with pytest.raises(ValueError, match="max_step must be a non-negative int"):
+        task = Task()
+        with task.start(ctx=OnlineRLContext()):
+            task.run(max_step=-1)
+
+
+def test_catalogue_size():
+    # the tables above, plus the two launcher-environment tests and the seven Python API misuses
+    assert len(CONFIG_VALUES) + len(RUNS) + len(CLI) + 2 + 7 >= 40
