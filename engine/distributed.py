@@ -11,8 +11,8 @@ a finite timeout (``BATON_DDP_TIMEOUT`` seconds, default 600), so a rank that di
 the others fail with an error instead of hanging. Without a launcher it does nothing and the world size
 is 1, so the same script runs alone.
 
-Debugging a hang: set ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` and a short ``BATON_DDP_TIMEOUT``; the error then
-names the collective and the rank that did not arrive.
+Debugging a hang: set a short ``BATON_DDP_TIMEOUT``. (Not ``TORCH_DISTRIBUTED_DEBUG=DETAIL``: with torch 2.13
+and gloo it crashes DDP's constructor; see docs/distributed.md.)
 """
 from __future__ import annotations
 
