@@ -17,23 +17,185 @@ and gloo it crashes DDP's constructor; see docs/distributed.md.)
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
-from typing import Any, List, Optional, Sequence
+import threading
+import time
+import zlib
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .devices import local_world_size, rank_device, resolve_backend, visible_gpu_count
 
 __all__ = ["DDPContext", "get_rank", "get_world_size", "get_local_rank", "is_main_process", "is_distributed",
            "allreduce_data", "all_gather_rows", "broadcast_object", "barrier", "DistributedError",
-           "default_timeout", "launched_world_size"]
+           "CollectiveMismatchError", "default_timeout", "launched_world_size", "mark_progress", "explain_failure",
+           "guard_enabled", "is_communication_error"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_TIMEOUT_S = 90.0  # a hang ends the job within two minutes; BATON_DDP_TIMEOUT to change it
+HEARTBEAT_S = 1.0
 
 
 class DistributedError(RuntimeError):
     """Rendezvous or collective failure, with the rank, world size and what to check."""
+
+
+class CollectiveMismatchError(DistributedError):
+    """The ranks called different collectives (or with different shapes) at the same point."""
+
+
+def guard_enabled() -> bool:
+    """The collective guard and progress records are on unless ``BATON_DDP_GUARD=0``."""
+    return os.environ.get("BATON_DDP_GUARD", "1") != "0"
+
+
+class _Progress:
+    """Where this rank is, to tell which rank fell behind when a collective fails.
+
+    Every rank advances ``position`` in lockstep with the others: at each of our collectives, each
+    iteration start and each learner update (the ddp middleware marks the last two). Marking is two
+    attribute writes; a daemon thread publishes the position, its label and the time to the rendezvous store
+    every second, so a peer can read it even when this rank is stuck, and can tell from a stale time that
+    its process is gone.
+    """
+
+    def __init__(self) -> None:
+        self.position = 0
+        self.label = "joining"
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def mark(self, label: str) -> int:
+        self.position += 1
+        self.label = label
+        return self.position
+
+    def start(self, rank: int) -> None:
+        if self._thread is not None or not guard_enabled():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat, args=(rank,), name="baton-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _beat(self, rank: int) -> None:
+        store = _default_store()
+        while store is not None and not self._stop.is_set():
+            try:
+                store.set(f"baton/progress/{rank}", json.dumps({"position": self.position, "label": self.label,
+                                                                 "time": time.time()}))
+            except Exception:  # the store is gone (rank 0 ended): nothing left to report to
+                return
+            self._stop.wait(HEARTBEAT_S)
+
+
+_PROGRESS = _Progress()
+
+
+def mark_progress(label: str) -> None:
+    """Advance this rank's position (every rank must make the same marks in the same order)."""
+    if guard_enabled():
+        _PROGRESS.mark(label)
+
+
+def _default_store() -> Any:
+    import torch.distributed as dist
+
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # no group, or a torch without it: no progress records
+        return None
+
+
+def _read_progress(world: int) -> Dict[int, dict]:
+    store = _default_store()
+    records: Dict[int, dict] = {}
+    if store is None:
+        return records
+    try:
+        store.set_timeout(datetime.timedelta(seconds=5))
+        for r in range(world):
+            if store.check([f"baton/progress/{r}"]):
+                records[r] = json.loads(store.get(f"baton/progress/{r}"))
+    except Exception:  # rank 0, which serves the store, is gone
+        pass
+    return records
+
+
+def explain_failure(where: str, err: BaseException) -> DistributedError:
+    """A ``DistributedError`` for a collective (ours, or DDP's inside backward) that failed with ``err``,
+    naming the rank at fault from the ranks' progress records: a rank whose heartbeat stopped (its process
+    is gone) or that is behind the others (stuck, or skipped a collective)."""
+    rank, world = get_rank(), get_world_size()
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    time.sleep(3 * HEARTBEAT_S + 0.5)  # let a dead rank's record go stale before judging
+    records, now = _read_progress(world), time.time()
+    if not records:
+        return DistributedError(f"rank {rank} of {world}: {where} failed ({reason}). The other ranks' progress "
+                                f"could not be read: rank 0, which holds the rendezvous store, may be the one gone")
+    gone = [r for r in range(world) if r not in records or now - records[r]["time"] > 3 * HEARTBEAT_S + 2]
+    alive = {r: rec for r, rec in records.items() if r not in gone}
+    lowest = min((rec["position"] for rec in alive.values()), default=0)
+    behind = [r for r, rec in alive.items() if rec["position"] == lowest] \
+        if len({rec["position"] for rec in alive.values()}) > 1 else []
+    where_each = "; ".join(f"rank {r} at '{rec['label']}' (step {rec['position']}, heard {now - rec['time']:.0f} s "
+                           f"ago)" for r, rec in sorted(records.items()))
+    if gone:
+        blame = f"rank {', '.join(map(str, gone))} stopped responding (its process ended or was killed)"
+    elif behind:
+        blame = (f"rank {', '.join(map(str, behind))} fell behind (stuck, or it skipped a collective the others "
+                 f"made)")
+    else:
+        blame = "every rank reached the same point; one of them failed inside it"
+    return DistributedError(f"rank {rank} of {world}: {where} failed ({reason}). At fault: {blame}. Where each "
+                            f"rank was: {where_each}")
+
+
+def is_communication_error(err: BaseException) -> bool:
+    """Whether ``err`` came from the process group (a timeout, a peer gone), not from the user's code."""
+    import torch.distributed as dist
+
+    if isinstance(err, getattr(dist, "DistBackendError", ())) or isinstance(err, DistributedError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(
+        marker in text for marker in ("gloo", "Gloo", "NCCL", "Timed out", "Connection closed", "Connection reset"))
+
+
+def _collective(name: str, desc: str, call: Callable[[], Any]) -> Any:
+    """Run one of our collectives: mark progress, agree on its signature with every rank (the guard), call
+    it, and turn a failure into an error naming the rank at fault."""
+    import torch
+    import torch.distributed as dist
+
+    if not guard_enabled():
+        return call()
+    position = _PROGRESS.mark(name)
+    try:
+        signature = [position, zlib.crc32(f"{name}({desc})".encode())]
+        mine = torch.tensor(signature, dtype=torch.int64, device=_collective_device())
+        theirs = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+        dist.all_gather(theirs, mine)
+        if any(t.tolist() != signature for t in theirs):
+            described: List[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(described, f"step {position}: {name}({desc})")
+            sides = "; ".join(f"rank {r} called {d}" for r, d in enumerate(described))
+            raise CollectiveMismatchError(
+                f"rank {dist.get_rank()}: the ranks disagree on the collective to make ({sides}). Every rank must "
+                f"make the same collectives with the same shapes in the same order; a collective made on some "
+                f"ranks only belongs in a context field's sync declaration")
+        return call()
+    except DistributedError:
+        raise
+    except Exception as err:
+        raise explain_failure(f"collective '{name}' (step {position})", err) from err
 
 
 def default_timeout() -> float:
@@ -84,7 +246,8 @@ def allreduce_data(value: Any, op: str = "sum") -> Any:
     is_tensor = isinstance(value, torch.Tensor)
     tensor = value.clone() if is_tensor else torch.tensor(value, dtype=torch.float64)
     tensor = tensor.to(_collective_device())
-    dist.all_reduce(tensor, op=ops[op])
+    _collective("allreduce_data", f"{op}, {tuple(tensor.shape)}, {tensor.dtype}",
+                lambda: dist.all_reduce(tensor, op=ops[op]))
     if op == "mean":
         tensor = tensor / get_world_size()
     if is_tensor:
@@ -102,7 +265,7 @@ def all_gather_rows(row: Sequence[float]) -> List[List[float]]:
         return [list(row)]
     tensor = torch.tensor(list(row), dtype=torch.float64, device=_collective_device())
     rows = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(rows, tensor)
+    _collective("all_gather_rows", f"{len(tensor)} float64", lambda: dist.all_gather(rows, tensor))
     return torch.stack(rows).cpu().tolist()
 
 
@@ -113,7 +276,8 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     if not is_distributed():
         return obj
     holder = [obj]
-    dist.broadcast_object_list(holder, src=src, device=_collective_device())
+    _collective("broadcast_object", f"from rank {src}",
+                lambda: dist.broadcast_object_list(holder, src=src, device=_collective_device()))
     return holder[0]
 
 
@@ -125,9 +289,9 @@ def barrier() -> None:
     if not is_distributed():
         return
     if dist.get_backend() == "nccl":
-        dist.barrier(device_ids=[torch.cuda.current_device()])
+        _collective("barrier", "", lambda: dist.barrier(device_ids=[torch.cuda.current_device()]))
     else:
-        dist.barrier()
+        _collective("barrier", "", dist.barrier)
 
 
 def _collective_device() -> Any:
@@ -251,6 +415,7 @@ class DDPContext:
                                    f"every rank was started, that the master is reachable from this node, and "
                                    f"that MASTER_PORT is free and the same on all nodes") from err
         self._owns_group = True
+        _PROGRESS.start(self.rank)
         self.backend = backend
         self.device = rank_device(backend, self.cuda, self.local_rank, visible_gpu_count() if self.cuda else 0)
         logger.info("rank %d/%d joined (local rank %d, %s, device %s)", self.rank, self.world_size, self.local_rank,
@@ -267,5 +432,6 @@ class DDPContext:
                     # others may never arrive, so there is no barrier then
                     barrier()
             finally:
+                _PROGRESS.stop()
                 dist.destroy_process_group()
         self._owns_group = False

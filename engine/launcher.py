@@ -119,6 +119,13 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
                                      error_dir), nprocs=nprocs, join=True)
         except Exception as err:
             first = _root_cause(error_dir)
+            signal_name = getattr(err, "signal_name", None)
+            if signal_name:  # killed: it could write no report, and it is what the others then failed on
+                rank = node_rank * nprocs + err.error_index
+                others = (f" Rank {first['rank']} reported, after it:\n{first['traceback']}" if first is not None
+                          else "")
+                raise DistributedError(f"rank {rank} of {world} was killed ({signal_name}) (root cause); the other "
+                                       f"ranks of this node were stopped.{others}") from err
             if first is None:
                 raise
             raise DistributedError(f"rank {first['rank']} of {world} failed first (root cause); the other "

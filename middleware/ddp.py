@@ -26,7 +26,8 @@ from typing import Any, Dict, Optional
 import torch
 
 from engine.context import Context
-from engine.distributed import all_gather_rows, broadcast_object, get_rank, get_world_size, is_distributed
+from engine.distributed import (DistributedError, all_gather_rows, broadcast_object, explain_failure, get_rank,
+                                get_world_size, is_communication_error, is_distributed, mark_progress)
 from engine.protocols import ModelOwner, require
 from engine.sync import SyncPlan
 
@@ -52,6 +53,8 @@ class DDPMiddleware:
         self._wrapped = False
         self._plans: Dict[type, SyncPlan] = {}
         self._started = False
+        self._updates = 0
+        self._forward: Any = None
         self._distributed = is_distributed()  # a group of one process synchronises too (one GPU under nccl)
         if not self._distributed:
             return
@@ -64,6 +67,23 @@ class DDPMiddleware:
         state = broadcast_object(learn_mode.state_dict() if self.rank == 0 else None, src=0)
         learn_mode.load_state_dict(state)
         self._wrapped = True
+        self._forward = getattr(learn_mode, "forward", None)
+        if callable(self._forward):
+            learn_mode.forward = self._marked_forward
+
+    def _marked_forward(self, batch: Any) -> Any:
+        """The learner's update, with its place marked (every rank makes the same updates) and a failure of
+        DDP's gradient allreduce inside it named like one of ours: which rank is at fault, and where."""
+        self._updates += 1
+        mark_progress(f"learner update {self._updates}")
+        try:
+            return self._forward(batch)
+        except DistributedError:
+            raise
+        except Exception as err:
+            if is_communication_error(err):
+                raise explain_failure(f"DDP's gradient allreduce in learner update {self._updates}", err) from err
+            raise
 
     def on_finish(self, ctx: Context) -> None:
         """Unwrap the learn model and free the DDP wrapper now, on the main thread, while the process
@@ -73,6 +93,8 @@ class DDPMiddleware:
             return
         wrapper = self._learn_mode.model
         self._learn_mode.model = wrapper.module
+        if callable(self._forward):
+            self._learn_mode.forward = self._forward
         self._wrapped = False
         del wrapper
         gc.collect()
@@ -92,6 +114,7 @@ class DDPMiddleware:
             self._started = True
             for name, value in plan.distributed_defaults.items():
                 setattr(ctx, name, value)
+        mark_progress(f"iteration {ctx.total_step}")
         plan.begin(ctx)
         yield
         start = time.perf_counter()

@@ -134,3 +134,46 @@ def collectives(out_dir):
     _dump(out_dir, "coll", {"sum": allreduce_data(get_rank() + 1.0), "max": allreduce_data(float(get_rank()), "max"),
                             "mean": allreduce_data([1.0, 3.0 * get_rank()], "mean"),
                             "obj": broadcast_object({"from": get_rank()}), "world": get_world_size()})
+
+
+def mismatched_collectives(out_dir, kind):
+    """Rank 0 and rank 1 make different collectives at the same point (``kind``: op or shape)."""
+    from engine.distributed import all_gather_rows
+
+    if get_rank() == 0 or kind == "shape":
+        all_gather_rows([1.0] * (1 + get_rank() if kind == "shape" else 2))
+    else:
+        broadcast_object({"x": 1})
+
+
+def failing_pipeline(out_dir, how):
+    """A toy DDP pipeline in which rank 1 hangs, raises or is killed in iteration 3."""
+    import signal
+
+    from middleware.ddp import DDPMiddleware
+
+    class Learn:
+        def __init__(self):
+            self.model = torch.nn.Linear(1, 1)
+
+        def state_dict(self):
+            return {"w": self.model.state_dict()}
+
+        def load_state_dict(self, state):
+            self.model.load_state_dict(state["w"])
+
+    def trouble(ctx):
+        ctx.env_step += 1
+        if get_rank() == 1 and ctx.total_step == 3:
+            if how == "hang":
+                time.sleep(600)
+            elif how == "raise":
+                raise RuntimeError("rank 1 raised on purpose")
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    task = Task()
+    with task.start(ctx=OnlineRLContext()):
+        task.use(DDPMiddleware(Learn()))
+        task.use(trouble)
+        task.run(max_step=50)

@@ -1,0 +1,45 @@
+"""A rank that is stuck, raises, is killed, or makes another collective than its peers: every process
+ends, and the error names the rank at fault (2 real gloo processes, short timeouts)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import ddp_workers
+from engine import launch
+from engine.distributed import DistributedError
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
+
+
+@pytest.mark.parametrize("kind,sides", [
+    ("op", r"rank 0 called step \d+: all_gather_rows\(2 float64\); rank 1 called step \d+: broadcast_object"),
+    ("shape", r"rank 0 called step \d+: all_gather_rows\(1 float64\); rank 1 called step \d+: all_gather_rows\(2 "),
+])
+def test_mismatched_collectives_raise_on_every_rank_naming_both_sides(kind, sides, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match=f"(?s)the ranks disagree on the collective to make.*{sides}"):
+        launch(ddp_workers.mismatched_collectives, nprocs=2, args=(str(tmp_path), kind), timeout=30)
+    assert time.monotonic() - start < 30  # found at once, not by a timeout
+
+
+def test_a_hung_rank_is_named_by_the_rank_that_waited(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match=r"(?s)At fault: rank 1 fell behind.*rank 1 at 'iteration 3'"):
+        launch(ddp_workers.failing_pipeline, nprocs=2, args=(str(tmp_path), "hang"), timeout=8)
+    assert time.monotonic() - start < 8 + 30
+
+
+def test_a_killed_rank_is_named(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match=r"rank 1 of 2 was killed \(SIGKILL\) \(root cause\)"):
+        launch(ddp_workers.failing_pipeline, nprocs=2, args=(str(tmp_path), "kill"), timeout=30)
+    assert time.monotonic() - start < 60
+
+
+def test_a_raising_rank_is_named(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match=r"(?s)rank 1 of 2 failed first.*rank 1 raised on purpose"):
+        launch(ddp_workers.failing_pipeline, nprocs=2, args=(str(tmp_path), "raise"), timeout=30)
+    assert time.monotonic() - start < 60
