@@ -7,7 +7,7 @@ torch.distributed.launch --nproc_per_node=N script.py`` (which also appends ``--
 ``engine.launch(fn, nprocs=N)`` (``engine.launcher``: all GPUs of a node, many nodes). ``DDPContext`` turns
 that environment into a process group; the backend and each rank's device follow ``engine.devices``
 (nccl and ``cuda:LOCAL_RANK`` when every local rank has its own GPU, gloo otherwise). Every collective has
-a finite timeout (``BATON_DDP_TIMEOUT`` seconds, default 600), so a rank that dies or never arrives makes
+a finite timeout (``BATON_DDP_TIMEOUT`` seconds, default 90), so a rank that dies or never arrives makes
 the others fail with an error instead of hanging. Without a launcher it does nothing and the world size
 is 1, so the same script runs alone.
 
@@ -24,6 +24,8 @@ import threading
 import time
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from .devices import local_world_size, rank_device, resolve_backend, visible_gpu_count
 
@@ -169,21 +171,42 @@ def is_communication_error(err: BaseException) -> bool:
         marker in text for marker in ("gloo", "Gloo", "NCCL", "Timed out", "Connection closed", "Connection reset"))
 
 
-def _collective(name: str, desc: str, call: Callable[[], Any]) -> Any:
-    """Run one of our collectives: mark progress, agree on its signature with every rank (the guard), call
-    it, and turn a failure into an error naming the rank at fault."""
+_SLOT = 64  # float64 numbers in every guarded gather: position, signature, payload length, payload
+
+
+def _collective(name: str, desc: str, call: Optional[Callable[[], Any]] = None,
+                payload: Sequence[float] = ()) -> Any:
+    """Run one of our collectives behind the guard, and name the rank at fault if it fails.
+
+    Every guarded collective starts with the same thing on every rank: one ``all_gather`` of a fixed-size
+    row ``[position, signature, len(payload), *payload]`` (signature: a checksum of the call's name, shapes
+    and dtypes). Equal sizes make this first step safe whatever the other ranks are doing (gloo with
+    mismatched sizes aborts one rank and hands the other garbage); unequal headers raise
+    ``CollectiveMismatchError`` on every rank, naming both sides. A small payload (``all_gather_rows``, the
+    ddp middleware's per-iteration sync) travels in that same gather, so the hot path costs no extra
+    collective; other calls (``call``) follow it.
+
+    Returns ``call()``'s result, or every rank's payload when there is no ``call``.
+    """
     import torch
     import torch.distributed as dist
 
     if not guard_enabled():
-        return call()
+        if call is not None:
+            return call()
+        return _plain_gather(payload)
     position = _PROGRESS.mark(name)
     try:
-        signature = [position, zlib.crc32(f"{name}({desc})".encode())]
-        mine = torch.tensor(signature, dtype=torch.int64, device=_collective_device())
-        theirs = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-        dist.all_gather(theirs, mine)
-        if any(t.tolist() != signature for t in theirs):
+        inline = call is None and len(payload) <= _SLOT - 3
+        row = np.zeros(_SLOT)  # built and read in numpy: a few torch ops would cost more than the gather
+        row[:3] = (position, zlib.crc32(f"{name}({desc})".encode()), len(payload))
+        if inline:
+            row[3:3 + len(payload)] = payload
+        tensor = torch.from_numpy(row).to(_collective_device())
+        rows = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        dist.all_gather(rows, tensor)
+        table = torch.stack(rows).cpu().numpy()
+        if not (table[:, :3] == table[0, :3]).all():
             described: List[Any] = [None] * dist.get_world_size()
             dist.all_gather_object(described, f"step {position}: {name}({desc})")
             sides = "; ".join(f"rank {r} called {d}" for r, d in enumerate(described))
@@ -191,11 +214,25 @@ def _collective(name: str, desc: str, call: Callable[[], Any]) -> Any:
                 f"rank {dist.get_rank()}: the ranks disagree on the collective to make ({sides}). Every rank must "
                 f"make the same collectives with the same shapes in the same order; a collective made on some "
                 f"ranks only belongs in a context field's sync declaration")
-        return call()
+        if call is not None:
+            return call()
+        if inline:
+            return table[:, 3:3 + len(payload)].tolist()
+        return _plain_gather(payload)
     except DistributedError:
         raise
     except Exception as err:
         raise explain_failure(f"collective '{name}' (step {position})", err) from err
+
+
+def _plain_gather(payload: Sequence[float]) -> List[List[float]]:
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor(list(payload), dtype=torch.float64, device=_collective_device())
+    rows = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(rows, tensor)
+    return torch.stack(rows).cpu().tolist()
 
 
 def default_timeout() -> float:
@@ -258,15 +295,9 @@ def allreduce_data(value: Any, op: str = "sum") -> Any:
 def all_gather_rows(row: Sequence[float]) -> List[List[float]]:
     """Every rank's ``row`` of numbers, in rank order (one ``all_gather`` of a float64 tensor on the
     backend's device); ``[row]`` in one process. All ranks must pass rows of the same length."""
-    import torch
-    import torch.distributed as dist
-
     if not is_distributed():
         return [list(row)]
-    tensor = torch.tensor(list(row), dtype=torch.float64, device=_collective_device())
-    rows = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    _collective("all_gather_rows", f"{len(tensor)} float64", lambda: dist.all_gather(rows, tensor))
-    return torch.stack(rows).cpu().tolist()
+    return _collective("all_gather_rows", f"{len(row)} float64", payload=row)
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:
