@@ -335,6 +335,7 @@ def _collective_device() -> Any:
 
 
 _WORLD_SIZES_KEY = "baton/world_sizes"
+_ARRIVED_KEY = "baton/arrived"
 
 
 def _rendezvous_store(init_method: str, rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
@@ -350,6 +351,29 @@ def _rendezvous_store(init_method: str, rank: int, world_size: int, timeout: dat
     if init_method.startswith("file://"):
         return dist.FileStore(init_method[len("file://"):], world_size)
     return None
+
+
+def _agree_on_world_size(store: Any, rank: int, world_size: int, timeout: float) -> None:
+    """Before joining, every process records the world size it was started for and waits until that many
+    have arrived; another world size in the store (nodes started with different ``--nproc``) fails at once,
+    on every process, naming the sizes, instead of each timing out in the transport's own way."""
+    store.append(_WORLD_SIZES_KEY, f"{world_size},")
+    store.add(_ARRIVED_KEY, 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        sizes = _world_sizes_seen(store)
+        if len(sizes) > 1:
+            raise DistributedError(f"rank {rank}: the processes were started for different world sizes "
+                                   f"({', '.join(str(w) for w in sorted(sizes))}). Start every node with the same "
+                                   f"--nproc (and --nnodes); this one was started for {world_size}")
+        arrived = store.add(_ARRIVED_KEY, 0)
+        if arrived >= world_size:
+            return
+        if time.monotonic() > deadline:
+            raise DistributedError(f"rank {rank} of {world_size}: only {arrived} of {world_size} processes arrived "
+                                   f"within {timeout:.0f} s. Check that every node was started, with the same "
+                                   f"--nnodes and --nproc, meeting at the same address or file")
+        time.sleep(0.05)
 
 
 def _world_sizes_seen(store: Any) -> set:
@@ -425,13 +449,14 @@ class DDPContext:
         try:
             store = _rendezvous_store(init_method, self.rank, self.world_size, timeout)
             if store is not None:
-                # each process says which world it was started for, so a failed join can name a mismatch
-                store.append(_WORLD_SIZES_KEY, f"{self.world_size},")
+                _agree_on_world_size(store, self.rank, self.world_size, self.timeout)
                 dist.init_process_group(backend=backend, store=store, rank=self.rank, world_size=self.world_size,
                                         timeout=timeout)
             else:
                 dist.init_process_group(backend=backend, init_method=init_method, rank=self.rank,
                                         world_size=self.world_size, timeout=timeout)
+        except DistributedError:
+            raise
         except Exception as err:
             where = (f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
                      if init_method == "env://" else init_method)

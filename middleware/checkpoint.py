@@ -5,8 +5,9 @@ Files under ``<save_dir>``:
 
 - ``iteration_<train_iter>.pth.tar`` every ``train_freq`` train iterations (when set);
 - ``best.pth.tar`` whenever an evaluation beats the best so far;
-- ``latest.pth.tar``: written every ``latest_every_s`` seconds (so a killed run can be resumed), with each
-  periodic checkpoint, and at finish. ``--resume`` reads it, or the newest checkpoint that loads.
+- ``latest.pth.tar``: the newest state of all: written every ``latest_every_s`` seconds (so a killed run can
+  be resumed), with each periodic and best checkpoint, and at finish. ``--resume`` reads it, or the newest
+  checkpoint that loads.
 
 A checkpoint holds the policy's learn state (model, target model, optimizer, counters), the context's
 persistent fields (env_step, train_iter, ...), what wrote it (``meta``: policy type, env), and the replay
@@ -171,12 +172,12 @@ class CkptSaver:
             state["replay_buffer"] = self._buffer.state_dict()
         return state
 
-    def _save(self, ctx: OnlineRLContext, name: str, also_latest: bool = True) -> None:
+    def _save(self, ctx: OnlineRLContext, name: str) -> None:
+        """Write ``name`` and make ``latest`` the same state."""
         path = save_checkpoint(os.path.join(self._dir, name), self._state(ctx))
         self._last_good = path
-        if name == LATEST or also_latest:
-            self._last_latest = self._clock()
-        if also_latest and name != LATEST:
+        self._last_latest = self._clock()
+        if name != LATEST:
             tmp = os.path.join(self._dir, _TMP_PREFIX + LATEST)
             shutil.copyfile(path, tmp)
             os.replace(tmp, os.path.join(self._dir, LATEST))
@@ -185,7 +186,7 @@ class CkptSaver:
         if self._new_evaluation(ctx):
             if ctx.eval_value > self._best:
                 self._best = ctx.eval_value
-                self._save(ctx, BEST, also_latest=False)
+                self._save(ctx, BEST)  # latest stays the newest of all: a resume after a kill starts here
         if self._train_freq and ctx.train_iter - self._last_save_iter >= self._train_freq:
             self._last_save_iter = ctx.train_iter
             self._save(ctx, f"iteration_{ctx.train_iter}.pth.tar")

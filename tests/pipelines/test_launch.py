@@ -93,19 +93,18 @@ def test_rendezvous_directory_must_be_writable(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.distributed
 def test_nodes_started_with_different_nproc_fail_naming_the_world_sizes(tmp_path):
-    """Node 0 for 2 processes per node, node 1 for 1: every process exits non-zero, and the error names
-    the world sizes seen (4 and 2) instead of a bare timeout."""
+    """Node 0 started for 2 processes per node, node 1 for 1: every process fails at the meeting, naming the
+    world sizes seen (4 and 2), instead of a bare timeout."""
     meet = ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
-    nodes = [tmp_path / f"node{n}" for n in range(2)]
-    for node in nodes:
+    env = dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="10")
+    procs = {}
+    for n, nproc in ((1, 1), (0, 2)):  # node 1 first: its world size is in the store before node 0 gives up
+        node = tmp_path / f"node{n}"
         node.mkdir()
-    env_timeout = dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="15")
-    procs = []
-    for n, nproc in ((0, 2), (1, 1)):
         cmd = [sys.executable, "-m", "pipelines", "train", "-c", CONFIG, "--nproc", str(nproc), "--nnodes", "2",
                "--node-rank", str(n), "--max-env-step", "256", "--no-progress", *meet]
-        procs.append(subprocess.Popen(cmd, cwd=nodes[n], env=env_timeout, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    errors = [p.communicate(timeout=200)[1] for p in procs]
-    assert all(p.returncode != 0 for p in procs)
-    assert any("started for different world sizes (2, 4)" in err for err in errors), errors[0][-3000:]
+        procs[n] = subprocess.Popen(cmd, cwd=node, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors = {n: p.communicate(timeout=120)[1] for n, p in procs.items()}
+    for n, proc in procs.items():
+        assert proc.returncode != 0
+        assert "started for different world sizes (2, 4)" in errors[n], errors[n][-3000:]
