@@ -40,8 +40,9 @@ if __name__ == "__main__":
 
 def trial(workdir: str, config: str, delay: float) -> dict:
     exp = os.path.join(workdir, "exp")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, config, "--exp-name", exp, "--no-progress"], cwd=workdir, env=env,
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    train = [sys.executable, "-m", "pipelines", "train", "-c", config, "--exp-name", exp, "--no-progress"]
+    proc = subprocess.Popen(train, cwd=workdir, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
@@ -58,9 +59,8 @@ def trial(workdir: str, config: str, delay: float) -> dict:
             corrupt.append(f"{os.path.basename(path)} ({err})")
     if not files:
         return {"files": 0, "corrupt": corrupt, "resumed": None, "newest": None}
-    resumed = subprocess.run([sys.executable, config, "--exp-name", exp, "--no-progress", "--resume",
-                              "--max-env-step", str(newest_step + 256)], cwd=workdir, env=env, capture_output=True,
-                             text=True, timeout=300)
+    resumed = subprocess.run(train + ["--resume", "--max-env-step", str(newest_step + 256)], cwd=workdir, env=env,
+                             capture_output=True, text=True, timeout=300)
     match = re.search(r"resumed from \S+ at env_step=(\d+)", resumed.stderr)
     return {"files": len(files), "corrupt": corrupt, "newest": newest_step, "rc": resumed.returncode,
             "resumed": int(match.group(1)) if match else None}
