@@ -33,6 +33,7 @@ def base_config() -> Dict[str, Any]:
     return dict(
         exp_name="default_experiment",
         seed=0,
+        torch_threads=0,            # torch's intra-op threads; 0: cores / processes on this node (OMP_NUM_THREADS wins)
         log=dict(
             progress=True,          # tqdm progress bar on rank 0
             tensorboard=True,       # tensorboardX scalars under <exp_name>/log
@@ -148,7 +149,8 @@ _AT_LEAST_ONE = ("env.collector_env_num", "env.evaluator_env_num", "env.n_evalua
                  "policy.device.refresh_every")
 _POSITIVE = ("policy.learn.learning_rate", "policy.learn.learning_rate_q", "policy.learn.learning_rate_policy",
              "policy.learn.learning_rate_alpha")
-_NOT_NEGATIVE = ("ckpt.save_freq", "ckpt.latest_every_s", "log.print_freq", "policy.random_collect_size")
+_NOT_NEGATIVE = ("ckpt.save_freq", "ckpt.latest_every_s", "log.print_freq", "policy.random_collect_size",
+                 "torch_threads")
 _UNIT_INTERVAL = ("policy.discount_factor", "policy.collect.gae_lambda")
 
 

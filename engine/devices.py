@@ -18,7 +18,7 @@ import re
 from typing import Any, Optional
 
 __all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device",
-           "DeviceError"]
+           "DeviceError", "size_torch_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,3 +118,32 @@ def parse_device(spec: Any, key: str, gpus: Optional[int] = None) -> str:
             raise DeviceError(f"{key}={spec!r}: this process sees {gpus} GPU{'s' if gpus != 1 else ''}"
                               f"{_visible_note()}" + (f"; use cuda:0 .. cuda:{gpus - 1}" if gpus else "; use 'cpu'"))
     return spec
+
+
+def size_torch_threads(requested: int = 0, local_world: Optional[int] = None) -> int:
+    """Size torch's intra-op thread pool for this process, and say so once in the log.
+
+    ``requested > 0`` (the config's ``torch_threads``) wins; else a user's ``OMP_NUM_THREADS`` is left as
+    torch read it; else the pool gets this process's share of the cores: usable cores / processes on this
+    node, at least 1. Why: processes that each use every core (two DDP ranks, or the env stepping beside
+    torch's spinning workers) turn a one-second run into twenty.
+
+    Returns:
+        The thread count in force.
+    """
+    import torch
+
+    if requested and requested > 0:
+        count, why = int(requested), "torch_threads in the config"
+    elif os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    else:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        local = local_world if local_world is not None else local_world_size()
+        count = max(1, cores // max(1, local))
+        why = f"{cores} usable cores / {local} process{'es' if local != 1 else ''} on this node"
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+        logger.info("torch uses %d intra-op thread%s (%s; set OMP_NUM_THREADS or torch_threads to choose)", count,
+                    "s" if count != 1 else "", why)
+    return count

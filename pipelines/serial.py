@@ -32,6 +32,7 @@ import torch
 from data.envs import make_vector_env
 from engine.config import compile_config
 from engine.context import OnlineRLContext
+from engine.devices import size_torch_threads
 from engine.distributed import DDPContext, broadcast_object, launched_world_size, is_distributed
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from middleware import DDPMiddleware, RunSummary, actor_refresher, data_pusher, progress_bar, termination_checker
@@ -118,6 +119,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     rank, world_size = ddp_ctx.rank, ddp_ctx.world_size
     main = rank == 0
     cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=main)
+    size_torch_threads(cfg.torch_threads)  # this process's share of the cores, unless OMP_NUM_THREADS says
     seed_r = rank_seed(cfg.seed, rank)
     _seed_everything(seed_r)
     env_type = ENV_REGISTRY.get(cfg.env.type)

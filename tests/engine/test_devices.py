@@ -68,3 +68,28 @@ def test_parse_device_names_the_key(spec, message):
 
 def test_parse_device_accepts_valid_ones():
     assert parse_device("cuda:1", "k", gpus=2) == "cuda:1" and parse_device(" cpu ", "k") == "cpu"
+
+
+@pytest.fixture
+def restore_threads():
+    import torch
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_torch_threads_are_this_process_share_of_the_cores(restore_threads, monkeypatch):
+    import os
+
+    import torch
+
+    from engine.devices import size_torch_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert size_torch_threads(0, local_world=2) == 4 and torch.get_num_threads() == 4
+    assert size_torch_threads(0, local_world=16) == 1          # at least one
+    assert size_torch_threads(3, local_world=2) == 3           # the config key wins
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    torch.set_num_threads(2)
+    assert size_torch_threads(0, local_world=8) == 2           # the user's OMP_NUM_THREADS is left alone
