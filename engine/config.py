@@ -33,7 +33,7 @@ def base_config() -> Dict[str, Any]:
     return dict(
         exp_name="default_experiment",
         seed=0,
-        torch_threads=0,            # torch's intra-op threads; 0: cores / processes on this node (OMP_NUM_THREADS wins)
+        torch_threads=0,            # torch's intra-op threads; 0: this process's share of the cores, less one (OMP_NUM_THREADS wins)
         log=dict(
             progress=True,          # tqdm progress bar on rank 0
             tensorboard=True,       # tensorboardX scalars under <exp_name>/log

@@ -124,9 +124,11 @@ def size_torch_threads(requested: int = 0, local_world: Optional[int] = None) ->
     """Size torch's intra-op thread pool for this process, and say so once in the log.
 
     ``requested > 0`` (the config's ``torch_threads``) wins; else a user's ``OMP_NUM_THREADS`` is left as
-    torch read it; else the pool gets this process's share of the cores: usable cores / processes on this
-    node, at least 1. Why: processes that each use every core (two DDP ranks, or the env stepping beside
-    torch's spinning workers) turn a one-second run into twenty.
+    torch read it; else the pool gets this process's share of the cores (usable cores / processes on this
+    node) less one core for the env stepping and the Python loop, at least 1. Why: processes that each use
+    every core (two DDP ranks, or the env stepping beside torch's spinning workers) turn a one-second run
+    into twenty. Measured on 2 cores (BENCHMARKS.md): CartPole DQN solves as fast with 1 thread as with 2
+    when the machine is idle, and 3.4x faster when another process keeps one core busy.
 
     Returns:
         The thread count in force.
@@ -140,8 +142,10 @@ def size_torch_threads(requested: int = 0, local_world: Optional[int] = None) ->
     else:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         local = local_world if local_world is not None else local_world_size()
-        count = max(1, cores // max(1, local))
-        why = f"{cores} usable cores / {local} process{'es' if local != 1 else ''} on this node"
+        share = max(1, cores // max(1, local))
+        count = share - 1 if share > 1 else 1  # one core of the share stays with the env and the Python loop
+        why = (f"{cores} usable cores / {local} process{'es' if local != 1 else ''} on this node, one core left "
+               f"to the env")
     if torch.get_num_threads() != count:
         torch.set_num_threads(count)
         logger.info("torch uses %d intra-op thread%s (%s; set OMP_NUM_THREADS or torch_threads to choose)", count,

@@ -87,7 +87,8 @@ def test_torch_threads_are_this_process_share_of_the_cores(restore_threads, monk
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
-    assert size_torch_threads(0, local_world=2) == 4 and torch.get_num_threads() == 4
+    assert size_torch_threads(0, local_world=2) == 3 and torch.get_num_threads() == 3  # 8 / 2, one left to the env
+    assert size_torch_threads(0, local_world=4) == 1
     assert size_torch_threads(0, local_world=16) == 1          # at least one
     assert size_torch_threads(3, local_world=2) == 3           # the config key wins
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
