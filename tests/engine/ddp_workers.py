@@ -12,6 +12,21 @@ from engine import OnlineRLContext, Task
 from engine.distributed import allreduce_data, broadcast_object, get_rank, get_world_size
 
 
+class ToyLearn:
+    """The least a ddp middleware wraps: a model and its state."""
+
+    def __init__(self):
+        # an instance attribute: a DDP module kept alive until interpreter shutdown (e.g. on a class) outlives
+        # the process group and can abort the process when it is finally destroyed
+        self.model = torch.nn.Linear(1, 1)
+
+    def state_dict(self):
+        return {"w": self.model.state_dict()}
+
+    def load_state_dict(self, state):
+        self.model.load_state_dict(state["w"])
+
+
 def _dump(out_dir, name, obj):
     with open(os.path.join(out_dir, f"{name}_rank{get_rank()}.json"), "w") as f:
         json.dump(obj, f)
@@ -66,23 +81,11 @@ def counters_and_stop(out_dir):
     iteration 3. Dumps every rank's view of the counters."""
     from middleware.ddp import DDPMiddleware
 
-    class Learn:
-        def __init__(self):
-            # an instance attribute: a DDP module kept alive until interpreter shutdown (e.g. on a
-            # class) outlives the process group and can abort the process when it is finally destroyed
-            self.model = torch.nn.Linear(1, 1)
-
-        def state_dict(self):
-            return {"w": self.model.state_dict()}
-
-        def load_state_dict(self, state):
-            self.model.load_state_dict(state["w"])
-
     rank = get_rank()
     seen = []
     task = Task()
     with task.start(ctx=OnlineRLContext()):
-        task.use(DDPMiddleware(Learn()))
+        task.use(DDPMiddleware(ToyLearn()))
 
         def collector(ctx):
             steps = 3 + 2 * rank
@@ -152,16 +155,6 @@ def failing_pipeline(out_dir, how):
 
     from middleware.ddp import DDPMiddleware
 
-    class Learn:
-        def __init__(self):
-            self.model = torch.nn.Linear(1, 1)
-
-        def state_dict(self):
-            return {"w": self.model.state_dict()}
-
-        def load_state_dict(self, state):
-            self.model.load_state_dict(state["w"])
-
     def trouble(ctx):
         ctx.env_step += 1
         if get_rank() == 1 and ctx.total_step == 3:
@@ -174,6 +167,6 @@ def failing_pipeline(out_dir, how):
 
     task = Task()
     with task.start(ctx=OnlineRLContext()):
-        task.use(DDPMiddleware(Learn()))
+        task.use(DDPMiddleware(ToyLearn()))
         task.use(trouble)
         task.run(max_step=50)
