@@ -52,8 +52,9 @@ def test_every_ddp_config_runs_with_nccl_on_each_gpu(config, tmp_path):
         pytest.importorskip("ale_py")
     from engine import launch
 
+    # a file rendezvous makes a process group even of one process (a 1-GPU machine): nccl is then really used
     launch(_nccl_worker, nprocs=torch.cuda.device_count(), args=(config, tmp_path / "exp"), backend="nccl",
-           cuda=True, timeout=120)
+           cuda=True, timeout=120, rendezvous=f"file://{tmp_path}/rendezvous")
     assert json.loads((tmp_path / "exp" / "summary.json").read_text())["env_step"] >= 256
 
 
