@@ -170,3 +170,16 @@ def failing_pipeline(out_dir, how):
         task.use(DDPMiddleware(ToyLearn()))
         task.use(trouble)
         task.run(max_step=50)
+
+
+def group_of_one(out_dir):
+    """The DDP CartPole config in a process group of a single process (what one GPU with nccl runs)."""
+    import torch.distributed as dist
+
+    from dizoo.classic_control.cartpole.config.cartpole_dqn_ddp_config import create_config, main_config
+    from pipelines import serial_pipeline
+
+    main = copy.deepcopy(main_config)
+    main.exp_name, main.log = os.path.join(out_dir, "exp"), dict(progress=False)
+    summary = serial_pipeline((main, copy.deepcopy(create_config)), max_env_step=256)
+    _dump(out_dir, "one", {"world": dist.get_world_size(), "env_step": summary["env_step"]})

@@ -183,3 +183,12 @@ def test_torchrun_job_with_failing_rank_exits_nonzero_with_error(tmp_path):
     assert proc.returncode != 0
     assert "rank 1 failed on purpose" in proc.stderr
     assert time.monotonic() - start < TIMEOUT + 60
+
+
+def test_a_process_group_of_one_runs_the_ddp_pipeline(tmp_path):
+    """One process in a real group (a file rendezvous): DDP wrapping and the per-iteration sync with a world
+    of one, as a single GPU under nccl runs them."""
+    launch(ddp_workers.group_of_one, nprocs=1, args=(str(tmp_path),), rendezvous=f"file://{tmp_path}/rdv",
+           timeout=TIMEOUT)
+    result = json.load(open(tmp_path / "one_rank0.json"))
+    assert result == {"world": 1, "env_step": 256}
