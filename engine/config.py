@@ -19,7 +19,7 @@ from easydict import EasyDict
 from .fileio import atomic_write_json
 from .registry import ENV_REGISTRY, POLICY_REGISTRY
 
-__all__ = ["ConfigError", "compile_config", "check_values", "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
+__all__ = ["ConfigError", "compile_config", "check_values", "plain", "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
 
 CONFIG_FILE = "config.json"
 
@@ -74,8 +74,8 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     """
     if not isinstance(main_config, Mapping):
         raise ConfigError(f"main_config must be a dict, got {type(main_config).__name__}")
-    main_config = _plain(main_config)
-    create_config = _plain(create_config or {})
+    main_config = plain(main_config)
+    create_config = plain(create_config or {})
     _check_create_config(create_config)
 
     user_policy = dict(main_config.get("policy", {}))
@@ -138,7 +138,7 @@ def deep_merge(defaults: Mapping[str, Any], user: Mapping[str, Any], path: str =
 
 def save_config(cfg: Mapping[str, Any]) -> str:
     """Write ``cfg`` to ``<exp_name>/config.json`` atomically and return the path."""
-    return atomic_write_json(os.path.join(cfg["exp_name"], CONFIG_FILE), _plain(cfg))
+    return atomic_write_json(os.path.join(cfg["exp_name"], CONFIG_FILE), plain(cfg))
 
 
 # Values that would make a run train nothing, or crash deep inside: refused at compile time, by key path.
@@ -202,12 +202,12 @@ def check_values(cfg: Mapping[str, Any]) -> None:
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
-def _plain(value: Any) -> Any:
-    """EasyDicts and tuples to plain dicts and lists, so merging and JSON see one shape."""
+def plain(value: Any) -> Any:
+    """EasyDicts and tuples to new plain dicts and lists, so merging and JSON see one shape."""
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Tuple
 import torch
 from easydict import EasyDict
 
-from engine.config import compile_config
+from engine.config import compile_config, plain
 from engine.launcher import launch
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from data.batch import make_batch
@@ -59,14 +59,10 @@ class DDPCheckReport(dict):
         return "\n".join(lines)
 
 
-def _plain(value: Any) -> Any:
-    return {k: _plain(v) for k, v in value.items()} if isinstance(value, Mapping) else copy.deepcopy(value)
-
-
 def _learn_only(input_cfg: ConfigPair, tmp: str) -> ConfigPair:
     """The config, changed so that the first iteration that trains makes exactly one update, on the CPU
     (where results are reproducible), writing only in ``tmp``."""
-    main, create = _plain(input_cfg[0]), _plain(input_cfg[1])
+    main, create = plain(input_cfg[0]), plain(input_cfg[1])
     policy_type = (create.get("policy") or {}).get("type") or main.get("policy", {}).get("type")
     on_policy = POLICY_REGISTRY.get(policy_type).pipeline == "on_policy"
     policy = main.setdefault("policy", {})

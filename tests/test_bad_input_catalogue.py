@@ -14,19 +14,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE_DQN = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
 
 
-def _cfg(config="cartpole_dqn", **sections):
-    """A dizoo config with ``sections`` deep-set (``{"policy.learn.batch_size": 0}``), compiled unsaved."""
-    from pipelines.cli import load_config_file
-    family = {"cartpole": "classic_control/cartpole", "pendulum": "classic_control/pendulum"}[config.split("_")[0]]
-    main, create = load_config_file(os.path.join(ROOT, "dizoo", *family.split("/"), "config", f"{config}_config.py"))
-    main = copy.deepcopy(main)
+def _deep_set(main, sections):
+    """``main`` with ``{"policy.learn.batch_size": 0}``-style keys set, sections created as needed."""
     for path, value in sections.items():
         node = main
         *parents, last = path.split(".")
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
-    return compile_config(main, create, save=False)
+    return main
+
+
+def _cfg(config="cartpole_dqn", **sections):
+    """A dizoo config with ``sections`` deep-set (``{"policy.learn.batch_size": 0}``), compiled unsaved."""
+    from pipelines.cli import load_config_file
+    family = {"cartpole": "classic_control/cartpole", "pendulum": "classic_control/pendulum"}[config.split("_")[0]]
+    main, create = load_config_file(os.path.join(ROOT, "dizoo", *family.split("/"), "config", f"{config}_config.py"))
+    return compile_config(_deep_set(copy.deepcopy(main), sections), create, save=False)
 
 
 def _value(path, value, config="cartpole_dqn"):
@@ -74,13 +78,7 @@ def _train(tmp, **sections):
     main, create = load_config_file(CARTPOLE_DQN)
     main = copy.deepcopy(main)
     main.exp_name, main.log = str(tmp / "exp"), dict(progress=False)
-    for path, value in sections.items():
-        node = main
-        *parents, last = path.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return serial_pipeline((main, create), max_env_step=64)
+    return serial_pipeline((_deep_set(main, sections), create), max_env_step=64)
 
 
 def _nan_env(tmp):
