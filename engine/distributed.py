@@ -356,13 +356,18 @@ def _rendezvous_store(init_method: str, rank: int, world_size: int, timeout: dat
 def _agree_on_world_size(store: Any, rank: int, world_size: int, timeout: float) -> None:
     """Before joining, every process records the world size it was started for and waits until that many
     have arrived; another world size in the store (nodes started with different ``--nproc``) fails at once,
-    on every process, naming the sizes, instead of each timing out in the transport's own way."""
+    on every process, naming the sizes, instead of each timing out in the transport's own way.
+
+    Rank 0 hosts the store, so it waits (a few seconds at most) until every process that arrived has read
+    the mismatch before it raises: leaving at once would close the store under the others, who would then
+    report a broken pipe instead of the cause."""
     store.append(_WORLD_SIZES_KEY, f"{world_size},")
     store.add(_ARRIVED_KEY, 1)
     deadline = time.monotonic() + timeout
     while True:
         sizes = _world_sizes_seen(store)
         if len(sizes) > 1:
+            _tell_mismatch_read(store, rank)
             raise DistributedError(f"rank {rank}: the processes were started for different world sizes "
                                    f"({', '.join(str(w) for w in sorted(sizes))}). Start every node with the same "
                                    f"--nproc (and --nnodes); this one was started for {world_size}")
@@ -374,6 +379,26 @@ def _agree_on_world_size(store: Any, rank: int, world_size: int, timeout: float)
                                    f"within {timeout:.0f} s. Check that every node was started, with the same "
                                    f"--nnodes and --nproc, meeting at the same address or file")
         time.sleep(0.05)
+
+
+_MISMATCH_READ_KEY = "baton/mismatch_read"
+_MISMATCH_LINGER_S = 5.0
+
+
+def _tell_mismatch_read(store: Any, rank: int) -> None:
+    """Count this process among those that read the world-size mismatch; on rank 0 (the store's host),
+    wait until all that arrived, and at least every process of its own node (started with it, maybe not
+    arrived yet), have read it, so none of them loses the store before it can name the cause."""
+    try:
+        store.add(_MISMATCH_READ_KEY, 1)
+        if rank != 0:
+            return
+        deadline = time.monotonic() + _MISMATCH_LINGER_S
+        while time.monotonic() < deadline and (store.add(_MISMATCH_READ_KEY, 0)
+                                               < max(store.add(_ARRIVED_KEY, 0), local_world_size())):
+            time.sleep(0.05)
+    except Exception:  # the store is gone already: the error raised next still names the sizes
+        pass
 
 
 def _world_sizes_seen(store: Any) -> set:
