@@ -24,7 +24,10 @@ setup(
     ],
     extras_require={
         # the box2d packages and ale-py are in the test extra so CI runs the LunarLander and Pong configs too
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "box2d>=2.3.10", "pygame>=2.1", "ale-py>=0.10"],
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "box2d>=2.3.10", "pygame>=2.1", "ale-py>=0.10",
+                 "matplotlib>=3.5"],
+        # baton plot (evaluation curves from progress.csv)
+        "plot": ["matplotlib>=3.5"],
         # ale-py >= 0.10 ships AtariVectorEnv, which does the whole preprocessing (no opencv needed)
         "atari": ["ale-py>=0.10"],
         # gymnasium[box2d] builds box2d-py from source (needs swig); the `box2d` wheel provides the same

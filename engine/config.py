@@ -37,7 +37,9 @@ def base_config() -> Dict[str, Any]:
         log=dict(
             progress=True,          # tqdm progress bar on rank 0
             tensorboard=True,       # tensorboardX scalars under <exp_name>/log
+            csv=True,               # the same scalars as rows of <exp_name>/progress.csv (docs/logging.md)
             print_freq=0,           # >0: log a line every N train iterations
+            profile=False,          # each stage's share of the iteration time: table at the end, summary.json, TensorBoard
         ),
         ckpt=dict(
             save_freq=0,            # >0: also save every N train iterations

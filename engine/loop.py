@@ -11,15 +11,21 @@ The loop stops after the backward pass of the iteration in which ``task.finish``
 or when ``max_step`` iterations have run. However it ends (finish, max_step, an exception or
 KeyboardInterrupt), generators still suspended are closed in reverse order and the ``finish`` event is
 emitted exactly once per ``run()`` with ``ctx``; an exception then reaches the caller.
+
+``run(profile=StageProfile())`` times every middleware call and resumption (``engine.profile``); without
+it the loop reads no clock.
 """
 from __future__ import annotations
 
 import logging
+import re
+import time
 import types
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from .context import Context, StopReason
 from .events import EventBus
+from .profile import StageProfile
 
 __all__ = ["Task", "Middleware", "MiddlewareError", "middleware_name"]
 
@@ -27,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 Middleware = Callable[[Any], Any]
 _GENERATOR = types.GeneratorType
+_LOCALS = re.compile(r"[\w.]*<locals>\.")  # "test.<locals>.step" is "step" in a profile table
 
 
 class MiddlewareError(RuntimeError):
@@ -71,6 +78,7 @@ class Task:
 
     def __init__(self) -> None:
         self._middleware: List[Middleware] = []
+        self._names: List[str] = []
         self._events = EventBus()
         self._ctx: Optional[Context] = None
         self._finish_emitted = False
@@ -83,7 +91,7 @@ class Task:
         """
         if ctx is not None and not isinstance(ctx, Context):
             raise TypeError(f"Task.start(ctx=...) wants an engine.context.Context, got {type(ctx).__name__}")
-        self._middleware = []
+        self._middleware, self._names = [], []
         self._events = EventBus()
         self._ctx = ctx if ctx is not None else Context()
         self._finish_emitted = False
@@ -99,7 +107,7 @@ class Task:
 
     def stop(self) -> None:
         """End the run: forget middleware and listeners (the loop already emitted ``finish``)."""
-        self._middleware = []
+        self._middleware, self._names = [], []
         self._events = EventBus()
 
     @property
@@ -118,10 +126,11 @@ class Task:
         self.ctx.finish = bool(value)
 
     # ---- composition -----------------------------------------------------------------------------
-    def use(self, middleware: Middleware) -> "Task":
+    def use(self, middleware: Middleware, name: Optional[str] = None) -> "Task":
         """Append a middleware: a function of ``ctx``, or one whose call is a generator that yields once.
 
         A middleware object with an ``on_finish(ctx)`` method has it subscribed to the ``finish`` event.
+        ``name`` labels it in a profile (default: the function or class name).
 
         Raises:
             TypeError: if ``middleware`` is not callable.
@@ -133,6 +142,7 @@ class Task:
         if self._ctx is None:
             raise RuntimeError("task.use() outside a run: call task.start(ctx=...) first")
         self._middleware.append(middleware)
+        self._names.append(name or _LOCALS.sub("", middleware_name(middleware)))
         on_finish = getattr(middleware, "on_finish", None)
         if callable(on_finish):
             self._events.on("finish", on_finish)
@@ -157,8 +167,11 @@ class Task:
         self._events.emit(event, *args, **kwargs)
 
     # ---- the loop --------------------------------------------------------------------------------
-    def run(self, max_step: Optional[int] = None) -> Context:
-        """Iterate until ``task.finish`` is set or ``max_step`` iterations have run; returns ``ctx``."""
+    def run(self, max_step: Optional[int] = None, profile: Optional[StageProfile] = None) -> Context:
+        """Iterate until ``task.finish`` is set or ``max_step`` iterations have run; returns ``ctx``.
+
+        With ``profile``, the seconds of every middleware (both halves of a generator) are added to it.
+        """
         if self._ctx is None:
             raise RuntimeError("task.run() outside a run: call task.start(ctx=...) or use "
                                "`with task.start(ctx=OnlineRLContext()):` first")
@@ -173,18 +186,21 @@ class Task:
         steps = 0
         limit = float("inf") if max_step is None else max_step
         try:
-            while not ctx.finish and steps < limit:
-                # forward: registration order; generators stop at their yield
-                for mw in middleware:
-                    out = mw(ctx)
-                    if type(out) is _GENERATOR:
-                        next(out)
-                        suspend((mw, out))
-                # backward: reverse order; each generator must finish now
-                while suspended:
-                    finish_generator(*suspended.pop())
-                renew()
-                steps += 1
+            if profile is not None:  # a loop of its own, so that the unprofiled one reads no clock
+                _profiled_loop(ctx, middleware, suspended, limit, profile, profile.start(self._names))
+            else:
+                while not ctx.finish and steps < limit:
+                    # forward: registration order; generators stop at their yield
+                    for mw in middleware:
+                        out = mw(ctx)
+                        if type(out) is _GENERATOR:
+                            next(out)
+                            suspend((mw, out))
+                    # backward: reverse order; each generator must finish now
+                    while suspended:
+                        finish_generator(*suspended.pop())
+                    renew()
+                    steps += 1
         except BaseException as err:
             _close_all(suspended)
             if ctx.stop_reason is None:
@@ -202,6 +218,39 @@ class Task:
             return
         self._finish_emitted = True
         self._events.emit("finish", self._ctx)
+
+
+def _profiled_loop(ctx: Context, middleware: Tuple[Middleware, ...], suspended: List[Any], limit: float,
+                   profile: StageProfile, seconds: List[float]) -> None:
+    """``Task.run``'s loop with a clock reading after every call: each reading closes the interval of the
+    stage that just ran and opens the next, so a generator's forward half excludes the stages after it and
+    the entries of ``seconds`` (one per middleware, then the loop's own) add up to the wall time."""
+    clock = time.perf_counter
+    loop_slot = len(middleware)
+    slots: List[int] = []  # the index of each suspended generator, popped alongside ``suspended``
+    steps = 0
+    last = clock()
+    while not ctx.finish and steps < limit:
+        for i, mw in enumerate(middleware):
+            out = mw(ctx)
+            if type(out) is _GENERATOR:
+                next(out)
+                suspended.append((mw, out))
+                slots.append(i)
+            now = clock()
+            seconds[i] += now - last
+            last = now
+        while suspended:
+            finish_generator(*suspended.pop())
+            now = clock()
+            seconds[slots.pop()] += now - last
+            last = now
+        ctx.renew()
+        steps += 1
+        profile.iterations += 1
+        now = clock()
+        seconds[loop_slot] += now - last
+        last = now
 
 
 def _close_all(suspended: List[Any]) -> None:

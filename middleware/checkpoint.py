@@ -22,6 +22,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import shutil
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -30,11 +31,12 @@ import torch
 
 from engine.context import OnlineRLContext, StopReason
 from engine.fileio import atomic_write
+from engine.rng import rng_state
 from engine.protocols import ReplayBuffer, Saveable, require
 
 from .evaluator import NewEvaluation
 
-__all__ = ["CkptSaver", "load_checkpoint", "load_newest_checkpoint", "CheckpointError", "NonFiniteWeightsError",
+__all__ = ["CkptSaver", "ShardSaver", "shard_path", "load_shard", "load_checkpoint", "load_newest_checkpoint", "CheckpointError", "NonFiniteWeightsError",
            "LATEST", "BEST"]
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,40 @@ def save_checkpoint(path: str, state: Dict[str, Any]) -> str:
     return atomic_write(path, lambda f: torch.save(state, f))
 
 
+def shard_path(path: str, rank: int) -> str:
+    """Where rank ``rank`` keeps its part of checkpoint ``path``: ``latest.pth.tar`` -> ``latest.rank1.pth.tar``."""
+    stem = path[:-len(".pth.tar")] if path.endswith(".pth.tar") else path
+    return f"{stem}.rank{rank}.pth.tar"
+
+
+_SHARD = re.compile(r"\.rank\d+\.pth\.tar$")
+
+
+def load_shard(path: str) -> Dict[str, Any]:
+    """Read a rank's shard (``ShardSaver``), executing nothing in it.
+
+    Raises:
+        CheckpointError: naming ``path`` when it is missing, corrupt or not a shard.
+    """
+    state = _load(path, "shard")
+    if state.get("shard") is not True:
+        raise CheckpointError(f"{path} is not a baton checkpoint shard (format {FORMAT_VERSION})")
+    return state
+
+
+def _load(path: str, what: str) -> Dict[str, Any]:
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{what} not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(f"{what} {path} is corrupt, or holds objects other than tensors and plain data "
+                              f"(refused, not executed): {str(err).splitlines()[0] if str(err) else err!r}") from err
+    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} is not a baton {what} (format {FORMAT_VERSION})")
+    return state
+
+
 def load_checkpoint(path: str) -> Dict[str, Any]:
     """Read a checkpoint written by ``CkptSaver``, executing nothing in it (``weights_only=True``).
 
@@ -64,14 +100,8 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
         CheckpointError: naming ``path`` when it is missing, corrupt, holds anything but tensors and plain
             data (such a file is refused, never run), or lacks the expected fields.
     """
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise CheckpointError(f"checkpoint {path} is corrupt, or holds objects other than tensors and plain data "
-                              f"(refused, not executed): {str(err).splitlines()[0] if str(err) else err!r}") from err
-    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION or "policy" not in state:
+    state = _load(path, "checkpoint")
+    if "policy" not in state:
         raise CheckpointError(f"{path} is not a baton checkpoint (format {FORMAT_VERSION})")
     return state
 
@@ -90,7 +120,8 @@ def non_finite_tensors(state: Any, path: str = "") -> List[str]:
 def _candidates(ckpt_dir: str) -> List[str]:
     """Checkpoints in ``ckpt_dir``: ``latest`` first, then the others, newest first."""
     others = [p for p in glob.glob(os.path.join(ckpt_dir, "*.pth.tar"))
-              if os.path.basename(p) != LATEST and not os.path.basename(p).startswith(_TMP_PREFIX)]
+              if os.path.basename(p) != LATEST and not os.path.basename(p).startswith(_TMP_PREFIX)
+              and not _SHARD.search(p)]
     others.sort(key=os.path.getmtime, reverse=True)
     latest = os.path.join(ckpt_dir, LATEST)
     return ([latest] if os.path.isfile(latest) else []) + others
@@ -123,6 +154,12 @@ def load_newest_checkpoint(ckpt_dir: str) -> Tuple[str, Dict[str, Any]]:
     raise CheckpointError(f"no loadable checkpoint in {ckpt_dir}: " + "; ".join(problems))
 
 
+def _copy_atomically(src: str, dst: str) -> None:
+    tmp = os.path.join(os.path.dirname(dst), _TMP_PREFIX + os.path.basename(dst))
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
 class CkptSaver:
     """Middleware that saves checkpoints of ``policy`` (anything with ``state_dict()``) into ``save_dir``.
 
@@ -135,17 +172,21 @@ class CkptSaver:
             periodic checkpoints and at finish).
         meta: plain data stored with every checkpoint (what wrote it: policy type, env), checked at resume.
         clock: the time source (tests pass their own).
+        world_size: the run's processes; with more than one, the other ranks write their replay shard and
+            RNG state beside each checkpoint (``ShardSaver``), told through ``ctx.checkpoints_saved``.
     """
 
     def __init__(self, policy: Saveable, save_dir: str, train_freq: Optional[int] = None,
                  buffer: Optional[ReplayBuffer] = None, latest_every_s: float = 0.0,
-                 meta: Optional[Mapping[str, Any]] = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 meta: Optional[Mapping[str, Any]] = None, clock: Callable[[], float] = time.monotonic,
+                 world_size: int = 1) -> None:
         self._policy = require(policy, Saveable, "the checkpoint saver's policy")
         self._dir = save_dir
         self._train_freq = int(train_freq or 0)
         self._buffer = buffer
         self._latest_every = float(latest_every_s)
         self._meta = dict(meta or {})
+        self._world_size = int(world_size)
         self._clock = clock
         self._last_latest = clock()
         self._last_save_iter = 0
@@ -161,7 +202,8 @@ class CkptSaver:
 
     def _state(self, ctx: OnlineRLContext) -> Dict[str, Any]:
         state = {"format": FORMAT_VERSION, "policy": self._policy.state_dict(), "ctx": ctx.persistent_state(),
-                 "best_eval_value": self._best, "meta": self._meta}
+                 "best_eval_value": self._best, "meta": self._meta, "world_size": self._world_size,
+                 "rng": rng_state()}
         bad = non_finite_tensors(state["policy"])
         if bad:
             raise NonFiniteWeightsError(
@@ -178,9 +220,8 @@ class CkptSaver:
         self._last_good = path
         self._last_latest = self._clock()
         if name != LATEST:
-            tmp = os.path.join(self._dir, _TMP_PREFIX + LATEST)
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, os.path.join(self._dir, LATEST))
+            _copy_atomically(path, os.path.join(self._dir, LATEST))
+        ctx.checkpoints_saved = [name] if name == LATEST else [name, LATEST]
 
     def __call__(self, ctx: OnlineRLContext) -> None:
         if self._new_evaluation(ctx):
@@ -207,3 +248,39 @@ class CkptSaver:
     def restore_best(self, value: float) -> None:
         """Carry the best evaluation over a resume, so ``best.pth.tar`` is only replaced by a better one."""
         self._best = value
+
+
+class ShardSaver:
+    """On each rank but 0 under DDP: this rank's replay buffer and RNG state, written beside every
+    checkpoint rank 0 writes (``<name>.rank<r>.pth.tar``), so the whole run resumes, on any number of
+    ranks (``data.replay.reshard``).
+
+    Rank 0 writes its checkpoint in the iteration's checkpoint stage and names the files in
+    ``ctx.checkpoints_saved``; the ddp middleware carries that to every rank at the end of the iteration.
+    Register this stage before the ddp middleware: its code after ``yield`` runs after that agreement, on
+    the state the checkpoint holds (nothing changes the buffer after the learner). The shard carries the
+    checkpoint's ``train_iter``, so a shard older than its checkpoint (a kill between the two writes) is
+    recognised at resume and left out.
+    """
+
+    def __init__(self, save_dir: str, rank: int, buffer: Optional[ReplayBuffer] = None) -> None:
+        self._dir = save_dir
+        self._rank = int(rank)
+        self._buffer = buffer
+
+    def __call__(self, ctx: OnlineRLContext):
+        yield
+        if ctx.checkpoints_saved and self._rank != 0:  # rank 0's part is inside its checkpoint
+            self._save(ctx, ctx.checkpoints_saved)
+
+    def on_finish(self, ctx: OnlineRLContext) -> None:
+        if self._rank != 0 and ctx.stop_reason != StopReason.ERROR:  # rank 0 writes latest at finish then
+            self._save(ctx, [LATEST])
+
+    def _save(self, ctx: OnlineRLContext, names: List[str]) -> None:
+        state = {"format": FORMAT_VERSION, "shard": True, "rank": self._rank, "train_iter": ctx.train_iter,
+                 "rng": rng_state(),
+                 "replay_buffer": self._buffer.state_dict() if self._buffer is not None else None}
+        first = save_checkpoint(shard_path(os.path.join(self._dir, names[0]), self._rank), state)
+        for name in names[1:]:
+            _copy_atomically(first, shard_path(os.path.join(self._dir, name), self._rank))

@@ -1,16 +1,17 @@
-"""tensorboardX scalars for a training run (rank 0 only under DDP)."""
+"""The logged scalars of a training run (rank 0 only under DDP): tensorboardX and ``progress.csv``."""
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from engine.context import OnlineRLContext
+from engine.profile import StageProfile
 
 import numpy as np
 
-from .evaluator import NewEvaluation
+from .progress_csv import ProgressCSV
 
 __all__ = ["online_logger", "OnlineLogger"]
 
@@ -18,27 +19,56 @@ logger = logging.getLogger(__name__)
 
 
 class OnlineLogger:
-    """Write scalars against ``ctx.env_step`` to ``<log_dir>`` (a tensorboardX event file):
+    """Log scalars against ``ctx.env_step`` to a tensorboardX event file in ``log_dir`` and/or as rows of
+    ``csv_path`` (``middleware.progress_csv``; docs/logging.md lists the tags):
 
     - ``collect/episode_return`` (mean of training episodes finished since the last write),
       ``collect/eps``, ``eval/episode_return_mean``/``_std`` (at every evaluation),
     - ``train/loss``, ``train/q_value`` and the policy's other scalar outputs,
-    - ``speed/env_steps_per_s``, ``speed/train_iter_per_s`` over the interval since the last write.
+    - ``speed/env_steps_per_s``, ``speed/train_iter_per_s`` over the interval since the last write,
+    - ``profile/<stage>_share``: each stage's share of the loop's time over that interval, with a
+      ``profile`` (the ``engine.profile.StageProfile`` the loop fills; ``log.profile``).
 
     Train and speed scalars are written every ``train_show_freq`` train iterations (and at least every 50
-    iterations of the loop), evaluation scalars whenever an evaluation happened. ``print_freq > 0``
-    also logs a line through ``logging`` every that many train iterations.
+    iterations of the loop) and at the end of the run, evaluation scalars whenever an evaluation happened.
+    The scalars of one iteration go to both sinks from one dict, so the CSV holds exactly what TensorBoard
+    shows: one row per iteration that logged anything, with ``env_step``, ``train_iter`` and
+    ``wall_time_s`` (seconds since the logger's first iteration, continued across a resume).
+    ``print_freq > 0`` also logs a line through ``logging`` every that many train iterations.
+
+    Args:
+        log_dir: the tensorboardX directory.
+        tensorboard: write the event file (tensorboardX is imported only then).
+        csv_path: write ``progress.csv`` there; None: no CSV.
+        profile: the run's ``StageProfile``, read at each interval; None: no ``profile/*`` scalars.
     """
 
-    def __init__(self, log_dir: str, train_show_freq: int = 50, print_freq: int = 0) -> None:
+    def __init__(self, log_dir: str, train_show_freq: int = 50, print_freq: int = 0, *, tensorboard: bool = True,
+                 csv_path: Optional[str] = None, profile: Optional[StageProfile] = None) -> None:
+        self.profile = profile
+        self._profile_last: Dict[str, float] = {}  # the profile's totals at the last interval
         self._log_dir = log_dir
         self._show_freq = max(1, int(train_show_freq))
         self._print_freq = int(print_freq)
+        self._tensorboard = tensorboard
+        self._csv_path = csv_path
+        self._csv: Optional[ProgressCSV] = ProgressCSV(csv_path) if csv_path else None
         self._writer: Optional[Any] = None
         self._returns: list = []
-        self._new_evaluation = NewEvaluation()
+        self._step_outputs: Any = (None, None)  # (eps, train_output) of the latest iteration, for on_finish
+        self._logged_eval_iter = -1  # ctx.last_eval_iter of the evaluation logged last
+        self._start: Optional[float] = None
+        self._wall_offset = 0.0
         self._last = None  # (time, env_step, train_iter, loop step) at the last write
         self._last_print_iter = 0
+
+    def resume(self, env_step: int, last_eval_iter: int) -> None:
+        """Continue a run restored from a checkpoint taken at ``env_step``: the CSV keeps its rows up to
+        there and its wall clock, and the checkpoint's evaluation (already logged) is not logged again."""
+        self._logged_eval_iter = last_eval_iter
+        if self._csv_path:
+            self._csv = ProgressCSV(self._csv_path, resume_env_step=env_step)
+            self._wall_offset = self._csv.resumed_wall_time_s
 
     @property
     def writer(self) -> Any:
@@ -52,43 +82,78 @@ class OnlineLogger:
     def __call__(self, ctx: OnlineRLContext) -> None:
         now = time.perf_counter()
         if self._last is None:
+            self._start = now
             self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
         if ctx.episode_returns:
             self._returns.extend(ctx.episode_returns)
-        step = ctx.env_step
-        if self._new_evaluation(ctx):
-            self.writer.add_scalar("eval/episode_return_mean", ctx.eval_output["mean"], step)
-            self.writer.add_scalar("eval/episode_return_std", ctx.eval_output["std"], step)
+        # per-step fields are gone by on_finish (renewed): keep references to this iteration's
+        self._step_outputs = (ctx.collect_kwargs.get("eps"), ctx.train_output)
+        scalars = self._evaluation_scalars(ctx)
         last_time, last_env, last_iter, last_loop = self._last
         if ctx.train_iter - last_iter >= self._show_freq or ctx.total_step - last_loop >= 50:
-            self._write_interval(ctx, now)
+            scalars.update(self._interval_scalars(ctx, now))
+        self._write(ctx, scalars, now)
         if self._print_freq and ctx.train_iter - self._last_print_iter >= self._print_freq:
             self._last_print_iter = ctx.train_iter
             logger.info("env_step=%d train_iter=%d eval=%.2f train=%s", ctx.env_step, ctx.train_iter,
                         ctx.eval_value, ctx.train_output)
 
-    def _write_interval(self, ctx: OnlineRLContext, now: float) -> None:
+    def _evaluation_scalars(self, ctx: OnlineRLContext) -> Dict[str, float]:
+        if ctx.eval_output is None or ctx.last_eval_iter == self._logged_eval_iter:
+            return {}
+        self._logged_eval_iter = ctx.last_eval_iter
+        return {"eval/episode_return_mean": float(ctx.eval_output["mean"]),
+                "eval/episode_return_std": float(ctx.eval_output["std"])}
+
+    def _interval_scalars(self, ctx: OnlineRLContext, now: float) -> Dict[str, float]:
         last_time, last_env, last_iter, _ = self._last
-        w, step = self.writer, ctx.env_step
         elapsed = max(now - last_time, 1e-9)
-        w.add_scalar("speed/env_steps_per_s", (ctx.env_step - last_env) / elapsed, step)
-        w.add_scalar("speed/train_iter_per_s", (ctx.train_iter - last_iter) / elapsed, step)
+        scalars = {"speed/env_steps_per_s": (ctx.env_step - last_env) / elapsed,
+                   "speed/train_iter_per_s": (ctx.train_iter - last_iter) / elapsed}
         if self._returns:
-            w.add_scalar("collect/episode_return", float(np.mean(self._returns)), step)
+            scalars["collect/episode_return"] = float(np.mean(self._returns))
             self._returns = []
-        if "eps" in ctx.collect_kwargs:
-            w.add_scalar("collect/eps", ctx.collect_kwargs["eps"], step)
-        for key, value in (ctx.train_output or {}).items():
+        eps, train_output = self._step_outputs
+        if eps is not None:
+            scalars["collect/eps"] = float(eps)
+        for key, value in (train_output or {}).items():
             if isinstance(value, float):
-                w.add_scalar(f"train/{key}", value, step)
+                scalars[f"train/{key}"] = value
+        if self.profile is not None:  # this interval's shares: a stage that slows down later shows it
+            totals = self.profile.totals()
+            for name, share in self.profile.shares(since=self._profile_last).items():
+                scalars[f"profile/{name}_share"] = share
+            self._profile_last = totals
         self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
+        return scalars
+
+    def _write(self, ctx: OnlineRLContext, scalars: Dict[str, float], now: float) -> None:
+        """One iteration's scalars to TensorBoard and as one CSV row."""
+        if not scalars:
+            return
+        if self._tensorboard:
+            for tag, value in scalars.items():
+                self.writer.add_scalar(tag, value, ctx.env_step)
+        if self._csv is not None:
+            wall = self._wall_offset + now - (self._start if self._start is not None else now)
+            self._csv.write({"env_step": ctx.env_step, "train_iter": ctx.train_iter, "wall_time_s": wall, **scalars})
 
     def on_finish(self, ctx: OnlineRLContext) -> None:
+        # the last evaluation (in an iteration an error cut short) and the last, partial interval
+        now = time.perf_counter()
+        scalars = self._evaluation_scalars(ctx)
+        if self._last is not None and ctx.env_step > self._last[1]:
+            scalars.update(self._interval_scalars(ctx, now))
+        self._write(ctx, scalars, now)
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()
             self._writer = None
+        if self._csv is not None:
+            self._csv.close()
 
 
-def online_logger(log_dir: str, train_show_freq: int = 50, print_freq: int = 0) -> OnlineLogger:
-    return OnlineLogger(log_dir, train_show_freq, print_freq)
+def online_logger(log_dir: str, train_show_freq: int = 50, print_freq: int = 0, *, tensorboard: bool = True,
+                  csv_path: Optional[str] = None, profile: Optional[StageProfile] = None) -> OnlineLogger:
+    return OnlineLogger(log_dir, train_show_freq, print_freq, tensorboard=tensorboard, csv_path=csv_path,
+                        profile=profile)

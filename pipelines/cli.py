@@ -2,14 +2,23 @@
 
 Usage::
 
-    baton train -c CONFIG [-s SEED] [--max-env-step N] [--max-train-iter N] [--exp-name NAME] [--resume]
-                [--no-progress] [--gpus all|N | --nproc N] [--nnodes N --node-rank n
-                (--master-addr HOST0 --master-port PORT | --rendezvous file:///shared/path)]
+    baton train (-c CONFIG | --algo ALGO --env ENV_ID) [KEY=VALUE ...] [-s SEED] [--max-env-step N]
+                [--max-train-iter N] [--exp-name NAME] [--resume] [--no-progress] [--gpus all|N | --nproc N]
+                [--nnodes N --node-rank n (--master-addr HOST0 --master-port PORT | --rendezvous file:///shared/path)]
+    baton train --list-algos | --list-envs
     baton check-ddp -c CONFIG [--nproc 2] [--tolerance 1e-5]
+    baton plot RUN_DIR... [-o out.png] [--x env_step|wall_time_s] [--label NAME]
 
 ``CONFIG`` is a Python file defining ``main_config`` and ``create_config`` (a dizoo config). Under
 ``torch.distributed.launch`` the appended ``--local-rank`` is accepted and ignored (the runtime reads
 ``LOCAL_RANK`` from the environment).
+
+``KEY=VALUE`` words set config keys by dotted path, typed as the field's default and checked like the file's
+keys (``policy.learn.batch_size=128 env.stop_value=none``; engine/overrides.py); every process started by
+``--nproc``/``--gpus`` gets them, and under torchrun each process reads them from its own argv. ``--algo ALGO
+--env ENV_ID`` trains without a config file: the algorithm's and the env family's defaults, the model sized
+from the env's spaces, ``exp_name`` ``<algo>_<env id>`` (pipelines/algo_env.py). An unknown key, a value of
+the wrong type, or an unknown algo or env ends with one line on stderr and exit status 2.
 """
 from __future__ import annotations
 
@@ -20,7 +29,11 @@ import runpy
 import sys
 from typing import Any, List, Optional, Tuple
 
-from .options import add_train_options, check_launch_options, run_from_args
+from engine.overrides import apply_overrides
+from engine.registry import UnknownTypeError
+
+from .options import add_train_options, check_launch_options, run_from_args, take_overrides
+from .plot import add_plot_options, plot_main
 
 __all__ = ["main", "load_config_file"]
 
@@ -51,8 +64,13 @@ def load_config_file(path: str) -> Tuple[Any, Any]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="baton", description="Train RL pipelines from dizoo-style configs.")
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train the pipeline of a config file")
-    train.add_argument("-c", "--config", required=True, help="path of a config file (main_config, create_config)")
+    train = sub.add_parser("train", help="train the pipeline of a config file, or of --algo on --env")
+    train.add_argument("-c", "--config", default=None, help="path of a config file (main_config, create_config)")
+    train.add_argument("--algo", default=None, help="instead of -c: a registered algorithm (--list-algos) ...")
+    train.add_argument("--env", default=None, metavar="ENV_ID", help="... on a gymnasium id, e.g. CartPole-v1, "
+                                                                     "ALE/Pong-v5 (--list-envs)")
+    train.add_argument("--list-algos", action="store_true", help="print the algorithms and the actions they take")
+    train.add_argument("--list-envs", action="store_true", help="print the env families and known ids")
     add_train_options(train)
     check = sub.add_parser("check-ddp", help="one learner update data-parallel against the same update in one "
                                              "process: can this model be trusted under DDP?")
@@ -60,19 +78,31 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--nproc", type=int, default=2, help="processes to compare (default 2, gloo on CPU)")
     check.add_argument("-s", "--seed", type=int, default=0)
     check.add_argument("--tolerance", type=float, default=1e-5, help="largest parameter difference accepted")
+    # evaluation curves of runs (their progress.csv); matplotlib is imported only when plotting
+    add_plot_options(sub.add_parser("plot", help="draw the evaluation return of runs (seeds grouped) to a PNG"))
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    take_overrides(args, extras, parser.error)
+    if args.command == "plot":
+        return plot_main(args)
     if args.command == "train":
+        if args.list_algos or args.list_envs:
+            from .algo_env import describe_algos, describe_envs
+
+            print("\n\n".join(text() for wanted, text in ((args.list_algos, describe_algos),
+                                                         (args.list_envs, describe_envs)) if wanted))
+            return 0
+        _check_config_source(args, parser.error)
         check_launch_options(args, parser.error)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     try:
-        input_cfg = load_config_file(args.config)
-    except (FileNotFoundError, ValueError) as err:
+        input_cfg = _input_config(args)
+    except (FileNotFoundError, ValueError, UnknownTypeError) as err:
         print(f"baton: {err}", file=sys.stderr)
         return 2
     if args.command == "check-ddp":
@@ -85,6 +115,30 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0 if report["ok"] else 1
     run_from_args(input_cfg, args)
     return 0
+
+
+def _check_config_source(args: argparse.Namespace, error: Any) -> None:
+    """A run's config comes one way: ``-c CONFIG``, or ``--algo`` with ``--env``."""
+    if args.config is not None and (args.algo is not None or args.env is not None):
+        error("give -c CONFIG or --algo ALGO --env ENV_ID, not both")
+    if args.config is None and (args.algo is None or args.env is None):
+        error("give -c CONFIG, or --algo ALGO --env ENV_ID (see baton train --list-algos / --list-envs)")
+
+
+def _input_config(args: argparse.Namespace) -> Tuple[Any, Any]:
+    """``(main_config, create_config)`` of the file or of ``--algo/--env``, with the ``KEY=VALUE`` overrides set.
+
+    Raises:
+        FileNotFoundError, ValueError (ConfigError, AlgoEnvError), UnknownTypeError: each names what to fix.
+    """
+    if args.config is None:
+        from .algo_env import build_config
+
+        input_cfg = build_config(args.algo, args.env)
+    else:
+        input_cfg = load_config_file(args.config)
+    overrides = getattr(args, "overrides", None)
+    return apply_overrides(input_cfg[0], input_cfg[1], overrides) if overrides else input_cfg
 
 
 if __name__ == "__main__":

@@ -11,25 +11,45 @@ import argparse
 import copy
 import logging
 import os
+import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
 from engine.devices import visible_gpu_count
+from engine.config import ConfigError
 from engine.launcher import check_rendezvous, launch
+from engine.overrides import apply_overrides
+from engine.profile import profile_table
+from engine.registry import UnknownTypeError
 
+from middleware.checkpoint import CheckpointError
+
+from .run_dir import RunDirError
 from .serial import serial_pipeline
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["add_train_options", "parse_train_args", "check_launch_options", "run_from_args", "cli_main"]
+__all__ = ["add_train_options", "parse_train_args", "take_overrides", "check_launch_options", "run_from_args",
+           "cli_main"]
 
 
 def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("-s", "--seed", type=int, default=0, help="base seed (default 0)")
     parser.add_argument("--max-env-step", type=int, default=None, help="stop after this many env steps")
     parser.add_argument("--max-train-iter", type=int, default=None, help="stop after this many updates")
-    parser.add_argument("--exp-name", default=None, help="experiment directory (default: the config's exp_name)")
-    parser.add_argument("--resume", action="store_true", help="continue from <exp_name>/ckpt/latest.pth.tar")
+    parser.add_argument("--exp-name", default=None,
+                        help="the run directory (default: <config exp_name>_seed<seed>, numbered _2, _3... when taken)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run (without --exp-name: the newest of this config and seed) from its "
+                             "newest checkpoint")
+    parser.add_argument("--force", action="store_true",
+                        help="start over in a run directory that holds a run (the old one is moved aside first)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--profile", action="store_true",
+                        help="report each stage's share of the iteration time (log.profile): a table at the end, "
+                             "summary.json 'profile', TensorBoard profile/<stage>_share")
+    parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="set config keys, typed and checked like the file's: policy.learn.batch_size=128 "
+                             "env.stop_value=none (engine/overrides.py)")
     dist = parser.add_argument_group("data-parallel processes started by baton (no torchrun needed)")
     dist.add_argument("--gpus", default=None, metavar="all|N",
                       help="one process per GPU on this node: 'all' visible GPUs or the first N (sets policy.cuda)")
@@ -49,9 +69,23 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 
 def parse_train_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description="Train the pipeline of this config.")
-    args = add_train_options(parser).parse_args(argv)
+    args, extras = add_train_options(parser).parse_known_args(argv)
+    take_overrides(args, extras, parser.error)
     check_launch_options(args, parser.error)
     return args
+
+
+def take_overrides(args: argparse.Namespace, extras: Sequence[str], error: Any) -> None:
+    """Add the ``KEY=VALUE`` words argparse left over to ``args.overrides``; any other leftover is an error.
+
+    argparse matches a ``nargs="*"`` positional once, so ``a=1 --seed 1 b=2`` leaves ``b=2`` unparsed; taking
+    it here lets overrides and options mix in any order (torch.distributed.launch's ``--local-rank=N`` is an
+    option like the others)."""
+    stray = [word for word in extras if word.startswith("-") or "=" not in word]
+    if stray or (extras and not hasattr(args, "overrides")):
+        error(f"unrecognized arguments: {' '.join(stray or extras)}")
+    if extras:
+        args.overrides = list(args.overrides) + list(extras)
 
 
 def check_launch_options(args: argparse.Namespace, error: Any) -> None:
@@ -116,17 +150,42 @@ def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optio
 
 def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
     """One process's run, and its one-line result (an application's output, not library logging)."""
-    summary = serial_pipeline(input_cfg, seed=args.seed, max_env_step=args.max_env_step,
-                              max_train_iter=args.max_train_iter, exp_name=args.exp_name, resume=args.resume,
-                              progress=False if args.no_progress else None)
+    if args.profile:
+        input_cfg = _with_profile(input_cfg)
+    try:
+        summary = serial_pipeline(input_cfg, seed=args.seed, max_env_step=args.max_env_step,
+                                  max_train_iter=args.max_train_iter, exp_name=args.exp_name, resume=args.resume,
+                                  force=args.force, progress=False if args.no_progress else None)
+    except (RunDirError, CheckpointError) as err:  # the user's choice of directory: one line, no traceback
+        print(f"baton: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     if summary:
         where = f"[rank {summary['rank']}/{summary['world_size']}] " if summary.get("world_size", 1) > 1 else ""
         print(f"baton: {where}{summary['stop_reason']}: eval_return={summary['eval_return']} "
               f"best_eval_return={summary['best_eval_return']} env_step={summary['env_step']} "
-              f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f}", flush=True)
+              f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f} "
+              f"run_dir={summary['run_dir']}", flush=True)
+        if "profile" in summary and summary.get("rank", 0) == 0:
+            print(f"baton: where the time went\n{profile_table(summary['profile'])}", flush=True)
     return summary
 
 
+def _with_profile(input_cfg: Tuple[Any, Any]) -> Tuple[Any, Any]:
+    """``--profile``: the config with ``log.profile`` on (a copy; the caller's config is left alone)."""
+    main_config = copy.deepcopy(dict(input_cfg[0]))
+    main_config["log"] = dict(main_config.get("log") or {}, profile=True)
+    return main_config, input_cfg[1]
+
+
 def cli_main(input_cfg: Tuple[Any, Any], argv: Optional[List[str]] = None) -> Optional[dict]:
-    """Entry point of a dizoo config file: ``if __name__ == "__main__": cli_main((main_config, create_config))``."""
-    return run_from_args(input_cfg, parse_train_args(argv))
+    """Entry point of a dizoo config file: ``if __name__ == "__main__": cli_main((main_config, create_config))``.
+
+    Trailing ``KEY=VALUE`` words override config keys; a bad one ends the run before it starts, in one line."""
+    args = parse_train_args(argv)
+    if args.overrides:
+        try:
+            input_cfg = apply_overrides(input_cfg[0], input_cfg[1], args.overrides)
+        except (ConfigError, UnknownTypeError) as err:
+            print(f"baton: {err}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+    return run_from_args(input_cfg, args)

@@ -19,6 +19,7 @@ from typing import Any, Callable, List, Optional
 
 from engine.context import Context
 from engine.loop import Middleware, Task
+from engine.profile import StageProfile
 
 __all__ = ["Pipeline", "Stage", "StageError"]
 
@@ -59,6 +60,7 @@ class Pipeline:
         ctx: the context.
         cfg, policy, buffer: what ``build_pipeline`` compiled and built (the compiled config, the policy,
             the replay buffer or None), for middleware of your own that need them.
+        profile: None, or a ``StageProfile`` that ``run()`` fills with each stage's time (``log.profile``).
     """
 
     def __init__(self, ctx: Context, *, rank: int = 0, result: Optional[Callable[[], Any]] = None,
@@ -68,6 +70,7 @@ class Pipeline:
         self.cfg: Any = None
         self.policy: Any = None
         self.buffer: Any = None
+        self.profile: Optional[StageProfile] = None
         self._stages: List[Stage] = []
         self._result = result
         self._resources = resources or contextlib.ExitStack()
@@ -137,8 +140,8 @@ class Pipeline:
             with task.start(ctx=self.ctx):
                 for stage in self._stages:
                     if stage.middleware is not None:
-                        task.use(stage.middleware)
-                task.run(max_step=max_step)
+                        task.use(stage.middleware, name=stage.name)
+                task.run(max_step=max_step, profile=self.profile)
             return self._result() if self._result is not None else self.ctx
         finally:
             self.close()

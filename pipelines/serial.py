@@ -3,6 +3,7 @@
 
 The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [on] off- or on-policy::
 
+    shards           (DDP, every rank but 0) its replay shard and RNG beside each checkpoint rank 0 writes
     ddp              DDP-wrapped learner; the context's declared fields agreed once per iteration (no-op alone)
     summary          wall clock from the start of the first iteration; summary.json at finish
     evaluator        (0) every eval_freq updates; stops the run at env.stop_value
@@ -14,7 +15,7 @@ The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [
     learner          [off] update_per_collect updates of batch_size; [on] epochs of minibatches
     refresh          the learner's weights copied to collection/evaluation on other devices (policy.device.*)
     checkpoint       (0) best / periodic / final checkpoints
-    logger           (0) tensorboardX scalars (log.tensorboard)
+    logger           (0) tensorboardX scalars (log.tensorboard), the same as rows of progress.csv (log.csv)
     termination      max_env_step / max_train_iter
     progress         (0) tqdm (log.progress)
 """
@@ -30,17 +31,19 @@ import numpy as np
 import torch
 
 from data.envs import make_vector_env
-from engine.config import compile_config
+from engine.config import compile_config, save_config
 from engine.context import OnlineRLContext
 from engine.devices import size_torch_threads
+from engine.profile import StageProfile
 from engine.distributed import DDPContext, broadcast_object, launched_world_size, is_distributed
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from middleware import DDPMiddleware, RunSummary, actor_refresher, data_pusher, progress_bar, termination_checker
-from middleware.checkpoint import CheckpointError, load_newest_checkpoint
 from policies.base import SpaceMismatchError
 
 from . import stages
 from .pipeline import Pipeline
+from .resume import resume_run
+from .run_dir import RunDirError, resolve_run_dir
 
 __all__ = ["build_pipeline", "serial_pipeline", "rank_seed", "RANK_SEED_OFFSET"]
 
@@ -58,7 +61,8 @@ def rank_seed(seed: int, rank: int) -> int:
 
 def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[int] = None,
                    max_train_iter: Optional[int] = None, *, exp_name: Optional[str] = None, resume: bool = False,
-                   progress: Optional[bool] = None, context: type = OnlineRLContext) -> Pipeline:
+                   force: bool = False, progress: Optional[bool] = None,
+                   context: type = OnlineRLContext) -> Pipeline:
     """The standard pipeline for the policy of ``(main_config, create_config)``, ready to extend and run.
 
     Joins the process group when launched data-parallel (``WORLD_SIZE > 1``: torchrun,
@@ -72,8 +76,12 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
             collector env i with that plus i.
         max_env_step, max_train_iter: budgets (global env steps under DDP); the run also stops at
             ``env.stop_value``.
-        exp_name: overrides the config's ``exp_name`` (the experiment directory).
-        resume: continue from ``<exp_name>/ckpt/latest.pth.tar``.
+        exp_name: the run directory, used as given. Without it the run writes to
+            ``<config exp_name>_seed<seed>``, or ``..._seed<seed>_<n>`` when that holds a run already
+            (``pipelines.run_dir``); ``pipeline.cfg.exp_name`` and the summary's ``run_dir`` say which.
+        resume: continue the run of that directory (without ``exp_name``: the newest run of this config and
+            seed) from its newest loadable checkpoint.
+        force: start over in a directory that holds a run, after moving it aside to ``<dir>.old-<time>``.
         progress: show the progress bar (default: the config's ``log.progress``).
         context: the context class, ``OnlineRLContext`` or a subclass of it with fields of your own (declare
             ``sync=...`` on those that must agree across ranks).
@@ -96,7 +104,7 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
     resources = contextlib.ExitStack()
     try:
         ddp_ctx = resources.enter_context(DDPContext(backend=backend, cuda=cuda))
-        return _build(main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume,
+        return _build(main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume, force,
                       progress, context, ddp_ctx, resources)
     except BaseException:
         resources.close()
@@ -105,20 +113,23 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
 
 def serial_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[int] = None,
                     max_train_iter: Optional[int] = None, *, exp_name: Optional[str] = None, resume: bool = False,
-                    progress: Optional[bool] = None) -> Dict[str, Any]:
+                    force: bool = False, progress: Optional[bool] = None) -> Dict[str, Any]:
     """Train the policy of ``(main_config, create_config)`` with the standard pipeline and return the run
     summary (``build_pipeline(...).run()``; the same arguments)."""
     return build_pipeline(input_cfg, seed, max_env_step, max_train_iter, exp_name=exp_name, resume=resume,
-                          progress=progress).run()
+                          force=force, progress=progress).run()
 
 
 def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], seed: int,
            max_env_step: Optional[int], max_train_iter: Optional[int], exp_name: Optional[str], resume: bool,
-           progress: Optional[bool], context: type, ddp_ctx: DDPContext,
+           force: bool, progress: Optional[bool], context: type, ddp_ctx: DDPContext,
            resources: contextlib.ExitStack) -> Pipeline:
     rank, world_size = ddp_ctx.rank, ddp_ctx.world_size
     main = rank == 0
-    cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=main)
+    cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=False)
+    cfg.exp_name = _run_dir(cfg, exp_name is not None, resume, force, main, world_size)
+    if main:
+        save_config(cfg)
     size_torch_threads(cfg.torch_threads)  # this process's share of the cores, unless OMP_NUM_THREADS says
     seed_r = rank_seed(cfg.seed, rank)
     _seed_everything(seed_r)
@@ -142,18 +153,20 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     buffer = None if on_policy else stages.replay_buffer(cfg.policy, seed=seed_r, frame_stack=frame_stack,
                                                          num_envs=cfg.env.collector_env_num)
     ctx = context()
-    saver = stages.checkpoint_saver(cfg, policy, buffer) if main else None
-    if resume and main:
-        _resume(cfg, policy, ctx, buffer, saver)
-    if world_size > 1 and resume:  # rank 0 read the checkpoint; the ddp middleware shares its learn state
-        ctx.load_persistent_state(broadcast_object(ctx.persistent_state(), src=0))
+    saver = stages.checkpoint_saver(cfg, policy, buffer, world_size) if main else None
+    if resume:  # rank 0 reads the learn state (the ddp middleware shares it); every rank its replay and RNG
+        resume_run(cfg, policy, ctx, buffer, saver, rank, world_size, empty_buffer=lambda: stages.replay_buffer(
+            cfg.policy, frame_stack=frame_stack, num_envs=cfg.env.collector_env_num))
     ddp = DDPMiddleware(policy.learn_mode)
-    summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {"world_size": world_size, "rank": rank,
-                                                                  "ddp_collective_s": ddp.collective_time}
-                         if world_size > 1 else {})
+    profile = StageProfile() if cfg.log.profile else None  # where the time goes (--profile, engine.profile)
+    summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {"run_dir": cfg.exp_name, **(
+        {"world_size": world_size, "rank": rank, "ddp_collective_s": ddp.collective_time} if world_size > 1 else {}),
+        **({"profile": profile.as_dict()} if profile is not None else {})})
 
     pipeline = Pipeline(ctx, rank=rank, result=lambda: summary.result, resources=resources)
-    pipeline.cfg, pipeline.policy, pipeline.buffer = cfg, policy, buffer
+    pipeline.cfg, pipeline.policy, pipeline.buffer, pipeline.profile = cfg, policy, buffer, profile
+    if world_size > 1:  # before ddp: writes each rank's replay shard after the iteration's agreement
+        pipeline.append(stages.shard_saver(cfg, rank, buffer), name="shards")
     pipeline.append(ddp, name="ddp")
     pipeline.append(summary, name="summary")
     pipeline.append(stages.evaluator(cfg, policy, evaluator_env) if main else None, name="evaluator",
@@ -172,39 +185,35 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     if policy.separate_actors:  # collection or evaluation acts on its own device: keep its copy current
         pipeline.append(actor_refresher(policy.refresh_actors, cfg.policy.device.refresh_every), name="refresh")
     pipeline.append(saver, name="checkpoint", main_only=True)
-    if cfg.log.tensorboard:
-        pipeline.append(stages.logger(cfg) if main else None, name="logger", main_only=True)
+    if cfg.log.tensorboard or cfg.log.csv:
+        pipeline.append(stages.logger(cfg, ctx if resume else None) if main else None, name="logger",
+                        main_only=True)
     pipeline.append(termination_checker(max_env_step, max_train_iter), name="termination")
     if cfg.log.progress if progress is None else progress:
         pipeline.append(progress_bar(max_env_step) if main else None, name="progress", main_only=True)
+    if profile is not None and "logger" in pipeline and pipeline["logger"] is not None:
+        pipeline["logger"].profile = profile  # its profile/<stage>_share scalars
     return pipeline
+
+
+def _run_dir(cfg: Mapping[str, Any], explicit: bool, resume: bool, force: bool, main: bool, world_size: int) -> str:
+    """Rank 0 picks the run directory (``pipelines.run_dir``); under DDP every rank gets its choice, or its
+    error, so all fail alike instead of waiting for a rank that gave up."""
+    choice: Tuple[Optional[str], Optional[str]] = (None, None)
+    if main:
+        try:
+            choice = (resolve_run_dir(cfg["exp_name"], cfg["seed"], explicit=explicit, resume=resume, force=force),
+                      None)
+        except RunDirError as err:
+            choice = (None, str(err))
+    if world_size > 1:
+        choice = broadcast_object(choice, src=0)
+    if choice[1] is not None:
+        raise RunDirError(choice[1])
+    return choice[0]
 
 
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def _resume(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer: Any, saver: Any) -> None:
-    """Continue from the newest loadable checkpoint of ``<exp_name>/ckpt`` (``latest`` when it loads)."""
-    ckpt_dir = os.path.join(cfg["exp_name"], "ckpt")
-    path, state = load_newest_checkpoint(ckpt_dir)
-    wrote, wants = state.get("meta") or {}, stages.checkpoint_meta(cfg)
-    if wrote.get("policy_type", wants["policy_type"]) != wants["policy_type"] or \
-            wrote.get("env_type", wants["env_type"]) != wants["env_type"]:
-        raise CheckpointError(f"{path} was written by policy {wrote.get('policy_type')!r} on env "
-                              f"{wrote.get('env_id') or wrote.get('env_type')!r}; this config trains "
-                              f"{wants['policy_type']!r} on {wants['env_id'] or wants['env_type']!r}. Resume with "
-                              f"the config that wrote it, or start a new run under another --exp-name")
-    try:
-        policy.learn_mode.load_state_dict(state["policy"])
-    except (KeyError, RuntimeError, ValueError) as err:
-        raise CheckpointError(f"{path} does not fit this config's model ({str(err).splitlines()[0]}): resume with "
-                              f"the config that wrote it, or start a new run under another --exp-name") from err
-    ctx.load_persistent_state(state["ctx"])
-    ctx.finish, ctx.stop_reason, ctx.stop_detail = False, None, None  # a resumed run goes on
-    if buffer is not None and "replay_buffer" in state:
-        buffer.load_state_dict(state["replay_buffer"])
-    saver.restore_best(state.get("best_eval_value", float("-inf")))
-    logger.info("resumed from %s at env_step=%d train_iter=%d", path, ctx.env_step, ctx.train_iter)

@@ -13,12 +13,16 @@ import torch
 
 from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
 from engine.protocols import VectorEnv
-from middleware import (CkptSaver, InteractionEvaluator, OffPolicyLearner, OnPolicyLearner, StepCollector,
-                        eps_greedy_handler, epsilon_schedule, gae_estimator, online_logger, random_collect_handler)
+from engine.context import OnlineRLContext
+from middleware.checkpoint import ShardSaver
+from middleware import (CkptSaver, InteractionEvaluator, OffPolicyLearner, OnlineLogger, OnPolicyLearner,
+                        StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator, online_logger,
+                        random_collect_handler)
+from middleware.progress_csv import PROGRESS_FILE
 from policies.base import Policy
 
 __all__ = ["replay_buffer", "collector", "evaluator", "exploration", "random_collect", "off_policy_learner",
-           "on_policy_learner", "gae", "checkpoint_saver", "logger"]
+           "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logger"]
 
 
 def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, frame_stack: Optional[int] = None,
@@ -75,10 +79,16 @@ def gae(cfg: Mapping[str, Any], policy: Policy) -> Any:
     return gae_estimator(policy.collect_mode, gamma=pcfg["discount_factor"], lam=pcfg["collect"]["gae_lambda"])
 
 
-def checkpoint_saver(cfg: Mapping[str, Any], policy: Policy, buffer: Optional[ReplayBuffer]) -> CkptSaver:
+def checkpoint_saver(cfg: Mapping[str, Any], policy: Policy, buffer: Optional[ReplayBuffer],
+                     world_size: int = 1) -> CkptSaver:
     return CkptSaver(policy.learn_mode, os.path.join(cfg["exp_name"], "ckpt"), cfg["ckpt"]["save_freq"],
                      buffer if cfg["ckpt"]["save_replay_buffer"] else None,
-                     latest_every_s=cfg["ckpt"]["latest_every_s"], meta=checkpoint_meta(cfg))
+                     latest_every_s=cfg["ckpt"]["latest_every_s"], meta=checkpoint_meta(cfg), world_size=world_size)
+
+
+def shard_saver(cfg: Mapping[str, Any], rank: int, buffer: Optional[ReplayBuffer]) -> ShardSaver:
+    return ShardSaver(os.path.join(cfg["exp_name"], "ckpt"), rank,
+                      buffer if cfg["ckpt"]["save_replay_buffer"] else None)
 
 
 def checkpoint_meta(cfg: Mapping[str, Any]) -> Dict[str, Any]:
@@ -86,5 +96,12 @@ def checkpoint_meta(cfg: Mapping[str, Any]) -> Dict[str, Any]:
     return {"policy_type": cfg["policy"]["type"], "env_type": cfg["env"]["type"], "env_id": cfg["env"].get("env_id")}
 
 
-def logger(cfg: Mapping[str, Any]) -> Any:
-    return online_logger(os.path.join(cfg["exp_name"], "log"), print_freq=cfg["log"]["print_freq"])
+def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None) -> OnlineLogger:
+    """tensorboardX under ``<exp_name>/log`` (``log.tensorboard``) and ``<exp_name>/progress.csv``
+    (``log.csv``); ``resumed``: the context restored from a checkpoint, whose rows the CSV keeps."""
+    log = online_logger(os.path.join(cfg["exp_name"], "log"), print_freq=cfg["log"]["print_freq"],
+                        tensorboard=cfg["log"]["tensorboard"],
+                        csv_path=os.path.join(cfg["exp_name"], PROGRESS_FILE) if cfg["log"]["csv"] else None)
+    if resumed is not None:
+        log.resume(resumed.env_step, resumed.last_eval_iter)
+    return log

@@ -109,8 +109,14 @@ RUNS = [
     ("device string", lambda tmp: _train(tmp, **{"policy.device.collect": "gpu1"}), ValueError,
      r"policy.device.collect='gpu1' is not a device torch knows here; use 'cpu', 'cuda' or 'cuda:N'"),
     ("NaN rewards from the env", _nan_env, ValueError, r"env \d returned a non-finite reward \(nan\)"),
-    ("resume without checkpoint", lambda tmp: _resume_nothing(tmp), RuntimeError,
+    ("resume without a run", lambda tmp: _resume_nothing(tmp), ValueError,
+     r"--resume: no run to continue at .*exp_seed0 \(nor .*exp_seed0_<n>\)"),
+    ("resume a directory without checkpoint", lambda tmp: _resume_nothing(tmp, make_dir=True), RuntimeError,
      r"no checkpoint to resume from in .*exp/ckpt"),
+    ("run directory holds a run", lambda tmp: _run_twice(tmp), ValueError,
+     r"exp already holds a run \(ckpt, config.json.*\): --resume to continue it, --force to start over"),
+    ("resume and force together", lambda tmp: _resume_nothing(tmp, force=True), ValueError,
+     r"--resume continues a run and --force starts it over: give one of them"),
 ]
 
 
@@ -125,11 +131,23 @@ def _cfg_and_policy(tmp, config, policy_type):
                             dict(env=dict(type="pendulum"), policy=dict(type=policy_type))), max_env_step=8)
 
 
-def _resume_nothing(tmp):
+def _resume_nothing(tmp, make_dir=False, force=False):
     from pipelines import serial_pipeline
     from pipelines.cli import load_config_file
     main, create = load_config_file(CARTPOLE_DQN)
-    return serial_pipeline((dict(copy.deepcopy(main), exp_name=str(tmp / "exp")), create), resume=True)
+    if make_dir:  # a run directory that exists, named explicitly, but holds no checkpoint
+        os.makedirs(tmp / "exp" / "log")
+        return serial_pipeline((main, create), exp_name=str(tmp / "exp"), resume=True)
+    return serial_pipeline((dict(copy.deepcopy(main), exp_name=str(tmp / "exp")), create), resume=True, force=force)
+
+
+def _run_twice(tmp):
+    from pipelines import serial_pipeline
+    from pipelines.cli import load_config_file
+    main, create = load_config_file(CARTPOLE_DQN)
+    main = dict(copy.deepcopy(main), log=dict(progress=False))
+    serial_pipeline((main, create), exp_name=str(tmp / "exp"), max_env_step=64)
+    return serial_pipeline((main, create), exp_name=str(tmp / "exp"), max_env_step=64)
 
 
 @pytest.mark.parametrize("name,make,error,message", CONFIG_VALUES + RUNS, ids=[c[0] for c in CONFIG_VALUES + RUNS])

@@ -1,7 +1,7 @@
 """The replay buffer: a storage plus a sampler; batches in, batches out (``data.batch``)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -87,6 +87,29 @@ class ReplayBuffer:
 
     def update_priority(self, idx: torch.Tensor, priority: torch.Tensor) -> None:
         self.sampler.update_priority(idx, priority)
+
+    def transitions(self) -> Tuple[Dict[str, torch.Tensor], Optional[torch.Tensor]]:
+        """Every stored transition, oldest first, with its sampling weight (None when uniform): what
+        ``add_transitions`` takes, to split or merge buffers (a resume on another number of ranks).
+
+        Raises:
+            TypeError: for storages whose transitions are not self-contained (frame stacks share frames
+                with their neighbours), which cannot be split.
+        """
+        if not hasattr(self.storage, "chronological"):
+            raise TypeError(f"{type(self.storage).__name__} keeps transitions that share data with their "
+                            f"neighbours: they cannot be moved one by one")
+        idx = self.storage.chronological()
+        return self.storage.gather(idx), self.sampler.weights(idx)
+
+    def add_transitions(self, fields: Dict[str, torch.Tensor], weights: Optional[torch.Tensor] = None) -> None:
+        """Store transitions ``transitions()`` returned, keeping their sampling weights."""
+        if not fields or not len(next(iter(fields.values()))):
+            return
+        idx = self.storage.extend(fields)
+        self.sampler.on_extend(idx)
+        if weights is not None:
+            self.sampler.set_weights(idx, weights[-len(idx):])
 
     def state_dict(self) -> dict:
         return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}

@@ -30,6 +30,13 @@ class Sampler:
     def load_state_dict(self, state: dict) -> None:
         pass
 
+    def weights(self, idx: torch.Tensor) -> Optional[torch.Tensor]:
+        """The sampling weights of slots ``idx`` (None: all alike), to move transitions between buffers."""
+        return None
+
+    def set_weights(self, idx: torch.Tensor, weights: torch.Tensor) -> None:
+        """Give slots ``idx`` the ``weights`` another buffer's ``weights`` returned."""
+
 
 class UniformSampler(Sampler):
     """Uniform with replacement over the stored transitions."""
@@ -76,6 +83,15 @@ class PrioritizedSampler(Sampler):
         p = priority.detach().abs().double().cpu().numpy() + self.eps
         self._max_priority = max(self._max_priority, float(p.max()))
         self._tree.update(idx.cpu().numpy(), p ** self.alpha)
+
+    def weights(self, idx: torch.Tensor) -> Optional[torch.Tensor]:
+        return torch.from_numpy(self._tree[idx.cpu().numpy()].copy())  # p^alpha, as the tree holds them
+
+    def set_weights(self, idx: torch.Tensor, weights: torch.Tensor) -> None:
+        values = weights.double().cpu().numpy()
+        self._tree.update(idx.cpu().numpy(), values)
+        if len(values) and self.alpha > 0:
+            self._max_priority = max(self._max_priority, float(values.max()) ** (1 / self.alpha))
 
     def state_dict(self) -> dict:
         return {"tree": self._tree.state_dict(), "max_priority": self._max_priority}

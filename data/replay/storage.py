@@ -66,6 +66,12 @@ class RingStorage:
         self._size = min(self._size + n, self.capacity)
         return idx
 
+    def chronological(self) -> torch.Tensor:
+        """The occupied slots, oldest first."""
+        if self._size < self.capacity:
+            return torch.arange(self._size)
+        return (torch.arange(self.capacity) + self._cursor) % self.capacity
+
     def gather(self, idx: torch.Tensor) -> Dict[str, torch.Tensor]:
         """One index gather per field."""
         return {k: v.index_select(0, idx) for k, v in self.fields.items()}

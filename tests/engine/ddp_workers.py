@@ -183,3 +183,30 @@ def group_of_one(out_dir):
     main.exp_name, main.log = os.path.join(out_dir, "exp"), dict(progress=False)
     summary = serial_pipeline((main, copy.deepcopy(create_config)), max_env_step=256)
     _dump(out_dir, "one", {"world": dist.get_world_size(), "env_step": summary["env_step"]})
+
+
+def replay_rows(buffer):
+    """The stored transitions' observations as rows (to compare buffers as multisets)."""
+    fields, _ = buffer.transitions()
+    return [[round(x, 5) for x in row] for row in fields["obs"].tolist()] if fields else []
+
+
+def sharded_replay_run(out_dir, resume=False, max_env_step=256):
+    """CartPole DQN with the replay buffer in its checkpoints, fresh or resumed; each rank dumps its buffer
+    right after the resume (before training) and at the end."""
+    from pipelines import build_pipeline
+    from dizoo.classic_control.cartpole.config.cartpole_dqn_config import create_config, main_config
+
+    main = copy.deepcopy(main_config)
+    main.exp_name = os.path.join(out_dir, "exp")
+    main.env.stop_value = 1e9
+    main.env.collector_env_num = 2
+    main.policy.collect.n_sample = 16
+    main.ckpt = dict(save_replay_buffer=True)
+    main.log = dict(progress=False, tensorboard=False, csv=False)
+    pipeline = build_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=max_env_step,
+                              resume=resume)
+    resumed = replay_rows(pipeline.buffer)
+    summary = pipeline.run()
+    _dump(out_dir, "resumed" if resume else "fresh", {"after_resume": resumed, "end": replay_rows(pipeline.buffer),
+                                                       "summary": summary})

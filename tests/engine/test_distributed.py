@@ -67,7 +67,8 @@ def test_ddp_pipeline_keeps_ranks_identical_and_counters_global(tmp_path):
     assert s0["train_iter"] == s1["train_iter"] > 0
     # each rank collects 32 per iteration: the global count is the sum over both ranks
     assert s0["env_step"] == s1["env_step"] and s0["env_step"] % 64 == 0 and s0["env_step"] >= 1024
-    assert s0["world_size"] == 2 and os.path.isfile(tmp_path / "exp" / "summary.json")
+    assert s0["world_size"] == 2 and os.path.isfile(tmp_path / "exp_seed0" / "summary.json")
+    assert s0["run_dir"] == s1["run_dir"] == str(tmp_path / "exp_seed0")  # rank 0 chose, every rank knows
 
 
 def test_ddp_counters_are_sums_and_rank0_stop_ends_all_ranks_in_same_iteration(tmp_path):

@@ -49,8 +49,8 @@ def test_every_checkpoint_of_ours_loads_without_pickle_code(quick_cartpole_confi
     main, create = quick_cartpole_config
     main.policy.priority = True
     main.ckpt = dict(save_replay_buffer=True)
-    serial_pipeline((main, create), max_env_step=256)
-    ckpt_dir = os.path.join(main.exp_name, "ckpt")
+    summary = serial_pipeline((main, create), max_env_step=256)
+    ckpt_dir = os.path.join(summary["run_dir"], "ckpt")
     for name in os.listdir(ckpt_dir):
         state = load_checkpoint(os.path.join(ckpt_dir, name))  # weights_only=True inside
         assert "replay_buffer" in state and state["meta"]["policy_type"] == "dqn"

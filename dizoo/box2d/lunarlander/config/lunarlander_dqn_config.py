@@ -5,7 +5,7 @@ Needs the box2d extra: ``pip install -c constraints.txt -e ".[box2d]"``.
 from easydict import EasyDict
 
 main_config = EasyDict(dict(
-    exp_name="lunarlander_dqn_seed0",
+    exp_name="lunarlander_dqn",
     env=dict(
         evaluator_env_num=8,
         n_evaluator_episode=8,

@@ -2,7 +2,7 @@
 from easydict import EasyDict
 
 main_config = EasyDict(dict(
-    exp_name="cartpole_a2c_seed0",
+    exp_name="cartpole_a2c",
     policy=dict(
         learn=dict(batch_size=40, learning_rate=0.001),
         collect=dict(n_sample=40),

@@ -9,7 +9,7 @@ layers of 64 solve as fast as wider nets over seeds 0-7 and halve the cost of ac
 from easydict import EasyDict
 
 main_config = EasyDict(dict(
-    exp_name="cartpole_dqn_seed0",
+    exp_name="cartpole_dqn",
     env=dict(),  # every env value is the default; the empty section lets callers set main_config.env.<key>
     policy=dict(
         model=dict(encoder_hidden_size_list=[64, 64]),

@@ -16,7 +16,7 @@ import copy
 from dizoo.classic_control.cartpole.config import cartpole_dqn_config as base
 
 main_config = copy.deepcopy(base.main_config)
-main_config.exp_name = "cartpole_dqn_ddp_seed0"
+main_config.exp_name = "cartpole_dqn_ddp"
 main_config.policy.multi_gpu = True
 main_config.policy.learn.learning_rate = 0.004
 create_config = copy.deepcopy(base.create_config)

@@ -2,7 +2,7 @@
 from easydict import EasyDict
 
 main_config = EasyDict(dict(
-    exp_name="cartpole_ppo_seed0",
+    exp_name="cartpole_ppo",
     env=dict(),  # every env value is the default; the empty section lets callers set main_config.env.<key>
     policy=dict(
         discount_factor=0.98,

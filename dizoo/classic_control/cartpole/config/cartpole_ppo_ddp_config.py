@@ -11,7 +11,7 @@ import copy
 from dizoo.classic_control.cartpole.config import cartpole_ppo_config as base
 
 main_config = copy.deepcopy(base.main_config)
-main_config.exp_name = "cartpole_ppo_ddp_seed0"
+main_config.exp_name = "cartpole_ppo_ddp"
 main_config.policy.multi_gpu = True
 create_config = copy.deepcopy(base.create_config)
 

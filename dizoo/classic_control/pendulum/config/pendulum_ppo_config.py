@@ -6,7 +6,7 @@ of env steps.
 from easydict import EasyDict
 
 main_config = EasyDict(dict(
-    exp_name="pendulum_ppo_seed0",
+    exp_name="pendulum_ppo",
     policy=dict(
         model=dict(init_log_std=-0.5),
         discount_factor=0.95,

@@ -2,7 +2,7 @@
 from easydict import EasyDict
 
 main_config = EasyDict(dict(
-    exp_name="pendulum_sac_seed0",
+    exp_name="pendulum_sac",
     env=dict(collector_env_num=4),
     policy=dict(
         model=dict(

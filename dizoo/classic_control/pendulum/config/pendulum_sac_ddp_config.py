@@ -10,7 +10,7 @@ import copy
 from dizoo.classic_control.pendulum.config import pendulum_sac_config as base
 
 main_config = copy.deepcopy(base.main_config)
-main_config.exp_name = "pendulum_sac_ddp_seed0"
+main_config.exp_name = "pendulum_sac_ddp"
 main_config.policy.multi_gpu = True
 create_config = copy.deepcopy(base.create_config)
 

@@ -6,7 +6,7 @@ on a machine without CUDA it runs on the CPU, slowly, with a warning).
 from easydict import EasyDict
 
 main_config = EasyDict(dict(
-    exp_name="pong_dqn_seed0",
+    exp_name="pong_dqn",
     policy=dict(
         cuda=True,
         model=dict(encoder_hidden_size_list=[512]),

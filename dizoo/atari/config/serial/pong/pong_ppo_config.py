@@ -5,7 +5,7 @@ Needs the atari extra: ``pip install -c constraints.txt -e ".[atari]"``. Meant f
 from easydict import EasyDict
 
 main_config = EasyDict(dict(
-    exp_name="pong_ppo_seed0",
+    exp_name="pong_ppo",
     policy=dict(
         cuda=True,
         model=dict(

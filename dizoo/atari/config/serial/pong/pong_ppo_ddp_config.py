@@ -10,7 +10,7 @@ import copy
 from dizoo.atari.config.serial.pong import pong_ppo_config as base
 
 main_config = copy.deepcopy(base.main_config)
-main_config.exp_name = "pong_ppo_ddp_seed0"
+main_config.exp_name = "pong_ppo_ddp"
 main_config.policy.multi_gpu = True
 create_config = copy.deepcopy(base.create_config)
 

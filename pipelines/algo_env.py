@@ -1,0 +1,187 @@
+"""``baton train --algo ALGO --env ENV_ID``: a config built from defaults alone, with no config file.
+
+The policy's ``default_config()`` and the env family's defaults make the config; the model is sized from
+the env's spaces (policies fill ``policy.model.obs_shape`` / ``action_shape`` when they are None). The
+env family is chosen by the id:
+
+- a registered env type whose own id it is (``CartPole-v1`` -> ``cartpole``): its defaults, stop value
+  included;
+- an Atari id (``ALE/Pong-v5``, ``PongNoFrameskip-v4``: ids ale-py registers) -> ``atari``;
+- any other gymnasium id with a flat Box observation and Discrete or Box actions -> ``gym``, the generic
+  type registered here; its stop value is the gymnasium spec's ``reward_threshold``, or none (``inf``).
+
+``create_config.env.import_names`` names this module for ``gym``, so every process (``--nproc`` spawns
+fresh ones) registers the type before compiling. Before anything runs, the algorithm is built once on the
+env's spaces: one that does not fit (``dqn`` on ``Pendulum-v1``) fails at once, naming the action space and
+the algorithms that do fit.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from typing import Any, Dict, Optional, Tuple
+
+import gymnasium as gym
+from easydict import EasyDict
+
+from data.envs import GymEnvType
+from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
+from policies.base import SpaceMismatchError
+
+__all__ = ["AlgoEnvError", "build_config", "algo_support", "describe_algos", "describe_envs", "GYM_TYPE"]
+
+GYM_TYPE = "gym"
+ATARI_TYPE = "atari"
+_PROBE_OBS = gym.spaces.Box(-1.0, 1.0, (4,))
+_PROBE_ACTIONS = {"discrete": gym.spaces.Discrete(2), "continuous": gym.spaces.Box(-1.0, 1.0, (1,))}
+
+
+class AlgoEnvError(ValueError):
+    """An ``--algo`` / ``--env`` pair that cannot make a config; the message lists what would."""
+
+
+class AnyGymEnvType(GymEnvType):
+    """Env type ``gym``: any gymnasium id, named by ``env.env_id`` (no id of its own; no stop value)."""
+
+    def __init__(self) -> None:
+        super().__init__("", stop_value=math.inf)
+
+
+ENV_REGISTRY.register(GYM_TYPE, AnyGymEnvType())
+
+
+def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``(main_config, create_config)`` for ``algo`` on the gymnasium id ``env_id``.
+
+    Raises:
+        AlgoEnvError: unknown algo (lists the registered ones), unknown id (the closest gymnasium ids), an
+            env whose spaces no baton algorithm takes, or an algo that does not fit the env's spaces (names
+            the action space and the algos that do).
+    """
+    algos = POLICY_REGISTRY.names()
+    if algo not in algos:
+        raise AlgoEnvError(f"--algo {algo!r} is not a registered algorithm; choose one of {', '.join(algos)} "
+                           f"(baton train --list-algos)")
+    env_type, observation_space, action_space, stop_value = _resolve_env(env_id)
+    misfit = _misfit(algo, observation_space, action_space)
+    if misfit is not None:
+        fit = [a for a in algos if _misfit(a, observation_space, action_space) is None]
+        raise AlgoEnvError(f"--algo {algo} does not fit --env {env_id} (action space {action_space}): {misfit}. "
+                           f"Algorithms that fit: {', '.join(fit) or 'none'}")
+    env: Dict[str, Any] = dict(env_id=env_id)
+    if stop_value is not None:
+        env["stop_value"] = stop_value
+    create: Dict[str, Any] = dict(env=dict(type=env_type), policy=dict(type=algo))
+    if env_type == GYM_TYPE:
+        create["env"]["import_names"] = [__name__]
+    exp_name = f"{algo}_{re.sub(r'[^A-Za-z0-9._-]+', '_', env_id)}"
+    return dict(exp_name=exp_name, env=env, policy=dict()), create
+
+
+def algo_support(algo: str) -> Dict[str, bool]:
+    """``{"discrete": bool, "continuous": bool}``: whether ``algo`` builds on a flat observation with
+    Discrete / Box actions (asked of the policy itself, so a newly registered one is described truly)."""
+    return {kind: _misfit(algo, _PROBE_OBS, space) is None for kind, space in _PROBE_ACTIONS.items()}
+
+
+def describe_algos() -> str:
+    """The ``--list-algos`` table: each registered algorithm, its action spaces and pipeline."""
+    lines = ["algo      discrete  continuous  pipeline"]
+    for algo in POLICY_REGISTRY.names():
+        support = algo_support(algo)
+        lines.append(f"{algo:<9} {'yes' if support['discrete'] else 'no':<9} "
+                     f"{'yes' if support['continuous'] else 'no':<11} "
+                     f"{POLICY_REGISTRY.get(algo).pipeline.replace('_', '-')}")
+    return "\n".join(lines)
+
+
+def describe_envs() -> str:
+    """The ``--list-envs`` text: env families with their ids, then the gymnasium ids ``gym`` can take."""
+    lines = ["env families (--env ID uses the family whose id it is):"]
+    for name in ENV_REGISTRY.names():
+        if name == GYM_TYPE:
+            continue
+        if name == ATARI_TYPE:
+            ids = "any ale-py game: ALE/<Game>-v5 or <Game>NoFrameskip-v4, e.g. ALE/Pong-v5 (extra: .[atari])"
+        else:
+            ids = getattr(ENV_REGISTRY.get(name), "env_id", None) or \
+                ENV_REGISTRY.get(name).default_config().get("env_id", "?")
+        lines.append(f"  {name:<12} {ids}")
+    lines.append(f"  {GYM_TYPE:<12} any other gymnasium id with a flat Box observation and Discrete or Box "
+                 f"actions; stop value: the id's reward_threshold")
+    known = sorted(i for i in gym.registry if not i.startswith("ALE/") and "NoFrameskip" not in i)
+    lines.append(f"gymnasium ids registered here ({len(known)}; not all have flat observations): {', '.join(known)}")
+    return "\n".join(lines)
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float]]:
+    """``(env type, observation space, action space, stop value or None for the family's own)``."""
+    spec = _spec(env_id)
+    if isinstance(spec.entry_point, str) and spec.entry_point.startswith("ale_py"):
+        return _atari(env_id)
+    observation_space, action_space = _spaces(env_id)
+    if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
+        raise AlgoEnvError(f"--env {env_id}: its observation space {observation_space} is not a flat Box; --env "
+                           f"takes ids with flat observations and Atari ids (write a config with an env type of "
+                           f"your own for others)")
+    for name in ENV_REGISTRY.names():
+        if name != GYM_TYPE and getattr(ENV_REGISTRY.get(name), "env_id", None) == env_id:
+            return name, observation_space, action_space, None
+    threshold = spec.reward_threshold
+    return GYM_TYPE, observation_space, action_space, float(threshold) if threshold is not None else math.inf
+
+
+def _spec(env_id: str) -> Any:
+    """gymnasium's spec of ``env_id`` (Atari ids appear once ale-py is imported); unknown: the closest ids."""
+    if env_id not in gym.registry:
+        try:
+            import ale_py  # noqa: F401  registers ALE/* and *NoFrameskip-v4
+        except ImportError:
+            if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+                raise AlgoEnvError(f"--env {env_id}: Atari ids need ale-py: pip install -c constraints.txt "
+                                   f"-e \".[atari]\"") from None
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise AlgoEnvError(f"--env {env_id!r} is not a gymnasium id{hint} (baton train --list-envs)")
+    return gym.spec(env_id)
+
+
+def _spaces(env_id: str) -> Tuple[gym.Space, gym.Space]:
+    try:
+        env = gym.make(env_id)
+    except (ImportError, gym.error.Error) as err:  # e.g. box2d ids without the box2d extra
+        raise AlgoEnvError(f"--env {env_id}: cannot make it: {err}") from err
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def _atari(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float]]:
+    """The atari family's spaces: stacked 84x84 grey frames, the game's minimal action set. Its stop value
+    (20, Pong's) is kept for Pong only; other games have none."""
+    if ATARI_TYPE not in ENV_REGISTRY.names():
+        raise AlgoEnvError(f"--env {env_id}: the {ATARI_TYPE!r} env type is not installed")
+    defaults = ENV_REGISTRY.get(ATARI_TYPE).default_config()
+    observation_space = gym.spaces.Box(0, 255, (int(defaults["frame_stack"]), 84, 84), dtype="uint8")
+    _, action_space = _spaces(env_id)
+    same_game = _game(env_id) == _game(str(defaults.get("env_id", "")))
+    return ATARI_TYPE, observation_space, action_space, None if same_game else math.inf
+
+
+def _game(env_id: str) -> str:
+    return re.sub(r"(NoFrameskip|Deterministic)?-v\d+$", "", env_id.split("/")[-1]).lower()
+
+
+def _misfit(algo: str, observation_space: gym.Space, action_space: gym.Space) -> Optional[str]:
+    """None when ``algo``'s policy builds on these spaces, else its reason (the policy's own check)."""
+    policy_cls = POLICY_REGISTRY.get(algo)
+    cfg = EasyDict(dict(policy_cls.default_config(), type=algo))
+    try:
+        policy_cls(cfg, observation_space, action_space, device="cpu")
+    except (SpaceMismatchError, ValueError) as err:
+        return str(err)
+    return None

@@ -1,0 +1,91 @@
+"""``baton train --algo ALGO --env ENV_ID``: a config from the policy's and env family's defaults."""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+
+from pipelines import build_pipeline
+from pipelines.algo_env import AlgoEnvError, algo_support, build_config
+from pipelines.cli import main
+
+
+def test_dqn_on_cartpole_trains_without_a_config_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--algo", "dqn", "--env", "CartPole-v1", "--max-env-step", "128", "--no-progress",
+                 "--exp-name", str(tmp_path / "r"), "policy.collect.n_sample=32", "env.evaluator_env_num=1",
+                 "env.n_evaluator_episode=1"]) == 0
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert (config["env"]["type"], config["env"]["env_id"], config["policy"]["type"]) == ("cartpole", "CartPole-v1",
+                                                                                         "dqn")
+    assert config["env"]["stop_value"] == 195.0  # the cartpole family's own
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["env_step"] >= 128
+
+
+@pytest.mark.parametrize("algo,env_id,env_type,obs_shape,action_shape", [
+    ("ppo", "Pendulum-v1", "pendulum", [3], 1),
+    ("sac", "MountainCarContinuous-v0", "gym", [2], 1),
+    ("a2c", "Acrobot-v1", "gym", [6], 3),
+])
+def test_algo_env_builds_a_model_sized_from_the_env(tmp_path, algo, env_id, env_type, obs_shape, action_shape):
+    main_config, create_config = build_config(algo, env_id)
+    assert main_config["exp_name"] == f"{algo}_{env_id}" and create_config["env"]["type"] == env_type
+    main_config.update(exp_name=str(tmp_path / "r"), log=dict(progress=False))
+    with build_pipeline((main_config, create_config)) as pipeline:
+        model = pipeline.cfg.policy.model
+        assert (model.obs_shape, model.action_shape) == (obs_shape, action_shape)
+
+
+def test_generic_gym_env_takes_its_stop_value_from_the_spec():
+    assert build_config("dqn", "Acrobot-v1")[0]["env"]["stop_value"] == -100.0      # reward_threshold
+    assert build_config("ppo", "Pendulum-v1")[0]["env"] == {"env_id": "Pendulum-v1"}  # the family's own
+
+
+def test_atari_ids_use_the_atari_family():
+    pytest.importorskip("ale_py")
+    main_config, create_config = build_config("dqn", "ALE/Pong-v5")
+    assert create_config["env"]["type"] == "atari" and main_config["exp_name"] == "dqn_ALE_Pong-v5"
+    assert "stop_value" not in main_config["env"]                                    # Pong's 20 stays
+    assert build_config("ppo", "BreakoutNoFrameskip-v4")[0]["env"]["stop_value"] == math.inf
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--algo", "dqn", "--env", "Pendulum-v1"],
+     r"--algo dqn does not fit --env Pendulum-v1 \(action space Box\(-2\.0, 2\.0, \(1,\), float32\)\).*"
+     r"Algorithms that fit: a2c, ppo, sac"),
+    (["--algo", "dqm", "--env", "CartPole-v1"], r"--algo 'dqm' is not a registered algorithm; choose one of a2c, dqn"),
+    (["--algo", "dqn", "--env", "CartPol-v1"], r"--env 'CartPol-v1' is not a gymnasium id; did you mean CartPole-v1"),
+    (["--algo", "dqn", "--env", "FrozenLake-v1"], r"observation space Discrete\(16\) is not a flat Box"),
+    (["--algo", "dqn", "--env", "CartPole-v1", "policy.learn.batch_sz=3"], r"did you mean 'policy.learn.batch_size'"),
+])
+def test_bad_algo_or_env_is_one_line_exit_2(argv, message, capsys):
+    assert main(["train", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("baton: ")
+    assert re.search(message, err), err
+
+
+@pytest.mark.parametrize("argv", [["--algo", "dqn"], ["--env", "CartPole-v1"], []])
+def test_config_comes_from_exactly_one_place(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", *argv])
+    assert exc.value.code == 2 and "give -c CONFIG" in capsys.readouterr().err
+
+
+def test_list_commands_print_and_exit_0(capsys):
+    assert main(["train", "--list-algos"]) == 0
+    algos = capsys.readouterr().out
+    assert algos.splitlines()[0].split() == ["algo", "discrete", "continuous", "pipeline"]
+    assert "dqn       yes       no          off-policy" in algos and "sac       no        yes" in algos
+    assert main(["train", "--list-envs"]) == 0
+    envs = capsys.readouterr().out
+    assert "cartpole     CartPole-v1" in envs and "ALE/<Game>-v5" in envs and "Acrobot-v1" in envs
+
+
+def test_algo_support_asks_the_policy():
+    assert algo_support("ppo") == {"discrete": True, "continuous": True}
+    assert algo_support("dqn") == {"discrete": True, "continuous": False}
+    with pytest.raises(AlgoEnvError, match="Algorithms that fit: a2c, dqn, ppo"):
+        build_config("sac", "CartPole-v1")
