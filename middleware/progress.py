@@ -22,12 +22,12 @@ class _ProgressBar:
             self._bar = tqdm(total=self._total, unit="step", desc="env steps", dynamic_ncols=True)
         if ctx.total_step % self._every and not ctx.finish:
             return
-        self._bar.update(ctx.env_step - self._shown)
-        self._shown = ctx.env_step
         postfix = {"train_iter": ctx.train_iter}
         if ctx.eval_output is not None:
             postfix["eval"] = f"{ctx.eval_value:.1f}"
-        self._bar.set_postfix(postfix, refresh=False)
+        self._bar.set_postfix(postfix, refresh=False)  # before update(), whose refresh then shows it: current
+        self._bar.update(ctx.env_step - self._shown)
+        self._shown = ctx.env_step
 
     def on_finish(self, ctx: OnlineRLContext) -> None:
         if self._bar is not None:

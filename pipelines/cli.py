@@ -23,7 +23,6 @@ the wrong type, or an unknown algo or env ends with one line on stderr and exit 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import runpy
 import sys
@@ -32,7 +31,7 @@ from typing import Any, List, Optional, Tuple
 from engine.overrides import apply_overrides
 from engine.registry import UnknownTypeError
 
-from .options import add_train_options, check_launch_options, run_from_args, take_overrides
+from .options import configure_logging, add_train_options, check_launch_options, run_from_args, take_overrides
 from .plot import add_plot_options, plot_main
 
 __all__ = ["main", "load_config_file"]
@@ -98,7 +97,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         _check_config_source(args, parser.error)
         check_launch_options(args, parser.error)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
 
     try:
         input_cfg = _input_config(args)

@@ -28,7 +28,8 @@ from .serial import serial_pipeline
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["add_train_options", "parse_train_args", "take_overrides", "check_launch_options", "run_from_args",
+__all__ = ["configure_logging", "add_train_options", "parse_train_args", "take_overrides", "check_launch_options",
+           "run_from_args",
            "cli_main"]
 
 
@@ -126,9 +127,21 @@ def _starts_processes(args: argparse.Namespace) -> bool:
     return args.gpus is not None or args.nproc is not None or args.nnodes > 1
 
 
+def configure_logging() -> None:
+    """One output for every way a run starts (``baton train``, ``python CONFIG.py``, torchrun, the processes
+    ``--nproc`` starts): INFO lines (``log.print_freq``, resume, thread sizing) on stderr, tagged with the
+    rank under DDP. A logging configuration the caller made stays as it is."""
+    if logging.getLogger().handlers:
+        return
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    tag = f"[rank {os.environ.get('RANK', '0')}/{world}] " if world > 1 else ""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
+
+
 def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optional[dict]:
     """Run the standard pipeline with the parsed options: in this process, or on the processes that
     ``--gpus/--nproc/--nnodes`` ask for. Returns the run summary (None in the process that only launched)."""
+    configure_logging()
     if not _starts_processes(args):
         return _train(input_cfg, args)
     main_config, create_config = input_cfg
@@ -150,6 +163,7 @@ def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optio
 
 def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
     """One process's run, and its one-line result (an application's output, not library logging)."""
+    configure_logging()  # a process --nproc started begins with no logging configuration
     if args.profile:
         input_cfg = _with_profile(input_cfg)
     try:

@@ -2,8 +2,8 @@
 
 Reads each run's ``progress.csv`` (``middleware.progress_csv``) and draws ``eval/episode_return_mean``
 against env steps and against wall time (two panels; ``--x`` draws one). Runs of one config with several
-seeds form a group: directories whose names agree up to a ``_seed<N>`` suffix (``cartpole_dqn_seed0``,
-``cartpole_dqn_seed1``), or that were given the same ``--label``. A group is drawn as the mean of its runs
+seeds form a group: directories whose names agree up to a ``_seed<N>`` (or ``_seed<N>_<n>``) suffix
+(``cartpole_dqn_seed0``, ``cartpole_dqn_seed1``, ``cartpole_dqn_seed0_2``), or that were given the same ``--label``. A group is drawn as the mean of its runs
 with a band from their minimum to their maximum, over the x range that every run covers (each run is
 interpolated linearly onto a common grid there), and each run as a thin line over its own whole range:
 runs that stop at ``env.stop_value`` end at different x, and the mean holds no value a run did not log.
@@ -31,7 +31,7 @@ __all__ = ["PlotError", "find_runs", "group_runs", "mean_curve", "plot_runs", "a
 
 METRIC = "eval/episode_return_mean"
 X_AXES = {"env_step": "env steps", "wall_time_s": "wall time (s)"}
-_SEED_SUFFIX = re.compile(r"_seed\d+$")
+_SEED_SUFFIX = re.compile(r"_seed\d+(_\d+)?$")  # a repeated run of a seed is numbered (pipelines.run_dir)
 
 Curve = Tuple[np.ndarray, np.ndarray]
 

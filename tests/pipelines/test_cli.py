@@ -13,14 +13,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
 
 
-def test_baton_console_script_trains(tmp_path):
-    exp = tmp_path / "cli_exp"
-    proc = subprocess.run(["baton", "train", "-c", CARTPOLE, "-s", "2", "--max-env-step", "128",
-                           "--exp-name", str(exp), "--no-progress"],
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads((exp / "config.json").read_text())["seed"] == 2
-    assert json.loads((exp / "summary.json").read_text())["env_step"] >= 128
+def test_baton_train_and_the_config_as_a_script_print_alike(tmp_path):
+    """The console script trains; the same options through ``python CONFIG.py`` print the same lines
+    (log.print_freq's included, which the script used to drop)."""
+    outputs = {}
+    for how, head in (("baton", ["baton", "train", "-c", CARTPOLE]), ("script", [sys.executable, CARTPOLE])):
+        exp = tmp_path / how
+        proc = subprocess.run(head + ["-s", "2", "--max-env-step", "128", "--exp-name", str(exp), "--no-progress",
+                                      "log.print_freq=4"], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads((exp / "config.json").read_text())["seed"] == 2
+        assert json.loads((exp / "summary.json").read_text())["env_step"] >= 128
+        printed = [line.split(": ", 1)[1] for line in proc.stderr.splitlines() if "middleware.logger:" in line]
+        assert printed and all(line.startswith("env_step=") for line in printed)
+        outputs[how] = (len(printed), proc.stdout.strip().splitlines()[-1].rsplit(" wall_time_s=", 1)[0])
+    assert outputs["baton"] == outputs["script"]
 
 
 def test_python_m_pipelines_is_the_cli(tmp_path):

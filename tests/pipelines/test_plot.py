@@ -50,8 +50,10 @@ def test_plot_one_panel_per_x_and_a_parent_directory_of_runs(tmp_path):
 
 
 def test_plot_groups_runs_by_name_less_seed_or_by_label(tmp_path):
-    runs = ["x/cartpole_dqn_seed0", "x/cartpole_dqn_seed12/", "x/cartpole_ppo_seed0", "x/seedless"]
-    assert group_runs(runs) == {"cartpole_dqn": runs[:2], "cartpole_ppo": [runs[2]], "seedless": [runs[3]]}
+    runs = ["x/cartpole_dqn_seed0", "x/cartpole_dqn_seed12/", "x/cartpole_ppo_seed0", "x/seedless",
+            "x/cartpole_dqn_seed0_2"]
+    assert group_runs(runs) == {"cartpole_dqn": [runs[0], runs[1], runs[4]], "cartpole_ppo": [runs[2]],
+                                "seedless": [runs[3]]}
     assert group_runs(runs[:2], ["mine"]) == {"mine": runs[:2]}
     assert group_runs(runs[:2], ["a", "b"]) == {"a": [runs[0]], "b": [runs[1]]}
     with pytest.raises(PlotError, match="2 --label values for 3 runs"):

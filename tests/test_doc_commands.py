@@ -1,0 +1,90 @@
+"""Every shell command in README.md and docs/ runs as written (the ```bash blocks).
+
+Each block runs as one bash script in a fresh directory that sees the repository's ``dizoo/`` (commands
+name configs by their path from the repository root), with the test's Python environment first on PATH.
+Not run here, each for a stated reason:
+
+- the README's fresh-machine lines: the venv and the install are what ``.ci/run`` does before it runs the
+  suite; the training part runs here;
+- the test commands (``python -m pytest ...``): the suite itself, which ``.ci/run`` runs;
+- lines with ``--gpus``: run by ``pytest -m gpu`` on a machine with GPUs, skipped without CUDA;
+- blocks for several machines (``HOST0``, ``CONFIG`` placeholders): templates; the same launches are
+  simulated on one machine in tests/pipelines/test_launch.py.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FILES = [os.path.join(ROOT, "README.md")] + sorted(
+    os.path.join(ROOT, "docs", name) for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md"))
+SETUP = re.compile(r"^python3 -m venv .*?&& pip install [^&]*&& ")
+TEMPLATE = re.compile(r"\bHOST0\b|\bCONFIG\b")
+
+
+def _blocks():
+    for path in FILES:
+        text = open(path, encoding="utf-8").read()
+        for i, block in enumerate(re.findall(r"```bash\n(.*?)```", text, flags=re.S)):
+            yield f"{os.path.relpath(path, ROOT)}-{i}", block
+
+
+_RAN: set = set()  # a command several pages give (the DDP launch lines) runs once
+
+
+def _command(line: str) -> str:
+    """A line without its comment and spacing: the same command on two pages is one command."""
+    return " ".join(line.split("#", 1)[0].split())
+
+
+def _script(block: str, gpus: bool):
+    """The block as it runs here: the fresh-machine setup left to CI, --gpus lines only with GPUs, a line
+    an earlier block ran already once."""
+    lines, left_out = [], []
+    for line in block.replace("\\\n", " ").splitlines():
+        if _command(line) and _command(line) in _RAN:
+            left_out.append(f"ran already: {line}")
+            continue
+        line = SETUP.sub("", line)
+        if line.startswith("python -m pytest"):  # .ci/run runs the suite; a subset of it runs here anyway
+            left_out.append(line)
+            continue
+        if "--gpus" in line and not gpus:
+            left_out.append(line)
+            continue
+        lines.append(line)
+    return "\n".join(lines), left_out
+
+
+BLOCKS = list(_blocks())
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name,block", BLOCKS, ids=[name for name, _ in BLOCKS])
+def test_documented_commands_run_as_written(name, block, tmp_path):
+    if TEMPLATE.search(block):
+        pytest.skip("a template for several machines (placeholders); simulated in tests/pipelines/test_launch.py")
+    script, left_out = _script(block, gpus=torch.cuda.is_available())
+    if not script.strip("# \n"):
+        pytest.skip(f"nothing to run here: {left_out}")
+    os.symlink(os.path.join(ROOT, "dizoo"), tmp_path / "dizoo")
+    os.makedirs(tmp_path / "docs" / "img")
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60", PYTHONPATH=ROOT)
+    proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, f"{name} failed:\n{script}\n--- stderr ---\n{proc.stderr[-4000:]}"
+    _RAN.update(_command(line) for line in script.splitlines())
+
+
+def test_every_documented_block_is_seen():
+    """The blocks above are the README's and the docs' (a renamed fence would silently drop one)."""
+    names = {name.split("-")[0] for name, _ in BLOCKS}
+    assert {"README.md", os.path.join("docs", "distributed.md")} <= names
