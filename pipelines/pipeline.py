@@ -142,21 +142,30 @@ class Pipeline:
                     if stage.middleware is not None:
                         task.use(stage.middleware, name=stage.name)
                 task.run(max_step=max_step, profile=self.profile)
-            return self._result() if self._result is not None else self.ctx
-        finally:
-            self.close()
+            result = self._result() if self._result is not None else self.ctx
+        except BaseException as err:
+            self.close(err)
+            raise
+        self.close()
+        return result
 
-    def close(self) -> None:
-        """Release envs and the process group without running (``run()`` does this itself)."""
+    def close(self, error: Optional[BaseException] = None) -> None:
+        """Release envs and the process group without running (``run()`` does this itself). ``error``: what
+        ended the run, told to the resources as ``with`` would tell them, so the process group is left
+        without the final barrier that peers which failed would never reach (and that would hide the
+        error behind a collective mismatch)."""
         if not self._closed:
             self._closed = True
-            self._resources.close()
+            if error is None:
+                self._resources.close()
+            else:
+                self._resources.__exit__(type(error), error, error.__traceback__)
 
     def __enter__(self) -> "Pipeline":
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, error: Optional[BaseException], traceback: Any) -> None:
+        self.close(error)
 
     # ---- helpers -----------------------------------------------------------------------------------
     def _insert(self, index: int, middleware: Optional[Middleware], name: Optional[str], main_only: bool) -> None:

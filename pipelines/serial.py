@@ -6,7 +6,7 @@ The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [
     shards           (DDP, every rank but 0) its replay shard and RNG beside each checkpoint rank 0 writes
     ddp              DDP-wrapped learner; the context's declared fields agreed once per iteration (no-op alone)
     summary          wall clock from the start of the first iteration; summary.json at finish
-    evaluator        (0) every eval_freq updates; stops the run at env.stop_value
+    evaluator        (0) every eval_freq updates; stops the run at env.stop_value (background: in a process)
     exploration      epsilon of ctx.env_step (policies with other.eps)
     random_collect   random actions below policy.random_collect_size env steps (when > 0)
     collector        n_sample transitions into ctx.trajectories: [off] n-step, [on] time-major
@@ -91,6 +91,12 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
         >>> pipeline.insert_after("learner", my_middleware, name="mine")    # doctest: +SKIP
         >>> summary = pipeline.run()                                        # doctest: +SKIP
     """
+    from .offline import build_offline_pipeline, is_offline_config  # deferred: it imports this module
+
+    if is_offline_config(input_cfg):  # a policy that learns from a dataset (bc, cql, ...): docs/offline.md
+        return build_offline_pipeline(input_cfg, seed, max_env_step, max_train_iter, exp_name=exp_name,
+                                      resume=resume, force=force, progress=progress,
+                                      **({} if context is OnlineRLContext else {"context": context}))
     if not (isinstance(context, type) and issubclass(context, OnlineRLContext)):
         raise TypeError(f"build_pipeline(context=...) wants OnlineRLContext or a subclass of it (the standard "
                         f"stages read its fields), got {context!r}")
@@ -106,8 +112,8 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
         ddp_ctx = resources.enter_context(DDPContext(backend=backend, cuda=cuda))
         return _build(main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume, force,
                       progress, context, ddp_ctx, resources)
-    except BaseException:
-        resources.close()
+    except BaseException as err:  # told to the resources: no final barrier that failed peers never reach
+        resources.__exit__(type(err), err, err.__traceback__)
         raise
 
 
@@ -139,7 +145,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     collector_env = make_vector_env(env_type, cfg.env, cfg.env.collector_env_num, seed_r)
     resources.callback(collector_env.close)
     evaluator_env = None
-    if main:
+    if main and not cfg.policy.eval.evaluator.get("background", False):  # else its process builds its own
         evaluator_env = make_vector_env(env_type, cfg.env, cfg.env.evaluator_env_num, cfg.seed, manager="sync",
                                         training=False)
         resources.callback(evaluator_env.close)
@@ -157,11 +163,12 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     if resume:  # rank 0 reads the learn state (the ddp middleware shares it); every rank its replay and RNG
         resume_run(cfg, policy, ctx, buffer, saver, rank, world_size, empty_buffer=lambda: stages.replay_buffer(
             cfg.policy, frame_stack=frame_stack, num_envs=cfg.env.collector_env_num))
+    evaluator = stages.evaluator(cfg, policy, evaluator_env, saver, world_size) if main else None
     ddp = DDPMiddleware(policy.learn_mode)
     profile = StageProfile() if cfg.log.profile else None  # where the time goes (--profile, engine.profile)
     summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {"run_dir": cfg.exp_name, **(
         {"world_size": world_size, "rank": rank, "ddp_collective_s": ddp.collective_time} if world_size > 1 else {}),
-        **({"profile": profile.as_dict()} if profile is not None else {})})
+        **({"profile": profile.as_dict()} if profile is not None else {}), **stages.evaluator_report(evaluator)})
 
     pipeline = Pipeline(ctx, rank=rank, result=lambda: summary.result, resources=resources)
     pipeline.cfg, pipeline.policy, pipeline.buffer, pipeline.profile = cfg, policy, buffer, profile
@@ -169,8 +176,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
         pipeline.append(stages.shard_saver(cfg, rank, buffer), name="shards")
     pipeline.append(ddp, name="ddp")
     pipeline.append(summary, name="summary")
-    pipeline.append(stages.evaluator(cfg, policy, evaluator_env) if main else None, name="evaluator",
-                    main_only=True)
+    pipeline.append(evaluator, name="evaluator", main_only=True)
     if "eps" in cfg.policy.other:
         pipeline.append(stages.exploration(cfg), name="exploration")
     if cfg.policy.get("random_collect_size", 0) > 0:

@@ -84,3 +84,34 @@ def test_main_only_stages_keep_their_place_on_other_ranks():
     assert ran == ["everywhere", "everywhere"]
     with pytest.raises(TypeError, match="must be callable"):
         Pipeline(OnlineRLContext(), rank=0).append(None, name="evaluator", main_only=True)
+
+
+def test_a_failed_run_tells_its_resources_the_error():
+    """The process group is a resource: told of the error, it skips the final barrier, which a peer that
+    failed elsewhere would never reach (under torchrun that hid rank 1's error behind a collective mismatch)."""
+    import contextlib
+
+    seen = []
+
+    @contextlib.contextmanager
+    def group():
+        try:
+            yield
+        except BaseException as err:
+            seen.append(type(err))
+            raise
+        else:
+            seen.append(None)
+
+    def fail(ctx):
+        raise RuntimeError("stage failed")
+
+    for stages, expected in (([fail], RuntimeError), ([lambda ctx: setattr(ctx, "finish", True)], None)):
+        resources = contextlib.ExitStack()
+        resources.enter_context(group())
+        pipeline = Pipeline(OnlineRLContext(), rank=0, resources=resources)
+        for i, stage in enumerate(stages):
+            pipeline.append(stage, name=f"s{i}")
+        with contextlib.suppress(RuntimeError):
+            pipeline.run(max_step=3)
+        assert seen.pop() is expected
