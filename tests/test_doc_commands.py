@@ -1,15 +1,16 @@
 """Every shell command in README.md and docs/ runs as written (the ```bash blocks).
 
-Each block runs as one bash script in a fresh directory that sees the repository's ``dizoo/`` (commands
-name configs by their path from the repository root), with the test's Python environment first on PATH.
+Each block runs as one bash script, all in one directory that sees the repository's ``dizoo/`` (commands
+name configs by their path from the repository root) and in the order of the pages, with the test's Python
+environment first on PATH.
 Not run here, each for a stated reason:
 
 - the README's fresh-machine lines: the venv and the install are what ``.ci/run`` does before it runs the
   suite; the training part runs here;
 - the test commands (``python -m pytest ...``): the suite itself, which ``.ci/run`` runs;
 - lines with ``--gpus``: run by ``pytest -m gpu`` on a machine with GPUs, skipped without CUDA;
-- blocks for several machines (``HOST0``, ``CONFIG`` placeholders): templates; the same launches are
-  simulated on one machine in tests/pipelines/test_launch.py.
+- lines with placeholders (``HOST0``, ``CONFIG``): templates, e.g. for several machines; the same launches
+  are simulated on one machine in tests/pipelines/test_launch.py.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def _script(block: str, gpus: bool):
         if line.startswith("python -m pytest"):  # .ci/run runs the suite; a subset of it runs here anyway
             left_out.append(line)
             continue
-        if "--gpus" in line and not gpus:
+        if TEMPLATE.search(line) or ("--gpus" in line and not gpus):
             left_out.append(line)
             continue
         lines.append(line)
@@ -65,20 +66,26 @@ def _script(block: str, gpus: bool):
 BLOCKS = list(_blocks())
 
 
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """One directory for all blocks, as a reader following the pages in order has: a later block may use
+    what an earlier one made (the recording reads the checkpoint of a run the README trained)."""
+    path = tmp_path_factory.mktemp("docs_commands")
+    os.symlink(os.path.join(ROOT, "dizoo"), path / "dizoo")
+    os.makedirs(path / "docs" / "img")
+    return path
+
+
 @pytest.mark.distributed
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name,block", BLOCKS, ids=[name for name, _ in BLOCKS])
-def test_documented_commands_run_as_written(name, block, tmp_path):
-    if TEMPLATE.search(block):
-        pytest.skip("a template for several machines (placeholders); simulated in tests/pipelines/test_launch.py")
+def test_documented_commands_run_as_written(name, block, workdir):
     script, left_out = _script(block, gpus=torch.cuda.is_available())
     if not script.strip("# \n"):
         pytest.skip(f"nothing to run here: {left_out}")
-    os.symlink(os.path.join(ROOT, "dizoo"), tmp_path / "dizoo")
-    os.makedirs(tmp_path / "docs" / "img")
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60", PYTHONPATH=ROOT)
-    proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path, env=env,
+    proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, f"{name} failed:\n{script}\n--- stderr ---\n{proc.stderr[-4000:]}"
     _RAN.update(_command(line) for line in script.splitlines())
