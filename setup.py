@@ -25,7 +25,7 @@ setup(
     extras_require={
         # the box2d packages and ale-py are in the test extra so CI runs the LunarLander and Pong configs too
         "test": ["pytest>=7", "pytest-timeout>=2.1", "box2d>=2.3.10", "pygame>=2.1", "ale-py>=0.10",
-                 "matplotlib>=3.5"],
+                 "matplotlib>=3.5", "minari[hdf5]>=0.5"],
         # baton plot (evaluation curves from progress.csv)
         "plot": ["matplotlib>=3.5"],
         # ale-py >= 0.10 ships AtariVectorEnv, which does the whole preprocessing (no opencv needed)
@@ -34,6 +34,8 @@ setup(
         # Box2D module, and gymnasium's box2d package imports pygame
         "box2d": ["box2d>=2.3.10", "pygame>=2.1"],
         "mujoco": ["gymnasium[mujoco]>=1.0"],
+        # offline RL: datasets in Minari's format (HDF5 through h5py), read and written from a local root
+        "offline": ["minari[hdf5]>=0.5"],
     },
     entry_points={
         "console_scripts": ["baton=pipelines.cli:main"],
@@ -48,6 +50,8 @@ setup(
             "ppo=policies.ppo",
             "a2c=policies.ppo",
             "sac=policies.sac",
+            "bc=policies.bc",
+            "cql=policies.cql",
         ],
     },
 )

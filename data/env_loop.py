@@ -3,16 +3,19 @@ user of an env needs. The collectors and the evaluator all step envs through it.
 
 One ``EnvLoop.step``:
 
-1. ``policy.forward(obs, **kwargs)`` on the current observations of all envs (one row per env); the action
-   comes back as numpy (tensors on any device are copied to the host);
+1. ``act``: ``policy.forward(obs, **kwargs)`` on the current observations of all envs (one row per env);
+   the action comes back as numpy (tensors on any device are copied to the host);
 2. one ``env.step(action)``;
-3. where an episode ended (terminated or truncated), the real last observation
+3. ``observe``: where an episode ended (terminated or truncated), the real last observation
    (``info["final_obs"]``, gymnasium's SAME_STEP autoreset) replaces the reset observation in
    ``next_obs``, and the episode's return and length are reported, then restarted.
+
+``act`` and ``observe`` are separate so that a loop over env groups (``data.env_groups``) can run the policy
+on one group while another steps.
 """
 from __future__ import annotations
 
-from typing import Any, List, Mapping, NamedTuple, Optional, Union
+from typing import Any, Iterator, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -77,12 +80,27 @@ class EnvLoop:
 
     def step(self, policy_kwargs: Mapping[str, Any] = _NO_KWARGS) -> EnvStep:
         """One act + env step; ``policy_kwargs`` go to ``policy.forward`` (e.g. ``{"eps": 0.1}``)."""
+        obs, out, action = self.act(policy_kwargs)
+        return self.observe(obs, out, action, self.env.step(action))
+
+    def run(self, steps: int, policy_kwargs: Mapping[str, Any] = _NO_KWARGS) -> Iterator[EnvStep]:
+        """``steps`` loop steps, one ``EnvStep`` each (the interface ``data.env_groups.OverlappedEnvLoop``
+        shares)."""
+        for _ in range(steps):
+            yield self.step(policy_kwargs)
+
+    def act(self, policy_kwargs: Mapping[str, Any] = _NO_KWARGS) -> Tuple[np.ndarray, dict, np.ndarray]:
+        """The policy's forward on the current observations: ``(obs, out, action as numpy)``."""
         obs = self.current_obs()
         out = self.policy.forward(obs, **policy_kwargs)
         action = out["action"]
         if type(action) is not np.ndarray:
             action = to_numpy(action)
-        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, out, action
+
+    def observe(self, obs: np.ndarray, out: dict, action: np.ndarray, result: Tuple) -> EnvStep:
+        """The bookkeeping of one step: ``result`` is what ``env.step(action)`` returned for ``act``'s action."""
+        next_obs, reward, terminated, truncated, info = result
         self._steps += 1
         self._return += reward
         real_next, done_envs, returns, lengths = next_obs, (), [], []

@@ -8,12 +8,15 @@ real final observation. ``terminated`` and ``truncated`` are returned separately
 from __future__ import annotations
 
 import difflib
+import logging
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 __all__ = ["GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError"]
+
+logger = logging.getLogger(__name__)
 
 
 class UnknownEnvIdError(ValueError):
@@ -69,7 +72,8 @@ class GymEnvType:
 
 
 def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, seed: int,
-                    manager: Optional[str] = None, training: bool = True) -> gym.vector.VectorEnv:
+                    manager: Optional[str] = None, training: bool = True,
+                    groups: Optional[int] = None) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_type``'s env, reset once with seeds ``seed, seed + 1, ...``.
 
     Args:
@@ -77,10 +81,17 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
             process per env, for expensive ones); defaults to ``env_cfg.manager.type``.
         training: False for evaluation envs. Env types with training-only preprocessing (Atari's episodic
             life and reward clipping) drop it then.
+        groups: build ``data.env_groups.EnvGroups`` of this many vector envs of consecutive envs (env
+            ``i`` still seeded ``seed + i``), which a collector steps overlapped with its policy's forward;
+            default 2 for training envs when ``env_cfg.manager.overlap`` is set, else 1 (one vector env).
 
     An env type with a ``make_vector(env_cfg, num_envs, seed, training)`` method builds its own vector env
     (e.g. ale_py's threaded ``AtariVectorEnv``); it must use SAME_STEP autoreset.
     """
+    if groups is None:
+        groups = 2 if training and (env_cfg.get("manager") or {}).get("overlap", False) else 1
+    if groups > 1:
+        return _make_env_groups(env_type, env_cfg, num_envs, seed, manager, training, groups)
     if hasattr(env_type, "make_vector"):
         return env_type.make_vector(env_cfg, num_envs, seed, training)
     check_env_id(env_cfg["env_id"])
@@ -96,5 +107,28 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
     else:
         raise ValueError(f"env.manager.type must be 'sync' or 'async', got {kind!r}")
     venv.reset(seed=[seed + i for i in range(num_envs)])
+    venv.action_space.seed(seed)
+    return venv
+
+
+def _make_env_groups(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, seed: int, manager: Optional[str],
+                     training: bool, groups: int) -> Any:
+    from data.env_groups import EnvGroups, group_sizes
+
+    if num_envs < 2:
+        logger.warning("env.manager.overlap needs at least 2 envs to step one group while the policy acts on "
+                       "another; %d env steps serially", num_envs)
+        return make_vector_env(env_type, env_cfg, num_envs, seed, manager, training, groups=1)
+    groups = min(groups, num_envs)
+    kind = manager or (env_cfg.get("manager") or {}).get("type", "sync")
+    if not hasattr(env_type, "make_vector") and kind in ("sync", "base"):
+        logger.warning("env.manager.overlap with env.manager.type=%r steps each env group on a worker thread, "
+                       "which overlaps with the policy only where the env's step releases the GIL; for envs "
+                       "written in Python set env.manager.type='async'", kind)
+    envs, offset = [], 0
+    for size in group_sizes(num_envs, groups):
+        envs.append(make_vector_env(env_type, env_cfg, size, seed + offset, manager, training, groups=1))
+        offset += size
+    venv = EnvGroups(envs)
     venv.action_space.seed(seed)
     return venv

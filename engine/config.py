@@ -49,11 +49,15 @@ def base_config() -> Dict[str, Any]:
         ddp=dict(
             backend="auto",         # "auto" | "nccl" | "gloo" (engine.devices: gloo lets processes share GPUs)
         ),
+        dataset=dict(               # offline policies train from it (docs/offline.md); online ones ignore it
+            name="",                # a Minari dataset id, e.g. "cartpole/expert-v0"
+            root="",                # its dataset root; "": $MINARI_DATASETS_PATH, else ~/.minari/datasets
+        ),
     )
 
 
 _CREATE_KEYS = {"env": {"type", "import_names"}, "policy": {"type", "import_names"},
-                "env_manager": {"type", "shared_memory", "context"}, "replay_buffer": {"type"}}
+                "env_manager": {"type", "shared_memory", "context", "overlap"}, "replay_buffer": {"type"}}
 
 
 def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mapping[str, Any]] = None, *,
@@ -91,7 +95,10 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
 
     defaults = base_config()
     defaults["policy"] = dict(type=policy_type, **_without(policy_cls.default_config(), "type"))
-    defaults["env"] = dict(type=env_type, manager=dict(type="sync", shared_memory=False, context=None),
+    # manager.overlap: the collector's envs in 2 groups, one stepping while the policy acts on the other
+    # (data.env_groups; pays off where the policy's forward is not cheap next to the env step, e.g. Atari)
+    defaults["env"] = dict(type=env_type,
+                           manager=dict(type="sync", shared_memory=False, context=None, overlap=False),
                            **_without(env_cls.default_config(), "type", "manager"))
     if "env_manager" in create_config:
         defaults["env"]["manager"] = deep_merge(defaults["env"]["manager"],

@@ -205,9 +205,24 @@ class OnlineRLContext(Context):
 
 @dataclass
 class OfflineRLContext(Context):
-    """State of an offline pipeline: learning from a fixed dataset, with periodic evaluation."""
+    """State of an offline pipeline: learning from a fixed dataset, with periodic evaluation
+    (``pipelines.offline``; docs/offline.md).
 
-    train_epoch: int = persistent(0)
+    Persistent: ``env_step`` (the dataset transitions the learners have drawn, summed over ranks under
+    DDP: offline, the data consumed stands where the env steps collected stand online, so the logs,
+    ``progress.csv``, the progress bar and ``--max-env-step`` read it unchanged), ``env_episode`` (0: no env
+    episode is collected), ``train_epoch`` (passes over its shard that every rank has completed: the
+    minimum over ranks), ``train_iter`` (learner updates, the same on every rank), and the evaluation fields
+    (rank 0's under DDP) as in ``OnlineRLContext``.
+
+    Per-step: ``train_data`` (the last batch), ``train_output`` (learner statistics), ``checkpoints_saved``
+    (rank 0's checkpoint files of this iteration, so every rank writes its RNG state beside them), and,
+    always empty offline, ``episode_returns`` and ``collect_kwargs`` (read by the standard logger).
+    """
+
+    env_step: int = persistent(0, sync=Sync.SUM)
+    env_episode: int = persistent(0)
+    train_epoch: int = persistent(0, sync=Sync.MIN)
     train_iter: int = persistent(0)
     last_eval_iter: int = persistent(-1, sync=Sync.RANK0)
     last_eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)
@@ -216,6 +231,9 @@ class OfflineRLContext(Context):
 
     train_data: Any = per_step(None)
     train_output: Any = per_step(None)
+    checkpoints_saved: Optional[List[str]] = per_step(None, sync=Sync.RANK0)
+    episode_returns: Optional[List[float]] = per_step(None)
+    collect_kwargs: Dict[str, Any] = per_step(default_factory=dict)
 
 
 _RENEW_PLANS: Dict[type, _RenewPlan] = {}

@@ -2,6 +2,7 @@
 objects with an ``on_finish(ctx)`` method get it called when the run ends. Constructors take explicit,
 typed arguments (policies as ``engine.protocols`` modes, envs, buffers); the mapping from a nested config
 to those arguments is ``pipelines``'s job."""
+from .background_eval import BackgroundEvaluationError, BackgroundEvaluator
 from .checkpoint import CheckpointError, CkptSaver, load_checkpoint
 from .collector import EpisodeCollector, StepCollector
 from .ddp import DDPMiddleware
@@ -21,4 +22,5 @@ __all__ = [
     "OffPolicyLearner", "OnPolicyLearner", "gae_estimator", "random_collect_handler", "InteractionEvaluator",
     "NewEvaluation", "evaluate_episodes", "termination_checker", "online_logger", "OnlineLogger", "CkptSaver",
     "load_checkpoint", "CheckpointError", "progress_bar", "RunSummary", "DDPMiddleware", "actor_refresher",
+    "BackgroundEvaluator", "BackgroundEvaluationError",
 ]

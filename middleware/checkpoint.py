@@ -154,6 +154,10 @@ def load_newest_checkpoint(ckpt_dir: str) -> Tuple[str, Dict[str, Any]]:
     raise CheckpointError(f"no loadable checkpoint in {ckpt_dir}: " + "; ".join(problems))
 
 
+#: ``train_iter -> (learn state, ctx state)`` of the weights evaluated at ``train_iter``, or None
+EvaluatedState = Callable[[int], Optional[Tuple[Dict[str, Any], Dict[str, Any]]]]
+
+
 def _copy_atomically(src: str, dst: str) -> None:
     tmp = os.path.join(os.path.dirname(dst), _TMP_PREFIX + os.path.basename(dst))
     shutil.copyfile(src, tmp)
@@ -174,6 +178,9 @@ class CkptSaver:
         clock: the time source (tests pass their own).
         world_size: the run's processes; with more than one, the other ranks write their replay shard and
             RNG state beside each checkpoint (``ShardSaver``), told through ``ctx.checkpoints_saved``.
+
+    ``best`` holds the weights that were evaluated: the current ones after a blocking evaluation, the
+    snapshot's after a background one (``save_best_from``).
     """
 
     def __init__(self, policy: Saveable, save_dir: str, train_freq: Optional[int] = None,
@@ -193,41 +200,58 @@ class CkptSaver:
         self._last_good: Optional[str] = None
         self._best = float("-inf")
         self._new_evaluation = NewEvaluation()
+        self._evaluated_state: Optional[EvaluatedState] = None
         self._remove_stale_temporaries()
+
+    def save_best_from(self, source: EvaluatedState) -> None:
+        """Write ``best`` from ``source(ctx.last_eval_iter)``, ``(learn state, ctx state)``, when it returns
+        one: the weights a background evaluation evaluated (``BackgroundEvaluator.evaluated_state``), older
+        than the current ones. Such a ``best`` is not copied to ``latest`` (which stays the newest state) nor
+        announced to the other ranks' ``ShardSaver`` (their buffers are newer than these weights)."""
+        self._evaluated_state = source
 
     def _remove_stale_temporaries(self) -> None:
         for path in glob.glob(os.path.join(self._dir, _TMP_PREFIX + "*")):
             logger.info("removing %s, left by an interrupted write", path)
             os.unlink(path)
 
-    def _state(self, ctx: OnlineRLContext) -> Dict[str, Any]:
-        state = {"format": FORMAT_VERSION, "policy": self._policy.state_dict(), "ctx": ctx.persistent_state(),
+    def _state(self, ctx: OnlineRLContext, evaluated: Optional[Tuple[Dict[str, Any], Dict[str, Any]]] = None
+               ) -> Dict[str, Any]:
+        policy_state, ctx_state = evaluated or (self._policy.state_dict(), ctx.persistent_state())
+        state = {"format": FORMAT_VERSION, "policy": policy_state, "ctx": ctx_state,
                  "best_eval_value": self._best, "meta": self._meta, "world_size": self._world_size,
                  "rng": rng_state()}
         bad = non_finite_tensors(state["policy"])
         if bad:
             raise NonFiniteWeightsError(
-                f"the weights hold NaN or infinite values after update {ctx.train_iter} ({', '.join(bad[:5])}"
+                f"the weights hold NaN or infinite values after update {ctx_state.get('train_iter')} "
+                f"({', '.join(bad[:5])}"
                 f"{', ...' if len(bad) > 5 else ''}): nothing was saved. The last good checkpoint is "
                 f"{self._last_good or 'none of this run'}. Lower policy.learn.learning_rate or clip gradients")
         if self._buffer is not None:
             state["replay_buffer"] = self._buffer.state_dict()
         return state
 
-    def _save(self, ctx: OnlineRLContext, name: str) -> None:
-        """Write ``name`` and make ``latest`` the same state."""
-        path = save_checkpoint(os.path.join(self._dir, name), self._state(ctx))
+    def _save(self, ctx: OnlineRLContext, name: str,
+              evaluated: Optional[Tuple[Dict[str, Any], Dict[str, Any]]] = None) -> None:
+        """Write ``name`` and make ``latest`` the same state (not for ``evaluated``, an older state)."""
+        path = save_checkpoint(os.path.join(self._dir, name), self._state(ctx, evaluated))
         self._last_good = path
+        if evaluated is not None:
+            return
         self._last_latest = self._clock()
         if name != LATEST:
             _copy_atomically(path, os.path.join(self._dir, LATEST))
         ctx.checkpoints_saved = [name] if name == LATEST else [name, LATEST]
 
+    def _save_new_best(self, ctx: OnlineRLContext) -> None:
+        if self._new_evaluation(ctx) and ctx.eval_value > self._best:
+            self._best = ctx.eval_value
+            evaluated = self._evaluated_state(ctx.last_eval_iter) if self._evaluated_state is not None else None
+            self._save(ctx, BEST, evaluated)  # latest stays the newest of all: a resume after a kill starts here
+
     def __call__(self, ctx: OnlineRLContext) -> None:
-        if self._new_evaluation(ctx):
-            if ctx.eval_value > self._best:
-                self._best = ctx.eval_value
-                self._save(ctx, BEST)  # latest stays the newest of all: a resume after a kill starts here
+        self._save_new_best(ctx)
         if self._train_freq and ctx.train_iter - self._last_save_iter >= self._train_freq:
             self._last_save_iter = ctx.train_iter
             self._save(ctx, f"iteration_{ctx.train_iter}.pth.tar")
@@ -239,6 +263,7 @@ class CkptSaver:
             logger.warning("run ended with an error (%s): no final checkpoint written; the last good one in %s "
                            "stays", ctx.stop_detail, self._dir)
             return
+        self._save_new_best(ctx)  # an evaluation published after this stage ran (a background one's last)
         self._save(ctx, LATEST)
 
     @property

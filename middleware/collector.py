@@ -3,7 +3,9 @@
 One ``StepCollector`` call, for ``E`` envs and ``T = ceil(n_sample / E)`` vector steps:
 
 1. ``T`` loop steps; each step's arrays go into preallocated ``[T, E]`` numpy buffers (``next_obs`` is the
-   real next observation, the final one where an episode ended);
+   real next observation, the final one where an episode ended). With env groups (``env.manager.overlap``)
+   the loop is ``data.env_groups.OverlappedEnvLoop``: the policy acts on one group while the other steps,
+   and row ``e`` of step ``t`` is still env ``e``'s step ``t``;
 2. the chunk becomes n-step transitions per env stream (``NStepBuilder``), or stays time-major for
    on-policy learning (with the policy's log-probs and values, for GAE);
 3. ``ctx.trajectories`` gets them as one batch (``data.batch``); ``ctx.env_step``, ``ctx.env_episode``,
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 
 from data.batch import make_batch
+from data.env_groups import EnvGroups, OverlappedEnvLoop
 from data.env_loop import EnvLoop, to_numpy
 from data.nstep import NStepBuilder
 from engine.context import OnlineRLContext
@@ -53,15 +56,23 @@ class StepCollector:
         seed: env i is first reset with ``seed + i``.
         time_major: the on-policy mode: keep ``ctx.trajectories`` as one-step ``[T, E]`` chunks, with
             whatever else the policy returned (log-probs, values), for GAE; no n-step.
+        overlap: step env groups while the policy acts (``data.env_groups.OverlappedEnvLoop``); default:
+            whenever ``env`` is ``EnvGroups`` (``make_vector_env`` builds them for ``env.manager.overlap``).
     """
 
     def __init__(self, policy: CollectPolicy, env: VectorEnv, n_sample: int, *, nstep: int = 1,
-                 gamma: float = 0.99, seed: int = 0, time_major: bool = False) -> None:
+                 gamma: float = 0.99, seed: int = 0, time_major: bool = False,
+                 overlap: Optional[bool] = None) -> None:
         require(policy, CollectPolicy, "the collector's policy")
         n_sample = int(n_sample)
         if n_sample <= 0:
             raise ValueError(f"policy.collect.n_sample must be positive, got {n_sample}")
-        self._loop = EnvLoop(policy, env, seed)
+        grouped = isinstance(env, EnvGroups)
+        if overlap and not grouped:
+            raise ValueError(f"an overlapped collector needs its envs in groups, got {type(env).__name__}: build "
+                             f"them with data.envs.make_vector_env(..., groups=2) (config: env.manager.overlap=True)")
+        self.overlap = grouped if overlap is None else bool(overlap)
+        self._loop = OverlappedEnvLoop(policy, env, seed) if self.overlap else EnvLoop(policy, env, seed)
         self._time_major = time_major
         self.num_envs = env.num_envs
         self.steps_per_call = math.ceil(n_sample / self.num_envs)
@@ -83,9 +94,9 @@ class StepCollector:
         actions: List[np.ndarray] = []
         returns: List[float] = []
         kwargs = ctx.collect_kwargs
-        for t in range(steps):
-            # unpacked rather than read by name: this loop is the collector's whole overhead
-            obs, out, action, next_obs, reward, terminated, truncated, _, finished, _ = loop.step(kwargs)
+        # unpacked rather than read by name: this loop is the collector's whole overhead
+        for t, (obs, out, action, next_obs, reward, terminated, truncated, _, finished, _) in \
+                enumerate(loop.run(steps, kwargs)):
             obs_buf[t] = obs
             next_buf[t] = next_obs
             actions.append(action)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -10,14 +10,24 @@ from data.env_loop import EnvLoop
 from engine.context import OnlineRLContext, StopReason
 from engine.protocols import EvalPolicy, VectorEnv, require
 
-__all__ = ["InteractionEvaluator", "evaluate_episodes", "NewEvaluation"]
+__all__ = ["InteractionEvaluator", "evaluate_episodes", "NewEvaluation", "EvaluationCancelled", "evaluation_due",
+           "evaluation_output", "publish_evaluation"]
 
 
-def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int) -> Dict[str, Any]:
+class EvaluationCancelled(Exception):
+    """``evaluate_episodes`` stopped between two env steps because its ``should_stop`` said so."""
+
+
+def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
+                      should_stop: Optional[Callable[[], bool]] = None) -> Dict[str, Any]:
     """Reset ``loop``'s envs with ``seed`` and run ``n_episode`` episodes; returns returns and lengths.
 
     The episodes are split evenly over the envs before starting (env i runs its own quota), so short
     episodes cannot crowd out long ones and bias the mean.
+
+    Raises:
+        EvaluationCancelled: ``should_stop()`` returned True before an env step (a background evaluation
+            being cancelled: it checks between steps, so it ends within one step).
     """
     num_envs = loop.num_envs
     quota = np.array([n_episode // num_envs + (i < n_episode % num_envs) for i in range(num_envs)])
@@ -26,6 +36,8 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int) -> Dict[str, Any
     lengths: List[int] = []
     loop.reset(seed)
     while (done_count < quota).any():
+        if should_stop is not None and should_stop():
+            raise EvaluationCancelled(f"cancelled after {len(returns)} of {n_episode} episodes")
         step = loop.step()
         for i, episode_return, length in zip(step.done_envs, step.returns, step.lengths):
             if done_count[i] < quota[i]:
@@ -33,6 +45,38 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int) -> Dict[str, Any
                 lengths.append(length)
                 done_count[i] += 1
     return {"returns": returns, "lengths": lengths}
+
+
+def evaluation_output(episodes: Dict[str, Any], *, train_iter: int, env_step: int, duration: float) -> Dict[str, Any]:
+    """``ctx.eval_output`` of the episodes ``evaluate_episodes`` ran with the weights of ``train_iter`` /
+    ``env_step`` (where logs plot the result)."""
+    returns = np.asarray(episodes["returns"])
+    return {"returns": episodes["returns"], "lengths": episodes["lengths"], "mean": float(returns.mean()),
+            "std": float(returns.std()), "train_iter": train_iter, "env_step": env_step, "duration": duration}
+
+
+def publish_evaluation(ctx: OnlineRLContext, output: Dict[str, Any], stop_value: float) -> None:
+    """Write an evaluation into ``ctx`` (``eval_value``, ``last_eval_value``, ``last_eval_iter``: the
+    ``train_iter`` it evaluated, ``eval_output``) and finish the run with ``StopReason.STOP_VALUE`` when its
+    mean reaches ``stop_value``."""
+    ctx.eval_value = ctx.last_eval_value = output["mean"]
+    ctx.last_eval_iter = output["train_iter"]
+    ctx.eval_output = output
+    if output["mean"] >= stop_value:
+        ctx.finish = True
+        ctx.stop_reason = StopReason.STOP_VALUE
+
+
+def evaluation_due(ctx: OnlineRLContext, eval_freq: int) -> bool:
+    """Whether an evaluation is due: after the first update, then every ``eval_freq`` train iterations
+    after the last one (``ctx.last_eval_iter``).
+
+    Not before the first update: an untrained policy that happens to reach the stop value (a greedy random
+    network balances CartPole for some seeds) would end a run that learned nothing.
+    """
+    if ctx.last_eval_iter < 0:
+        return ctx.train_iter > 0
+    return ctx.train_iter - ctx.last_eval_iter >= eval_freq
 
 
 class NewEvaluation:
@@ -79,26 +123,15 @@ class InteractionEvaluator:
             raise ValueError(f"env.n_evaluator_episode must be positive, got {self._n_episode}")
 
     def should_evaluate(self, ctx: OnlineRLContext) -> bool:
-        # not before the first update: an untrained policy that happens to reach the stop value (a greedy
-        # random network balances CartPole for some seeds) would end a run that learned nothing
-        if ctx.last_eval_iter < 0:
-            return ctx.train_iter > 0
-        return ctx.train_iter - ctx.last_eval_iter >= self._eval_freq
+        return evaluation_due(ctx, self._eval_freq)
 
     def __call__(self, ctx: OnlineRLContext) -> None:
         if not self.should_evaluate(ctx):
             return
         start = time.perf_counter()
-        result = evaluate_episodes(self._loop, self._n_episode, self._seed + self._count * self._loop.num_envs)
+        episodes = evaluate_episodes(self._loop, self._n_episode, self._seed + self._count * self._loop.num_envs)
         self._count += 1
-        returns = np.asarray(result["returns"])
-        value = float(returns.mean())
-        ctx.eval_value = ctx.last_eval_value = value
-        ctx.last_eval_iter = ctx.train_iter
-        ctx.eval_output = {"returns": result["returns"], "lengths": result["lengths"], "mean": value,
-                           "std": float(returns.std()), "train_iter": ctx.train_iter, "env_step": ctx.env_step,
-                           "duration": time.perf_counter() - start}
-        if value >= self._stop_value:
-            ctx.finish = True
-            ctx.stop_reason = StopReason.STOP_VALUE
+        output = evaluation_output(episodes, train_iter=ctx.train_iter, env_step=ctx.env_step,
+                                   duration=time.perf_counter() - start)
+        publish_evaluation(ctx, output, self._stop_value)
 

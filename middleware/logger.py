@@ -88,22 +88,28 @@ class OnlineLogger:
             self._returns.extend(ctx.episode_returns)
         # per-step fields are gone by on_finish (renewed): keep references to this iteration's
         self._step_outputs = (ctx.collect_kwargs.get("eps"), ctx.train_output)
-        scalars = self._evaluation_scalars(ctx)
+        scalars = self._evaluation_scalars(ctx, now)
         last_time, last_env, last_iter, last_loop = self._last
         if ctx.train_iter - last_iter >= self._show_freq or ctx.total_step - last_loop >= 50:
             scalars.update(self._interval_scalars(ctx, now))
-        self._write(ctx, scalars, now)
+        self._write(ctx.env_step, ctx.train_iter, scalars, now)
         if self._print_freq and ctx.train_iter - self._last_print_iter >= self._print_freq:
             self._last_print_iter = ctx.train_iter
             logger.info("env_step=%d train_iter=%d eval=%.2f train=%s", ctx.env_step, ctx.train_iter,
                         ctx.eval_value, ctx.train_output)
 
-    def _evaluation_scalars(self, ctx: OnlineRLContext) -> Dict[str, float]:
-        if ctx.eval_output is None or ctx.last_eval_iter == self._logged_eval_iter:
+    def _evaluation_scalars(self, ctx: OnlineRLContext, now: float) -> Dict[str, float]:
+        """A new evaluation's scalars, for this iteration's row; a background evaluation's result (of weights
+        some iterations old) gets a row of its own, at the env_step, train_iter and wall time of its snapshot."""
+        output = ctx.eval_output
+        if output is None or ctx.last_eval_iter == self._logged_eval_iter:
             return {}
         self._logged_eval_iter = ctx.last_eval_iter
-        return {"eval/episode_return_mean": float(ctx.eval_output["mean"]),
-                "eval/episode_return_std": float(ctx.eval_output["std"])}
+        scalars = {"eval/episode_return_mean": float(output["mean"]), "eval/episode_return_std": float(output["std"])}
+        if output.get("background"):
+            self._write(output["env_step"], output["train_iter"], scalars, now - output["lag_s"])
+            return {}
+        return scalars
 
     def _interval_scalars(self, ctx: OnlineRLContext, now: float) -> Dict[str, float]:
         last_time, last_env, last_iter, _ = self._last
@@ -127,24 +133,24 @@ class OnlineLogger:
         self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
         return scalars
 
-    def _write(self, ctx: OnlineRLContext, scalars: Dict[str, float], now: float) -> None:
+    def _write(self, env_step: int, train_iter: int, scalars: Dict[str, float], now: float) -> None:
         """One iteration's scalars to TensorBoard and as one CSV row."""
         if not scalars:
             return
         if self._tensorboard:
             for tag, value in scalars.items():
-                self.writer.add_scalar(tag, value, ctx.env_step)
+                self.writer.add_scalar(tag, value, env_step)
         if self._csv is not None:
             wall = self._wall_offset + now - (self._start if self._start is not None else now)
-            self._csv.write({"env_step": ctx.env_step, "train_iter": ctx.train_iter, "wall_time_s": wall, **scalars})
+            self._csv.write({"env_step": env_step, "train_iter": train_iter, "wall_time_s": wall, **scalars})
 
     def on_finish(self, ctx: OnlineRLContext) -> None:
         # the last evaluation (in an iteration an error cut short) and the last, partial interval
         now = time.perf_counter()
-        scalars = self._evaluation_scalars(ctx)
+        scalars = self._evaluation_scalars(ctx, now)
         if self._last is not None and ctx.env_step > self._last[1]:
             scalars.update(self._interval_scalars(ctx, now))
-        self._write(ctx, scalars, now)
+        self._write(ctx.env_step, ctx.train_iter, scalars, now)
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()

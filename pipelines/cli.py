@@ -7,6 +7,7 @@ Usage::
                 [--nnodes N --node-rank n (--master-addr HOST0 --master-port PORT | --rendezvous file:///shared/path)]
     baton train --list-algos | --list-envs
     baton check-ddp -c CONFIG [--nproc 2] [--tolerance 1e-5]
+    baton record -c CONFIG --ckpt PATH --episodes N --dataset NAME [--eps E] [--root DIR]
     baton plot RUN_DIR... [-o out.png] [--x env_step|wall_time_s] [--label NAME]
 
 ``CONFIG`` is a Python file defining ``main_config`` and ``create_config`` (a dizoo config). Under
@@ -33,6 +34,7 @@ from engine.registry import UnknownTypeError
 
 from .options import configure_logging, add_train_options, check_launch_options, run_from_args, take_overrides
 from .plot import add_plot_options, plot_main
+from .record import add_record_options, record_main
 
 __all__ = ["main", "load_config_file"]
 
@@ -77,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--nproc", type=int, default=2, help="processes to compare (default 2, gloo on CPU)")
     check.add_argument("-s", "--seed", type=int, default=0)
     check.add_argument("--tolerance", type=float, default=1e-5, help="largest parameter difference accepted")
+    # a Minari dataset from a trained checkpoint (pipelines/record.py)
+    add_record_options(sub.add_parser("record", help="record episodes of a trained checkpoint as a dataset"))
     # evaluation curves of runs (their progress.csv); matplotlib is imported only when plotting
     add_plot_options(sub.add_parser("plot", help="draw the evaluation return of runs (seeds grouped) to a PNG"))
     return parser
@@ -104,6 +108,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (FileNotFoundError, ValueError, UnknownTypeError) as err:
         print(f"baton: {err}", file=sys.stderr)
         return 2
+    if args.command == "record":
+        return record_main(input_cfg, args)
     if args.command == "check-ddp":
         from .check_ddp import check_ddp
 

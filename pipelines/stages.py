@@ -7,13 +7,19 @@ Each function takes the compiled config (``engine.compile_config``) and the obje
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
+from data.envs import make_vector_env
 from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
+from engine.config import ConfigError, plain
+from engine.distributed import default_timeout
 from engine.protocols import VectorEnv
 from engine.context import OnlineRLContext
+from engine.registry import ENV_REGISTRY
+from middleware.background_eval import BackgroundEvaluator
 from middleware.checkpoint import ShardSaver
 from middleware import (CkptSaver, InteractionEvaluator, OffPolicyLearner, OnlineLogger, OnPolicyLearner,
                         StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator, online_logger,
@@ -21,8 +27,8 @@ from middleware import (CkptSaver, InteractionEvaluator, OffPolicyLearner, Onlin
 from middleware.progress_csv import PROGRESS_FILE
 from policies.base import Policy
 
-__all__ = ["replay_buffer", "collector", "evaluator", "exploration", "random_collect", "off_policy_learner",
-           "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logger"]
+__all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration", "random_collect",
+           "off_policy_learner", "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logger"]
 
 
 def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, frame_stack: Optional[int] = None,
@@ -47,10 +53,64 @@ def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int,
                          gamma=pcfg["discount_factor"], seed=seed, time_major=on_policy)
 
 
-def evaluator(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv) -> InteractionEvaluator:
-    return InteractionEvaluator(policy.eval_mode, env, eval_freq=cfg["policy"]["eval"]["evaluator"]["eval_freq"],
-                                n_episode=cfg["env"]["n_evaluator_episode"], stop_value=cfg["env"]["stop_value"],
-                                seed=cfg["seed"])
+def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], saver: Optional[CkptSaver] = None,
+              world_size: int = 1) -> Union[InteractionEvaluator, BackgroundEvaluator]:
+    """The blocking evaluator on ``env``, or with ``policy.eval.evaluator.background`` the background one,
+    whose process builds envs of its own (``EvalSide``; ``env`` is then unused, None) and whose best
+    checkpoint ``saver`` takes from the evaluated snapshot. Under DDP the last iteration waits for a
+    running evaluation at most half the collective timeout, while the other ranks wait in theirs. The
+    process is forked, or spawned where it acts on a GPU (``middleware.eval_worker``)."""
+    ecfg = cfg["policy"]["eval"]["evaluator"]
+    kwargs = dict(eval_freq=ecfg["eval_freq"], n_episode=cfg["env"]["n_evaluator_episode"],
+                  stop_value=cfg["env"]["stop_value"], seed=cfg["seed"])
+    if not ecfg.get("background", False):
+        return InteractionEvaluator(policy.eval_mode, env, **kwargs)
+    if not callable(getattr(policy, "acting_weights", None)):
+        raise ConfigError(f"policy.eval.evaluator.background=True needs a policy with acting_weights() and "
+                          f"load_acting_weights() (policies.base.Policy), which {type(policy).__name__} lacks: "
+                          f"set background=False")
+    finish_timeout_s = 60.0 if world_size == 1 else min(60.0, default_timeout() / 2)
+    side = EvalSide.of(cfg, policy)
+    evaluator = BackgroundEvaluator(side, policy.acting_weights, **kwargs, finish_timeout_s=finish_timeout_s,
+                                    learn_state=policy.learn_mode.state_dict if saver is not None else None,
+                                    start_method="spawn" if side.device.startswith("cuda") else None)
+    if saver is not None:
+        saver.save_best_from(evaluator.evaluated_state)
+    return evaluator
+
+
+@dataclass(frozen=True)
+class EvalSide:
+    """What the background evaluation process builds (``middleware.eval_worker.WorkerSide``): a policy
+    from the run's config acting on the trainer's eval device, with the weights the trainer sends, and the
+    evaluator's envs as the blocking evaluator's (``env.evaluator_env_num``, seeded ``cfg.seed``). Plain
+    picklable data: ``spawn`` sends it to the process."""
+
+    policy_cls: type
+    policy_cfg: Dict[str, Any]
+    observation_space: Any
+    action_space: Any
+    device: str
+    env_type: Any
+    env_cfg: Dict[str, Any]
+    num_envs: int
+    seed: int
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any], policy: Policy) -> "EvalSide":
+        return cls(type(policy), plain(cfg["policy"]), policy.observation_space, policy.action_space,
+                   str(policy.mode_devices["eval"]), ENV_REGISTRY.get(cfg["env"]["type"]), plain(cfg["env"]),
+                   cfg["env"]["evaluator_env_num"], cfg["seed"])
+
+    def __call__(self) -> Tuple[Any, Callable[[Any], None], VectorEnv]:
+        env = make_vector_env(self.env_type, self.env_cfg, self.num_envs, self.seed, manager="sync", training=False)
+        policy = self.policy_cls(self.policy_cfg, self.observation_space, self.action_space, device=self.device)
+        return policy.eval_mode, policy.load_acting_weights, env
+
+
+def evaluator_report(evaluator: Any) -> Dict[str, Any]:
+    """The summary's ``background_eval`` entry (``BackgroundEvaluator.finish_report``), or nothing."""
+    return {"background_eval": evaluator.finish_report()} if isinstance(evaluator, BackgroundEvaluator) else {}
 
 
 def exploration(cfg: Mapping[str, Any]) -> Any:

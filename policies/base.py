@@ -10,6 +10,9 @@ the contracts of ``engine.protocols``:
 - ``collect_mode`` (``CollectPolicy``): ``forward(obs, **collect_kwargs) -> dict`` acts for data
   collection (at least ``action``); ``value(obs)`` for actor-critic algorithms, else None.
 - ``eval_mode`` (``EvalPolicy``): ``forward(obs) -> dict`` acts greedily for evaluation.
+
+``acting_weights()`` / ``load_acting_weights()`` carry the weights a policy acts with to a copy of it in
+another process (background evaluation, ``middleware.background_eval``).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import gymnasium as gym
 import torch
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DeviceMismatchError", "common_config"]
+           "DeviceMismatchError", "common_config", "evaluator_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +53,14 @@ def common_config() -> Dict[str, Any]:
         ),
         check_device=False,         # check every tensor in and out of each mode (debugging; off: free)
     )
+
+
+def evaluator_config(eval_freq: int) -> Dict[str, Any]:
+    """The ``policy.eval`` section every policy has, with its own ``eval_freq``."""
+    return dict(evaluator=dict(
+        eval_freq=eval_freq,        # learner updates between evaluations
+        background=False,           # evaluate a snapshot in another process while training goes on (docs/middleware.md)
+    ))
 
 
 class LearnMode:
@@ -180,6 +191,19 @@ class Policy:
             self._eval_mode = EvalMode(self)
         return self._eval_mode
 
+    # ---- weights for a copy of this policy elsewhere -------------------------------------------------
+    def acting_weights(self) -> Dict[str, Any]:
+        """The weights the policy acts with (its model's), as numpy arrays on the host: a copy that later
+        updates do not change, and that pickles by value (no shared memory, no device), so it can be sent
+        to a copy of this policy in another process (``load_acting_weights``)."""
+        return {name: tensor.numpy() for name, tensor in _host_state(self._model, copy=True).items()}
+
+    def load_acting_weights(self, weights: Mapping[str, Any]) -> None:
+        """Act with ``weights`` (``acting_weights()`` of a policy built from the same config): loaded into
+        the model, and into the acting copies on other devices."""
+        self._model.load_state_dict({name: torch.as_tensor(value) for name, value in weights.items()})
+        self.refresh_actors()
+
     # ---- models and devices ------------------------------------------------------------------------
     def _init_model(self, factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
         """Build the learner's model with ``factory`` (on the host, then moved); acting copies for other
@@ -267,8 +291,9 @@ def _indexed(device: torch.device) -> torch.device:
     return device
 
 
-def _host_state(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+def _host_state(model: torch.nn.Module, copy: bool = False) -> Dict[str, torch.Tensor]:
+    """The model's state on the host; ``copy``: always new tensors (else a CPU model's own are returned)."""
+    return {k: v.detach().to("cpu", copy=copy) for k, v in model.state_dict().items()}
 
 
 def _check_tensors(where: str, value: Any, allowed: set, device: torch.device, path: str = "") -> None:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, common_config, make_adam, resolve_shape, space_dims
+from .base import Policy, check_finite, common_config, evaluator_config, make_adam, resolve_shape, space_dims
 from .models import QNetwork
 
 __all__ = ["DQNPolicy"]
@@ -63,7 +63,7 @@ class DQNPolicy(Policy):
                 weight_decay=0.0,
             ),
             collect=dict(n_sample=96),
-            eval=dict(evaluator=dict(eval_freq=100)),
+            eval=evaluator_config(eval_freq=100),
             other=dict(
                 eps=dict(type="exp", start=0.95, end=0.05, decay=10000),
                 replay_buffer=dict(replay_buffer_size=100000, alpha=0.6, beta=0.4),

@@ -24,7 +24,7 @@ from torch.distributions import Categorical, Normal
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, common_config, make_adam, resolve_shape, space_dims
+from .base import Policy, check_finite, common_config, evaluator_config, make_adam, resolve_shape, space_dims
 from .models import ActorCritic
 
 __all__ = ["PPOPolicy", "A2CPolicy"]
@@ -57,11 +57,12 @@ class PPOPolicy(Policy):
                 value_weight=0.5,
                 entropy_weight=0.0,
                 adv_norm=True,
-                value_clip=False,       # clip the value update around the collected value (PPO2's variant)
+                value_clip=False,       # clip the value update around the collected value (PPO2's variant); the range
+                                        # is clip_ratio in return units: for returns of order 1 only
                 grad_clip_value=0.5,    # max gradient norm; 0 disables clipping
             ),
             collect=dict(n_sample=2048, gae_lambda=0.95),
-            eval=dict(evaluator=dict(eval_freq=100)),
+            eval=evaluator_config(eval_freq=100),
             other=dict(),
         )
 

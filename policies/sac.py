@@ -30,7 +30,7 @@ from torch.func import functional_call
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, common_config, resolve_shape, space_dims
+from .base import Policy, check_finite, common_config, evaluator_config, resolve_shape, space_dims
 from .models import SquashedGaussianActor, TwinQ
 
 __all__ = ["SACPolicy", "SACModel", "sac_target"]
@@ -107,7 +107,7 @@ class SACPolicy(Policy):
                 target_entropy=None,     # None: -action_dim
             ),
             collect=dict(n_sample=1),
-            eval=dict(evaluator=dict(eval_freq=1000)),
+            eval=evaluator_config(eval_freq=1000),
             other=dict(replay_buffer=dict(replay_buffer_size=1000000, alpha=0.6, beta=0.4)),
         )
 

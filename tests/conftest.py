@@ -55,3 +55,50 @@ def quick_cartpole_config(tmp_path):
     main.policy.learn.update_per_collect = 2
     main.policy.eval.evaluator.eval_freq = 20
     return main, copy.deepcopy(create_config)
+
+
+# ---- offline datasets ---------------------------------------------------------------------------------
+# the dataset names the dizoo offline configs train from, and the gymnasium id each was recorded on
+OFFLINE_CONFIG_DATASETS = {"cartpole/expert-v0": "CartPole-v1", "cartpole/medium-v0": "CartPole-v1"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def offline_dataset_root(tmp_path_factory):
+    """``MINARI_DATASETS_PATH`` for the whole session (subprocesses inherit it): tiny datasets of random
+    episodes under the names the dizoo offline configs name, so every config runs as a script and under
+    torchrun without the reference datasets, and no test reads or writes ~/.minari. Tests that learn build
+    real datasets of their own."""
+    import os
+
+    try:
+        from data.offline import Episode, write_dataset
+    except ImportError:
+        yield None
+        return
+    try:
+        import minari  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    root = str(tmp_path_factory.mktemp("minari_datasets"))
+    for name, env_id in OFFLINE_CONFIG_DATASETS.items():
+        env = gym.make(env_id)
+        env.observation_space.seed(0)
+        env.action_space.seed(0)
+        episodes = []
+        for i in range(8):
+            steps = 20
+            end = np.zeros(steps, bool)
+            end[-1] = True
+            episodes.append(Episode(np.stack([env.observation_space.sample() for _ in range(steps + 1)]),
+                                    np.stack([env.action_space.sample() for _ in range(steps)]),
+                                    np.ones(steps, np.float32), end if i % 2 else np.zeros(steps, bool),
+                                    np.zeros(steps, bool) if i % 2 else end))
+        write_dataset(name, episodes, env.observation_space, env.action_space, root=root, env_id=env_id)
+    previous = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = root
+    yield root
+    if previous is None:
+        os.environ.pop("MINARI_DATASETS_PATH", None)
+    else:
+        os.environ["MINARI_DATASETS_PATH"] = previous

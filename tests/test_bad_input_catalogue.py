@@ -53,6 +53,8 @@ CONFIG_VALUES = [
     ("no samples", _value("policy.collect.n_sample", 0), ConfigError, r"'policy.collect.n_sample' is 0"),
     ("nstep 0", _value("policy.nstep", 0), ConfigError, r"'policy.nstep' is 0"),
     ("eval_freq 0", _value("policy.eval.evaluator.eval_freq", 0), ConfigError, r"eval_freq' is 0"),
+    ("background eval not a bool", _value("policy.eval.evaluator.background", "yes"), ConfigError,
+     r"'policy.eval.evaluator.background' expects bool.*got str"),
     ("buffer below batch", _value("policy.other.replay_buffer.replay_buffer_size", 32), ConfigError,
      r"replay_buffer_size=32 is smaller than policy.learn.batch_size=64.*never start"),
     ("discount above 1", _value("policy.discount_factor", 1.5), ConfigError, r"discount_factor' is 1.5.*\[0, 1\]"),

@@ -68,12 +68,38 @@ class AtariEnvType:
         from gymnasium.vector import AutoresetMode
 
         class _SeedListAtariVectorEnv(AtariVectorEnv):
-            """Accepts a list of seeds (what the collectors pass) as well as an int or array."""
+            """Accepts a list of seeds (what the collectors pass) as well as an int or array, and gives a lost
+            life's real next observation in ``info["final_obs"]``.
+
+            A lost life ends the training episode (``terminated``) but resets nothing, and ale-py leaves that
+            env's row of ``final_obs`` unwritten (it held arbitrary bytes, differing from run to run). The
+            observation the game goes on from is the real next one: it is copied there. A reset is told
+            apart by its episode frame counter starting again."""
 
             def reset(self, *, seed: Any = None, options: Any = None):
                 if isinstance(seed, (list, tuple)):
                     seed = np.asarray(seed, dtype=np.int64)
-                return super().reset(seed=seed, options=options)
+                obs, info = super().reset(seed=seed, options=options)
+                if not hasattr(self, "_episode_frames"):
+                    self._episode_frames = np.zeros(self.num_envs, dtype=np.int64)
+                self._episode_frames[info["env_id"]] = info["episode_frame_number"]
+                return obs, info
+
+            def step(self, actions: np.ndarray):
+                self.send(actions)
+                return self.recv()
+
+            def recv(self):
+                obs, reward, terminated, truncated, info = super().recv()
+                ids, frames = info["env_id"], info["episode_frame_number"]
+                went_on = (terminated | truncated) & (frames > self._episode_frames[ids])
+                if went_on.any():
+                    final = info.get("final_obs")
+                    final = np.zeros_like(obs) if final is None else np.array(final, copy=True)
+                    final[went_on] = obs[went_on]
+                    info["final_obs"] = final
+                self._episode_frames[ids] = frames
+                return obs, reward, terminated, truncated, info
 
         kwargs = dict(env_cfg.get("env_kwargs") or {})
         if env_cfg.get("max_episode_steps"):

@@ -36,3 +36,11 @@ def test_pendulum_sac_reaches_minus_250_within_20k_env_steps(tmp_path):
     summary = _train("dizoo.classic_control.pendulum.config.pendulum_sac_config", tmp_path, 0, 20_000)
     assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= -250
     assert summary["env_step"] <= 20_000
+
+
+@pytest.mark.slow
+def test_pendulum_ppo_reaches_minus_250_within_100k_env_steps(tmp_path):
+    # about 49,000 env steps and 45 s of training on a loaded 2-core machine (BENCHMARKS.md, "Scores")
+    summary = _train("dizoo.classic_control.pendulum.config.pendulum_ppo_config", tmp_path, 2, 100_000)
+    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= -250
+    assert summary["env_step"] <= 100_000

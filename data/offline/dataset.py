@@ -1,0 +1,383 @@
+"""Minari datasets (Farama's format, the successor of D4RL) in a local dataset root.
+
+A dataset ``namespace/name-v0`` lives in ``<root>/namespace/name-v0/data/``: ``metadata.json`` (the
+observation and action spaces, the env spec, episode and step counts) and ``main_data.hdf5``, one group
+per episode, ``episode_<i>``, holding
+
+- ``observations``: ``T + 1`` rows (the last is the observation the final step led to),
+- ``actions``, ``rewards``, ``terminations``, ``truncations``: ``T`` rows each.
+
+``terminations`` and ``truncations`` are stored apart, and stay apart when read: a truncated transition
+bootstraps from its next observation, only a terminated one cuts the return. The root is ``root`` when
+given, else ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets`` (Minari's own rule), so
+``minari.load_dataset(name)`` reads what ``write_dataset`` wrote. Nothing is ever downloaded.
+
+Examples:
+    >>> import tempfile, gymnasium as gym, numpy as np
+    >>> root = tempfile.mkdtemp()
+    >>> ep = Episode(observations=np.zeros((4, 2), np.float32), actions=np.array([0, 1, 0]),
+    ...              rewards=np.ones(3, np.float32), terminations=np.array([False, False, True]),
+    ...              truncations=np.zeros(3, bool))
+    >>> spaces = gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(2)
+    >>> _ = write_dataset("toy/tiny-v0", [ep, ep], *spaces, root=root)
+    >>> ds = open_dataset("toy/tiny-v0", root=root)
+    >>> ds.n_episodes, ds.total_steps, ds.transitions()["terminated"].tolist()
+    (2, 6, [False, False, True, False, False, True])
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+__all__ = ["Episode", "OfflineDataset", "open_dataset", "write_dataset", "dataset_root", "DatasetError",
+           "DatasetNotFoundError", "DatasetSpaceError", "MAKE_HINT"]
+
+#: how to make a dataset, named in every "not found" error
+MAKE_HINT = ("record one from a trained checkpoint: baton record -c CONFIG --ckpt RUN/ckpt/best.pth.tar "
+             "--episodes N --dataset NAME (or build the reference datasets: python "
+             "dizoo/classic_control/make_datasets.py)")
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used: corrupt, truncated, empty, or not a Minari dataset; names the path."""
+
+
+class DatasetNotFoundError(DatasetError, FileNotFoundError):
+    """No dataset of that name in the dataset root; the message says where it looked and how to make one."""
+
+
+class DatasetSpaceError(DatasetError):
+    """The dataset's observation or action space differs from the env's."""
+
+
+@dataclass
+class Episode:
+    """One episode in Minari's layout: ``observations`` has one row more than the other fields."""
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    id: Optional[int] = None
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def check(self) -> None:
+        """Raise DatasetError when the fields' lengths do not fit Minari's layout."""
+        n = len(self.rewards)
+        lengths = {"actions": len(self.actions), "terminations": len(self.terminations),
+                   "truncations": len(self.truncations)}
+        if n == 0 or len(self.observations) != n + 1 or any(v != n for v in lengths.values()):
+            raise DatasetError(f"episode {self.id}: {n} rewards need {n + 1} observations and {n} actions, "
+                               f"terminations and truncations; got {len(self.observations)} observations and "
+                               f"{lengths}")
+
+
+def dataset_root(root: Optional[str] = None) -> str:
+    """The dataset root: ``root``, else ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``."""
+    if root:
+        return os.path.abspath(os.path.expanduser(root))
+    env = os.environ.get("MINARI_DATASETS_PATH")
+    return os.path.abspath(env) if env else os.path.join(os.path.expanduser("~"), ".minari", "datasets")
+
+
+def _minari() -> Any:
+    try:
+        import minari  # noqa: F401
+        from minari.dataset.minari_storage import MinariStorage
+    except ImportError as err:
+        raise ImportError(f"offline datasets need Minari: pip install -c constraints.txt -e \".[offline]\" "
+                          f"({err})") from err
+    return MinariStorage
+
+
+def _data_path(name: str, root: Optional[str]) -> str:
+    if not name or name.startswith("/") or ".." in name.split("/"):
+        raise DatasetError(f"dataset name {name!r}: use a Minari id such as 'cartpole/expert-v0'")
+    return os.path.join(dataset_root(root), name, "data")
+
+
+def _local_names(root: str) -> List[str]:
+    names = []
+    for dirpath, dirnames, _ in os.walk(root):
+        if os.path.isfile(os.path.join(dirpath, "data", "metadata.json")):
+            names.append(os.path.relpath(dirpath, root).replace(os.sep, "/"))
+            dirnames[:] = []
+    return sorted(names)
+
+
+class OfflineDataset:
+    """A Minari dataset opened for reading (``open_dataset``).
+
+    Attributes:
+        name: the dataset id; ``path``: its ``data`` directory.
+        observation_space, action_space: the spaces it was recorded with.
+        episode_lengths: steps per episode, in episode order.
+        metadata: Minari's ``metadata.json``, spaces deserialized.
+    """
+
+    def __init__(self, name: str, path: str, storage: Any) -> None:
+        self.name = name
+        self.path = path
+        self._storage = storage
+        self.metadata: Dict[str, Any] = storage.metadata
+        self.observation_space: gym.Space = storage.observation_space
+        self.action_space: gym.Space = storage.action_space
+        self.n_episodes = int(self.metadata.get("total_episodes", 0))
+        if self.n_episodes <= 0:
+            raise DatasetError(f"dataset {name!r} at {path} holds no episodes")
+        if not os.path.isfile(self._file()):
+            raise DatasetError(f"dataset {name!r} at {path}: {self._file()} is missing; record it again "
+                               f"({MAKE_HINT})")
+        self.episode_lengths = np.array(self._flat()["lengths"])
+        if len(self.episode_lengths) != self.n_episodes:
+            raise DatasetError(f"dataset {name!r} at {path}: metadata.json counts {self.n_episodes} episodes, "
+                               f"{self._file()} holds {len(self.episode_lengths)}; record it again")
+
+    @property
+    def total_steps(self) -> int:
+        return int(self.episode_lengths.sum())
+
+    def _file(self) -> str:
+        return os.path.join(self.path, "main_data.hdf5")
+
+    def episodes(self, indices: Optional[Iterable[int]] = None) -> Iterator[Episode]:
+        """The episodes ``indices`` (default: all), in that order, as numpy arrays.
+
+        Raises:
+            DatasetError: naming the file and the episode when the file is corrupt or truncated.
+        """
+        indices = list(range(self.n_episodes) if indices is None else indices)
+        current = None
+        try:
+            for raw in self._storage.get_episodes(indices):
+                current = raw["id"]
+                ep = Episode(np.asarray(raw["observations"]), np.asarray(raw["actions"]),
+                             np.asarray(raw["rewards"]), np.asarray(raw["terminations"], dtype=bool),
+                             np.asarray(raw["truncations"], dtype=bool), id=int(raw["id"]))
+                ep.check()
+                yield ep
+        except (OSError, KeyError, TypeError, ValueError, AssertionError) as err:
+            if isinstance(err, DatasetError):
+                raise
+            where = f"after episode {current}" if current is not None else "at its first episode"
+            raise DatasetError(f"dataset {self.name!r}: {self._file()} is corrupt or truncated ({where}: {err}); "
+                               f"record it again ({MAKE_HINT})") from err
+
+    def transitions(self, indices: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
+        """The one-step transitions of episodes ``indices`` (default: all), concatenated in that order:
+        ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``, ``truncated`` as tensors
+        (observations and rewards float32; discrete actions int64, continuous float32).
+
+        Read from the flat copy (``FLAT_DIR``, built from the HDF5 file on first use): one array per
+        field, so a shard is a handful of index gathers rather than one HDF5 lookup per episode."""
+        flat = self._flat()
+        lengths = flat["lengths"]
+        sel = np.arange(self.n_episodes) if indices is None else np.asarray(indices, dtype=np.int64)
+        if len(sel) == 0:
+            raise DatasetError(f"dataset {self.name!r}: no episodes selected")
+        if sel.min() < 0 or sel.max() >= self.n_episodes:
+            raise DatasetError(f"dataset {self.name!r} has episodes 0..{self.n_episodes - 1}, asked for "
+                               f"{sel.min()}..{sel.max()}")
+        starts = np.cumsum(lengths) - lengths          # first transition row of each episode
+        sel_len = lengths[sel]
+        total = int(sel_len.sum())
+        out_starts = np.cumsum(sel_len) - sel_len
+        t_idx = np.arange(total) + np.repeat(starts[sel] - out_starts, sel_len)
+        o_idx = t_idx + np.repeat(sel, sel_len)        # each earlier episode holds one more observation row
+        discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        observations = flat["observations"]
+        obs = np.ascontiguousarray(observations[o_idx], dtype=np.float32)
+        next_obs = np.ascontiguousarray(observations[o_idx + 1], dtype=np.float32)
+        action = np.asarray(flat["actions"][t_idx]).astype(np.int64 if discrete else np.float32, copy=False)
+        return {"obs": torch.from_numpy(obs), "action": torch.from_numpy(action),
+                "reward": torch.from_numpy(np.asarray(flat["rewards"][t_idx], dtype=np.float32)),
+                "next_obs": torch.from_numpy(next_obs),
+                "terminated": torch.from_numpy(np.asarray(flat["terminations"][t_idx], dtype=bool)),
+                "truncated": torch.from_numpy(np.asarray(flat["truncations"][t_idx], dtype=bool))}
+
+    def _flat(self) -> Dict[str, np.ndarray]:
+        """The flat copy's arrays (memory-mapped), built first when missing or older than the HDF5 file."""
+        flat_dir = os.path.join(os.path.dirname(self.path), FLAT_DIR)
+        stamp = _stamp(self._file(), int(self.metadata.get("total_steps", -1)))
+        try:
+            with open(os.path.join(flat_dir, "stamp.json")) as f:
+                fresh = json.load(f) == stamp
+        except (OSError, ValueError):
+            fresh = False
+        if not fresh:
+            _write_flat(flat_dir, self.episodes(), stamp)
+        try:
+            return {name: np.load(os.path.join(flat_dir, f"{name}.npy"), mmap_mode="r") for name in _FLAT_FIELDS}
+        except (OSError, ValueError) as err:
+            raise DatasetError(f"dataset {self.name!r}: the flat copy {flat_dir} is unreadable ({err}); delete "
+                               f"it and it is rebuilt from {self._file()}") from err
+
+    def episode_returns(self) -> np.ndarray:
+        """The undiscounted return of every episode (reads the rewards only)."""
+        import h5py
+
+        with h5py.File(self._file(), "r") as f:
+            return np.array([float(np.sum(f[f"episode_{i}"]["rewards"][()])) for i in range(self.n_episodes)])
+
+    def check_spaces(self, observation_space: gym.Space, action_space: gym.Space, env_desc: str) -> None:
+        """Raise DatasetSpaceError when the env's spaces differ from the dataset's.
+
+        Box spaces must agree in shape (bounds and dtype may differ: a dataset recorded on a wrapped env
+        can declare other bounds); Discrete spaces in their number of actions."""
+        for what, ours, theirs in (("observation", self.observation_space, observation_space),
+                                   ("action", self.action_space, action_space)):
+            if not _compatible(ours, theirs):
+                raise DatasetSpaceError(f"dataset {self.name!r} ({self.path}) was recorded with {what} space "
+                                        f"{ours}, but {env_desc} has {theirs}: train on the env the dataset was "
+                                        f"recorded on, or record a dataset on this env")
+
+
+#: the flat copy of a dataset, beside its ``data`` directory (hidden: Minari's listings skip it)
+FLAT_DIR = ".baton_flat"
+_FLAT_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations", "lengths")
+
+
+def _stamp(hdf5_file: str, total_steps: int) -> Dict[str, int]:
+    st = os.stat(hdf5_file)
+    return {"size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns), "total_steps": int(total_steps)}
+
+
+def _write_flat(flat_dir: str, episodes: Iterable[Episode], stamp: Mapping[str, int]) -> None:
+    """Write the flat copy of ``episodes`` atomically (a new directory renamed into place): every field
+    concatenated over episodes, ``observations`` with its ``T + 1`` rows per episode."""
+    episodes = list(episodes)
+    arrays = {"observations": np.concatenate([e.observations for e in episodes]),
+              "actions": np.concatenate([e.actions for e in episodes]),
+              "rewards": np.concatenate([e.rewards for e in episodes]).astype(np.float32),
+              "terminations": np.concatenate([e.terminations for e in episodes]).astype(bool),
+              "truncations": np.concatenate([e.truncations for e in episodes]).astype(bool),
+              "lengths": np.array([len(e) for e in episodes], dtype=np.int64)}
+    parent, base = os.path.split(flat_dir)
+    tmp = os.path.join(parent, f"{base}.tmp-{uuid.uuid4().hex[:8]}")
+    os.makedirs(tmp)
+    try:
+        for name, array in arrays.items():
+            np.save(os.path.join(tmp, f"{name}.npy"), array)
+        with open(os.path.join(tmp, "stamp.json"), "w") as f:
+            json.dump(dict(stamp), f)
+        old = None
+        if os.path.exists(flat_dir):  # stale: move it aside first (another process may be reading it)
+            old = f"{flat_dir}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(flat_dir, old)
+        try:
+            os.replace(tmp, flat_dir)
+        except OSError:  # another rank renamed its fresh copy in first: use that one
+            shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _compatible(a: gym.Space, b: gym.Space) -> bool:
+    if isinstance(a, gym.spaces.Discrete) and isinstance(b, gym.spaces.Discrete):
+        return int(a.n) == int(b.n)
+    if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
+        return tuple(a.shape) == tuple(b.shape)
+    return a == b
+
+
+def _episodes_of(buffers: Sequence[Any]) -> List[Episode]:
+    return [Episode(b.observations, b.actions, b.rewards, b.terminations, b.truncations, id=b.id) for b in buffers]
+
+
+def open_dataset(name: str, root: Optional[str] = None) -> OfflineDataset:
+    """Open dataset ``name`` from the dataset root (``dataset_root(root)``).
+
+    Raises:
+        DatasetNotFoundError: naming the directory it looked in, the datasets that root holds and how to
+            make one.
+        DatasetError: a corrupt or truncated file, a dataset without episodes.
+    """
+    storage_cls = _minari()
+    path = _data_path(name, root)
+    meta_file = os.path.join(path, "metadata.json")
+    if not os.path.isfile(meta_file):
+        where = dataset_root(root)
+        have = _local_names(where) if os.path.isdir(where) else []
+        raise DatasetNotFoundError(
+            f"dataset {name!r} not found: looked for {meta_file} (dataset root {where}, from "
+            f"{'dataset.root' if root else '$MINARI_DATASETS_PATH' if os.environ.get('MINARI_DATASETS_PATH') else 'the default ~/.minari/datasets'}"
+            f"). That root holds {', '.join(have) if have else 'no datasets'}. To make it, {MAKE_HINT}")
+    try:
+        storage = storage_cls.read(path)
+    except (ValueError, OSError, KeyError, json.JSONDecodeError, AssertionError) as err:
+        raise DatasetError(f"dataset {name!r} at {path} is not a readable Minari dataset ({err!r}); record it "
+                           f"again ({MAKE_HINT})") from err
+    return OfflineDataset(name, path, storage)
+
+
+def write_dataset(name: str, episodes: Iterable[Episode], observation_space: gym.Space, action_space: gym.Space,
+                  root: Optional[str] = None, env_id: Optional[str] = None,
+                  metadata: Optional[Mapping[str, Any]] = None, overwrite: bool = False) -> str:
+    """Write ``episodes`` as Minari dataset ``name`` under the dataset root; returns its ``data`` path.
+
+    The dataset is written beside its final place and renamed into it when complete, so an interrupted
+    write leaves no half dataset under the name.
+
+    Args:
+        env_id: the gymnasium id it was recorded on (its spec is stored, as Minari does).
+        metadata: further plain entries for ``metadata.json`` (``algorithm_name``, ``description``, ...).
+        overwrite: replace an existing dataset of that name (default: an error).
+
+    Raises:
+        DatasetError: the name exists (without ``overwrite``), or an episode does not fit the layout.
+    """
+    storage_cls = _minari()
+    from minari import __version__ as minari_version
+    from minari.data_collector import EpisodeBuffer
+
+    data_path = _data_path(name, root)
+    final_dir = os.path.dirname(data_path)
+    if os.path.exists(final_dir) and not overwrite:
+        raise DatasetError(f"dataset {name!r} exists already at {final_dir}: pick another name or version "
+                           f"(e.g. -v1), or pass overwrite")
+    parent, base = os.path.split(final_dir)
+    tmp_dir = os.path.join(parent, f".{base}.tmp-{uuid.uuid4().hex[:8]}")  # hidden: Minari lists no half dataset
+    tmp_data = os.path.join(tmp_dir, "data")
+    os.makedirs(tmp_data)
+    try:
+        env_spec = gym.spec(env_id) if env_id else None
+        storage = storage_cls.new(tmp_data, observation_space=observation_space, action_space=action_space,
+                                  env_spec=env_spec, data_format="hdf5")
+        meta = {"dataset_id": name, "minari_version": minari_version, "author": {"baton"}}
+        meta.update(dict(metadata or {}))
+        storage.update_metadata(meta)
+        buffers = []
+        for i, ep in enumerate(episodes):
+            ep.id = i
+            ep.check()
+            buffers.append(EpisodeBuffer(id=i, observations=np.asarray(ep.observations),
+                                         actions=np.asarray(ep.actions), rewards=np.asarray(ep.rewards),
+                                         terminations=np.asarray(ep.terminations, dtype=bool),
+                                         truncations=np.asarray(ep.truncations, dtype=bool)))
+        if not buffers:
+            raise DatasetError(f"dataset {name!r}: no episodes to write")
+        storage.update_episodes(buffers)
+        total = sum(len(b.rewards) for b in buffers)
+        _write_flat(os.path.join(tmp_dir, FLAT_DIR), _episodes_of(buffers),
+                    _stamp(os.path.join(tmp_data, "main_data.hdf5"), total))
+        if os.path.exists(final_dir):
+            shutil.rmtree(final_dir)
+        os.replace(tmp_dir, final_dir)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    return data_path

@@ -1,0 +1,26 @@
+"""PPO on Pendulum-v1, data-parallel with DDP::
+
+    baton train -c dizoo/classic_control/pendulum/config/pendulum_ppo_ddp_config.py --nproc 2
+    torchrun --nproc_per_node=2 dizoo/classic_control/pendulum/config/pendulum_ppo_ddp_config.py
+
+pendulum_ppo_config.py split over 2 ranks: each rank steps 2 envs x 1,024 steps per collect and runs the
+10 epochs over its 2,048 transitions in minibatches of 32; DDP averages the gradients, so each update sees
+a global minibatch of 64 and each collect is 4,096 transitions, as in one process. With more ranks, divide
+``collector_env_num``, ``n_sample`` and ``batch_size`` by the world size to keep those figures.
+"""
+import copy
+
+from dizoo.classic_control.pendulum.config import pendulum_ppo_config as base
+
+main_config = copy.deepcopy(base.main_config)
+main_config.exp_name = "pendulum_ppo_ddp"
+main_config.policy.multi_gpu = True
+main_config.env.collector_env_num = 2
+main_config.policy.collect.pop("n_sample")  # 2,048 per rank: the default
+main_config.policy.learn.batch_size = 32
+create_config = copy.deepcopy(base.create_config)
+
+if __name__ == "__main__":
+    from pipelines import cli_main
+
+    cli_main((main_config, create_config))

@@ -1,0 +1,155 @@
+"""Behaviour cloning: supervised learning of the dataset's actions from its observations.
+
+One update, on one screen (``_forward_learn``)::
+
+    discrete:    loss = cross_entropy(logits(obs), action)
+    continuous:  loss = mean((tanh(mu(obs)) - action_in_[-1, 1])^2)
+
+Acting: the most likely action (discrete), or ``tanh(mu(obs))`` in env units (continuous); the collect
+mode takes ``eps``, the probability of a uniformly random action instead (as DQN's does).
+Offline (``pipeline = "offline"``): it trains from ``dataset.name``, never from an env.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.registry import POLICY_REGISTRY
+
+from .base import Policy, check_finite, common_config, make_adam, resolve_shape, space_dims
+from .models import QNetwork, mlp
+
+__all__ = ["BCPolicy"]
+
+
+class _ContinuousActor(nn.Module):
+    """``tanh(mu(obs))``: a deterministic action in (-1, 1)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Any) -> None:
+        super().__init__()
+        self.torso = mlp(obs_dim, hidden_sizes)
+        self.head = nn.Linear(hidden_sizes[-1], action_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.head(self.torso(obs)))
+
+
+@POLICY_REGISTRY.register("bc")
+class BCPolicy(Policy):
+    """Behaviour cloning for discrete or continuous actions (``create_config.policy.type='bc'``)."""
+
+    pipeline = "offline"
+
+    @classmethod
+    def default_config(cls) -> Dict[str, Any]:
+        return dict(
+            **common_config(),
+            model=dict(
+                obs_shape=None,         # None: taken from the env's observation space
+                action_shape=None,      # None: taken from the env's action space
+                hidden_size_list=[256, 256],
+            ),
+            learn=dict(
+                batch_size=256,
+                update_per_iter=10,     # updates per loop iteration (ranks agree once per iteration)
+                learning_rate=1e-3,
+                weight_decay=0.0,
+                grad_clip_norm=0.0,     # > 0: clip the gradient norm
+            ),
+            eval=dict(evaluator=dict(eval_freq=500)),
+        )
+
+    def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
+                 device: Optional[str | torch.device] = None) -> None:
+        super().__init__(cfg, observation_space, action_space, device)
+        (obs_dim,), action_dim, continuous = space_dims(observation_space, action_space, "bc")
+        model_cfg, learn = cfg["model"], cfg["learn"]
+        resolve_shape(model_cfg, "obs_shape", observation_space.shape, "bc",
+                      f"observation shape {observation_space.shape}")
+        resolve_shape(model_cfg, "action_shape", action_dim, "bc", f"action space {action_space}")
+        hidden = model_cfg["hidden_size_list"]
+        self._continuous = continuous
+        if continuous:
+            if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+                raise ValueError(f"policy 'bc' needs a bounded continuous action space, got {action_space}")
+            self._scale = torch.as_tensor((action_space.high - action_space.low) / 2.0, dtype=torch.float32)
+            self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
+            self._init_model(lambda: _ContinuousActor(obs_dim, action_dim, hidden))
+        else:  # logits through an MLP with a plain head (argmax acting in numpy on the CPU)
+            self._init_model(lambda: QNetwork(obs_dim, action_dim, hidden, dueling=False))
+        self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"],
+                                    weight_decay=learn["weight_decay"])
+        self._grad_clip = float(learn["grad_clip_norm"])
+        self._action_dim = action_dim
+        self._action_space = action_space
+        self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+        self._updates = 0
+
+    # ---- learn -----------------------------------------------------------------------------------
+    def _forward_learn(self, batch: Any) -> Dict[str, Any]:
+        obs = batch.obs.to(self.device).float()
+        if self._continuous:
+            target = (batch.action.to(self.device).float() - self._bias.to(self.device)) / self._scale.to(self.device)
+            pred = self._learn_model(obs)
+            loss = F.mse_loss(pred, target.clamp(-1.0, 1.0))
+            stats = {"action_error": (pred.detach() - target).abs().mean()}
+        else:
+            action = batch.action.to(self.device).long()
+            logits = self._learn_model(obs)
+            loss = F.cross_entropy(logits, action)
+            stats = {"accuracy": (logits.detach().argmax(dim=1) == action).float().mean()}
+        check_finite(loss, "BC", self._updates)
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self._grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
+        self._optimizer.step()
+        self._updates += 1
+        return {"loss": loss.detach(), **stats}
+
+    # ---- act -------------------------------------------------------------------------------------
+    def _act(self, obs: Any, mode: str) -> np.ndarray:
+        model = self._actor(mode)
+        device = self.mode_devices[mode]
+        if not self._continuous and device.type == "cpu":
+            return model.numpy_greedy_action(np.asarray(obs))
+        with torch.inference_mode():
+            out = model(torch.as_tensor(np.asarray(obs), device=device).float())
+            if not self._continuous:
+                return out.argmax(dim=1).cpu().numpy()
+            return (out.cpu() * self._scale + self._bias).numpy()
+
+    def _forward_collect(self, obs: Any, eps: float = 0.0) -> Dict[str, Any]:
+        """The cloned action; with probability ``eps`` per env a uniformly random one instead."""
+        action = self._act(obs, "collect")
+        if eps > 0:
+            explore = self._rng.random(len(action)) < eps
+            if explore.any():
+                if self._continuous:
+                    low, high = self._action_space.low, self._action_space.high
+                    random_action = self._rng.uniform(low, high, action.shape).astype(action.dtype)
+                else:
+                    random_action = self._rng.integers(0, self._action_dim, len(action))
+                action = np.where(explore.reshape((-1,) + (1,) * (action.ndim - 1)), random_action, action)
+        return {"action": action}
+
+    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+        return {"action": self._act(obs, "eval")}
+
+    # ---- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        return {"model": self._model.state_dict(), "optimizer": self._optimizer.state_dict(),
+                "updates": self._updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._model.load_state_dict(state["model"])
+        self._optimizer.load_state_dict(state["optimizer"])
+        for group in self._optimizer.param_groups:  # the config in force wins over the checkpoint's
+            group["lr"] = self.cfg["learn"]["learning_rate"]
+            group["weight_decay"] = self.cfg["learn"]["weight_decay"]
+        self._updates = int(state["updates"])

@@ -1,0 +1,183 @@
+"""Discrete conservative Q-learning (Kumar et al., 2020, CQL(H)): DQN on a fixed dataset, with a penalty
+that pushes down the Q values of actions the dataset did not take.
+
+One update, on one screen (``_forward_learn``)::
+
+    q_all    = Q(obs);  q = q_all[action]
+    a*       = argmax_a Q(next_obs)                                   (double Q: the online net picks ...)
+    target   = reward + gamma * (1 - terminated) * Q_target(next_obs)[a*]   (... the target net rates)
+    td_loss  = mean(huber(q - target))           (or mse)
+    cql_loss = mean(logsumexp_a q_all - q)       (soft maximum over actions minus the dataset's action)
+    loss     = td_loss + cql_alpha * cql_loss
+
+Only ``terminated`` cuts the bootstrap: a transition the recording truncated bootstraps from its
+``next_obs``. Acting is greedy in Q (``eps``-greedy in the collect mode). Offline (``pipeline =
+"offline"``): it trains from ``dataset.name``, never from an env.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, Mapping, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from engine.registry import POLICY_REGISTRY
+
+from .base import Policy, check_finite, common_config, make_adam, resolve_shape, space_dims
+from .models import QNetwork
+
+__all__ = ["DiscreteCQLPolicy", "cql_penalty"]
+
+
+def cql_penalty(q_all: torch.Tensor, q_taken: torch.Tensor) -> torch.Tensor:
+    """``mean(logsumexp_a Q(s, a) - Q(s, a_data))``: zero only when the dataset's action dominates.
+
+    Examples:
+        >>> q = torch.tensor([[0.0, 0.0]])
+        >>> round(float(cql_penalty(q, q[:, 0])), 4)    # log 2: both actions alike
+        0.6931
+    """
+    return (torch.logsumexp(q_all, dim=1) - q_taken).mean()
+
+
+@POLICY_REGISTRY.register("cql")
+class DiscreteCQLPolicy(Policy):
+    """Conservative Q-learning for discrete actions (``create_config.policy.type='cql'``)."""
+
+    pipeline = "offline"
+
+    @classmethod
+    def default_config(cls) -> Dict[str, Any]:
+        return dict(
+            **common_config(),
+            discount_factor=0.99,
+            model=dict(
+                obs_shape=None,         # None: taken from the env's observation space
+                action_shape=None,      # None: taken from the env's action space
+                encoder_hidden_size_list=[128, 128],
+                dueling=True,
+            ),
+            learn=dict(
+                batch_size=256,
+                update_per_iter=10,      # updates per loop iteration (ranks agree once per iteration)
+                learning_rate=5e-4,
+                cql_alpha=1.0,           # weight of the conservative penalty
+                target_update_freq=200,  # hard update every N updates (when target_theta == 0)
+                target_theta=0.0,        # > 0: soft (Polyak) update with this rate after every update
+                double_q=True,
+                td_loss="huber",         # "huber" or "mse"
+                grad_clip_norm=0.0,      # > 0: clip the gradient norm
+                weight_decay=0.0,
+            ),
+            eval=dict(evaluator=dict(eval_freq=500)),
+        )
+
+    def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
+                 device: Optional[str | torch.device] = None) -> None:
+        super().__init__(cfg, observation_space, action_space, device)
+        space_dims(observation_space, action_space, "cql", continuous=False)
+        model_cfg, learn = cfg["model"], cfg["learn"]
+        obs_shape = resolve_shape(model_cfg, "obs_shape", observation_space.shape, "cql",
+                                  f"observation shape {observation_space.shape}")
+        action_dim = int(resolve_shape(model_cfg, "action_shape", int(action_space.n), "cql",
+                                       f"action space {action_space}"))
+        self._init_model(lambda: QNetwork(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"],
+                                          model_cfg["dueling"]))
+        self._target_model = copy.deepcopy(self._model).requires_grad_(False)
+        self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"],
+                                    weight_decay=learn["weight_decay"])
+        if learn["td_loss"] not in ("huber", "mse"):
+            raise ValueError(f"policy.learn.td_loss must be 'huber' or 'mse', got {learn['td_loss']!r}")
+        if learn["cql_alpha"] < 0:
+            raise ValueError(f"policy.learn.cql_alpha must be >= 0 (0 is plain DQN), got {learn['cql_alpha']}")
+        self._td_loss = F.smooth_l1_loss if learn["td_loss"] == "huber" else F.mse_loss
+        self._gamma = float(cfg["discount_factor"])
+        self._alpha = float(learn["cql_alpha"])
+        self._double_q = bool(learn["double_q"])
+        self._target_update_freq = int(learn["target_update_freq"])
+        self._target_theta = float(learn["target_theta"])
+        self._grad_clip = float(learn["grad_clip_norm"])
+        self._action_dim = action_dim
+        self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+        self._updates = 0
+
+    # ---- learn -----------------------------------------------------------------------------------
+    def _forward_learn(self, batch: Any) -> Dict[str, Any]:
+        dev = self.device
+        obs, next_obs = batch.obs.to(dev).float(), batch.next_obs.to(dev).float()
+        action = batch.action.to(dev).long()
+        reward = batch.reward.to(dev).float()
+        not_done = (~batch.terminated.to(dev)).float()
+        n = len(obs)
+
+        # one forward of the online net over obs and next_obs: one DDP forward per update
+        q_both = self._learn_model(torch.cat([obs, next_obs]))
+        q_all, q_next_online = q_both[:n], q_both[n:].detach()
+        q = q_all.gather(1, action.unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            q_next_target = self._target_model(next_obs)
+            if self._double_q:
+                next_value = q_next_target.gather(1, q_next_online.argmax(dim=1, keepdim=True)).squeeze(1)
+            else:
+                next_value = q_next_target.max(dim=1).values
+            target = reward + self._gamma * not_done * next_value
+        td_loss = self._td_loss(q, target)
+        cql_loss = cql_penalty(q_all, q)
+        loss = td_loss + self._alpha * cql_loss
+        check_finite(loss, "CQL", self._updates)
+
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self._grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
+        self._optimizer.step()
+        self._updates += 1
+        self._update_target()
+        return {"loss": loss.detach(), "td_loss": td_loss.detach(), "cql_loss": cql_loss.detach(),
+                "q_value": q.detach().mean(), "target_q": target.mean()}
+
+    def _update_target(self) -> None:
+        if self._target_theta > 0:
+            with torch.no_grad():
+                torch._foreach_lerp_(list(self._target_model.parameters()), list(self._model.parameters()),
+                                     self._target_theta)
+        elif self._updates % self._target_update_freq == 0:
+            self._target_model.load_state_dict(self._model.state_dict())
+
+    # ---- act -------------------------------------------------------------------------------------
+    def _greedy(self, obs: Any, mode: str) -> np.ndarray:
+        model = self._actor(mode)
+        device = self.mode_devices[mode]
+        if device.type == "cpu":
+            return model.numpy_greedy_action(np.asarray(obs))
+        with torch.inference_mode():
+            return model(torch.as_tensor(np.asarray(obs), device=device).float()).argmax(dim=1).cpu().numpy()
+
+    def _forward_collect(self, obs: Any, eps: float = 0.0) -> Dict[str, Any]:
+        """Greedy in Q; with probability ``eps`` per env a uniformly random action instead."""
+        action = self._greedy(obs, "collect")
+        if eps > 0:
+            explore = self._rng.random(len(action)) < eps
+            if explore.any():
+                action = np.where(explore, self._rng.integers(0, self._action_dim, len(action)), action)
+        return {"action": action}
+
+    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+        return {"action": self._greedy(obs, "eval")}
+
+    # ---- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        return {"model": self._model.state_dict(), "target_model": self._target_model.state_dict(),
+                "optimizer": self._optimizer.state_dict(), "updates": self._updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._model.load_state_dict(state["model"])
+        self._target_model.load_state_dict(state["target_model"])
+        self._optimizer.load_state_dict(state["optimizer"])
+        for group in self._optimizer.param_groups:  # the config in force wins over the checkpoint's
+            group["lr"] = self.cfg["learn"]["learning_rate"]
+            group["weight_decay"] = self.cfg["learn"]["weight_decay"]
+        self._updates = int(state["updates"])

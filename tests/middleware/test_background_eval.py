@@ -1,0 +1,358 @@
+"""Background evaluation (middleware.background_eval): results land later with their snapshot's counters,
+training goes on meanwhile, the stop value stops the run (on every DDP rank in the same iteration), the best
+checkpoint holds the evaluated weights, and every way a run ends leaves no process behind."""
+from __future__ import annotations
+
+import copy
+import csv
+import doctest
+import functools
+import json
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+
+import middleware.background_eval
+from engine import OnlineRLContext, StopReason, Task
+from engine.config import ConfigError, compile_config
+from middleware.background_eval import BackgroundEvaluationError, BackgroundEvaluator
+from middleware.checkpoint import BEST, LATEST, CkptSaver, load_checkpoint
+
+EPISODE_LENGTH = 4
+
+
+class ValueEnv(gym.Env):
+    """Reward = the action taken; episodes of ``EPISODE_LENGTH`` steps, each ``delay`` seconds long, so an
+    episode's return is ``EPISODE_LENGTH`` times the value the policy acts with."""
+
+    def __init__(self, delay: float = 0.0, fail: bool = False):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Box(-1e9, 1e9, (1,), np.float32)
+        self.delay, self.fail, self._t = delay, fail, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        if self.fail:
+            raise RuntimeError("the env broke on purpose")
+        time.sleep(self.delay)
+        self._t += 1
+        return np.zeros(1, np.float32), float(action[0]), self._t >= EPISODE_LENGTH, False, {}
+
+
+class ValuePolicy:
+    """Acts with the value it was sent: the weights are ``{"value": v}``."""
+
+    def __init__(self):
+        self.value = 0.0
+
+    def load(self, weights):
+        self.value = float(weights["value"])
+
+    def forward(self, obs):
+        return {"action": np.full((len(obs), 1), self.value, np.float32)}
+
+
+def value_side(delay=0.0, fail_env=False, fail_build=False, num_envs=2):
+    """The evaluation process's side (``WorkerSide``): ValuePolicy on ``num_envs`` ValueEnvs."""
+    if fail_build:
+        raise RuntimeError("the build failed on purpose")
+    env = gym.vector.SyncVectorEnv([functools.partial(ValueEnv, delay, fail_env) for _ in range(num_envs)],
+                                   autoreset_mode=AutoresetMode.SAME_STEP)
+    policy = ValuePolicy()
+    return policy, policy.load, env
+
+
+class ToyLearner:
+    """A learn state that every update changes: ``w`` = the number of updates."""
+
+    def __init__(self):
+        self.w = torch.zeros(3)
+
+    def state_dict(self):
+        return {"model": {"w": self.w}}
+
+    def update(self, ctx):
+        ctx.train_iter += 1
+        ctx.env_step += 10
+        self.w.add_(1.0)  # in place, as an optimizer step is
+
+
+def _evaluator(delay=0.0, stop_value=float("inf"), learner=None, **kwargs):
+    learner = learner or ToyLearner()
+    side = functools.partial(value_side, delay, kwargs.pop("fail_env", False), kwargs.pop("fail_build", False))
+    return BackgroundEvaluator(side, lambda: {"value": float(learner.w[0])}, eval_freq=kwargs.pop("eval_freq", 1),
+                               n_episode=2, stop_value=stop_value, **kwargs), learner
+
+
+def _run(evaluator, learner, max_step=2000, evaluations=None, extra=(), step_s=0.002, saver=None):
+    """Task: evaluator, learner, [saver], a recorder of each new evaluation (with the train_iter and loop
+    iteration it was published at; it finishes the run after ``evaluations``), extra stages."""
+    seen = []
+
+    def record(ctx):
+        if ctx.eval_output is not None and (not seen or seen[-1][0] is not ctx.eval_output):
+            seen.append((ctx.eval_output, ctx.train_iter, ctx.total_step))
+            ctx.finish = ctx.finish or (evaluations is not None and len(seen) >= evaluations)
+
+    def learn(ctx):
+        learner.update(ctx)
+        time.sleep(step_s)
+
+    task = Task()
+    with task.start(ctx=OnlineRLContext()):
+        task.use(evaluator)
+        task.use(learn)
+        if saver is not None:
+            task.use(saver)
+        task.use(record)
+        for stage in extra:
+            task.use(stage)
+        task.run(max_step=max_step)
+    return task.ctx, seen
+
+
+def test_background_eval_result_lands_later_with_the_snapshots_counters():
+    evaluator, learner = _evaluator(delay=0.02, eval_freq=5)
+    ctx, seen = _run(evaluator, learner, evaluations=2)
+    assert len(seen) == 2
+    for output, published_iter, _ in seen:
+        # the episodes acted with the snapshot's weights (w = train_iter at the snapshot)
+        assert output["mean"] == EPISODE_LENGTH * output["train_iter"]
+        assert output["env_step"] == 10 * output["train_iter"]
+        assert output["background"] and output["published_train_iter"] > output["train_iter"]
+    assert ctx.last_eval_iter == seen[-1][0]["train_iter"]
+
+
+def test_background_eval_training_continues_while_evaluation_runs():
+    evaluator, learner = _evaluator(delay=0.05, eval_freq=1)  # 2 episodes x 4 steps x 50 ms: 0.2 s or more
+    ctx, seen = _run(evaluator, learner, evaluations=2, step_s=0.005)
+    first, published_iter, _ = seen[0]
+    assert published_iter - first["train_iter"] >= 5, "the loop waited for the evaluation"
+    # evaluations never overlap and none is queued: each starts after the previous one was published
+    for (prev, _, _), (nxt, _, _) in zip(seen, seen[1:]):
+        assert nxt["train_iter"] > prev["published_train_iter"]
+
+
+def test_background_eval_stop_value_reached_stops_the_run():
+    evaluator, learner = _evaluator(delay=0.01, stop_value=EPISODE_LENGTH * 8, eval_freq=4)
+    ctx, seen = _run(evaluator, learner)
+    assert ctx.stop_reason == StopReason.STOP_VALUE and ctx.eval_value >= EPISODE_LENGTH * 8
+    assert seen[-1][2] == ctx.total_step - 1  # it stopped in the iteration the result was published
+    assert evaluator.finish_report()["at_finish"] == "none"
+    assert not evaluator._worker.busy
+
+
+def test_background_eval_best_checkpoint_holds_the_evaluated_snapshot(tmp_path):
+    learner = ToyLearner()
+    evaluator, _ = _evaluator(delay=0.02, eval_freq=3, learner=learner, learn_state=learner.state_dict)
+    saver = CkptSaver(learner, str(tmp_path / "ckpt"))
+    saver.save_best_from(evaluator.evaluated_state)
+    ctx, seen = _run(evaluator, learner, evaluations=3, saver=saver)
+    best = load_checkpoint(str(tmp_path / "ckpt" / BEST))
+    last = seen[-1][0]  # values grow with w: the last evaluation is the best
+    assert best["best_eval_value"] == last["mean"] == ctx.eval_value
+    # the weights evaluated (w at the snapshot), not those of when the result came in
+    assert best["policy"]["model"]["w"].tolist() == [float(last["train_iter"])] * 3
+    assert best["ctx"]["train_iter"] == last["train_iter"] and best["ctx"]["env_step"] == last["env_step"]
+    assert best["ctx"]["eval_value"] == last["mean"] and best["ctx"]["last_eval_iter"] == last["train_iter"]
+    latest = load_checkpoint(str(tmp_path / "ckpt" / LATEST))  # the newest state, at finish
+    assert latest["policy"]["model"]["w"].tolist() == [float(ctx.train_iter)] * 3
+
+
+def test_background_eval_waits_for_the_running_evaluation_when_the_run_finishes():
+    evaluator, learner = _evaluator(delay=0.03, eval_freq=1)
+
+    def budget(ctx):  # the budget runs out while an evaluation runs
+        if evaluator.running is not None and ctx.train_iter >= evaluator.running.train_iter + 2:
+            ctx.finish, ctx.stop_reason = True, StopReason.MAX_TRAIN_ITER
+
+    ctx, seen = _run(evaluator, learner, extra=[budget])
+    report = evaluator.finish_report()
+    assert report["at_finish"] == "waited" and ctx.stop_reason == StopReason.MAX_TRAIN_ITER
+    # published in the last iteration (after the recorder ran), with its snapshot's counters
+    assert ctx.eval_output["published_train_iter"] == ctx.train_iter > ctx.last_eval_iter
+    assert ctx.eval_value == EPISODE_LENGTH * ctx.last_eval_iter and not any(o is ctx.eval_output for o, *_ in seen)
+
+
+def test_background_eval_finish_wait_is_bounded_then_cancelled():
+    evaluator, learner = _evaluator(delay=0.5, eval_freq=1, finish_timeout_s=0.1)
+    start = time.perf_counter()
+    ctx, _ = _run(evaluator, learner, extra=[lambda ctx: setattr(ctx, "finish", evaluator.running is not None)])
+    assert evaluator.finish_report()["at_finish"] == "timed_out"
+    assert time.perf_counter() - start < 3.0 and ctx.eval_output is None
+
+
+@pytest.mark.parametrize("how", [RuntimeError, KeyboardInterrupt])
+def test_background_eval_error_or_ctrl_c_cancels_and_leaves_no_process(how):
+    evaluator, learner = _evaluator(delay=0.5, eval_freq=1)
+
+    def trouble(ctx):
+        if evaluator.running is not None:
+            raise how("stopped on purpose")
+
+    start = time.perf_counter()
+    with pytest.raises(how):
+        _run(evaluator, learner, extra=[trouble])
+    assert evaluator.finish_report()["at_finish"] == "cancelled"
+    assert time.perf_counter() - start < 5.0
+    assert evaluator._worker._process is None  # closed: joined, not left running
+
+
+def test_background_eval_failures_are_named():
+    evaluator, learner = _evaluator(fail_build=True)
+    with pytest.raises(BackgroundEvaluationError, match="building its policy and envs(.|\n)*build failed on purpose"):
+        _run(evaluator, learner)
+    evaluator, learner = _evaluator(fail_env=True, eval_freq=2)
+    with pytest.raises(BackgroundEvaluationError, match=r"weights of train_iter \d+ (.|\n)*env broke on purpose"):
+        _run(evaluator, learner)
+
+
+def test_background_eval_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="needs callables"):
+        BackgroundEvaluator("not a builder", dict, eval_freq=1, n_episode=1)
+    with pytest.raises(ValueError, match="n_evaluator_episode must be positive"):
+        BackgroundEvaluator(value_side, dict, eval_freq=1, n_episode=0)
+    with pytest.raises(ValueError, match="start_method"):
+        BackgroundEvaluator(value_side, dict, eval_freq=1, n_episode=1, start_method="thread")
+    # spawn pickles the build function: a lambda cannot go, and the error says why
+    spawned = BackgroundEvaluator(lambda: value_side(), dict, eval_freq=1, n_episode=1, start_method="spawn")
+    with pytest.raises(BackgroundEvaluationError, match="must pickle"):
+        _run(spawned, ToyLearner(), max_step=1)
+
+
+def test_background_eval_config_key_is_a_checked_bool(quick_cartpole_config):
+    main, create = quick_cartpole_config
+    assert compile_config(main, create, save=False).policy.eval.evaluator.background is False
+    main.policy.eval.evaluator.background = "yes"
+    with pytest.raises(ConfigError, match="background"):
+        compile_config(main, create, save=False)
+
+
+def test_background_eval_in_the_standard_pipeline(quick_cartpole_config):
+    from pipelines import build_pipeline
+
+    main, create = quick_cartpole_config
+    main.policy.eval.evaluator.background = True
+    main.env.stop_value = 1e9
+    main.policy.eval.evaluator.eval_freq = 10
+    pipeline = build_pipeline((main, create), max_env_step=1536)
+    seen = []
+    pipeline.insert_after("evaluator", lambda ctx: seen.append(ctx.eval_output) if ctx.eval_output is not None and (
+        not seen or seen[-1] is not ctx.eval_output) else None, name="record")
+    summary = pipeline.run()
+    assert summary["background_eval"]["evaluations"] == summary["evaluations"] >= 2
+    assert summary["background_eval"]["at_finish"] in ("waited", "none")
+    with open(os.path.join(pipeline.cfg.exp_name, "progress.csv"), newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["eval/episode_return_mean"]]
+    # every evaluation row sits at its snapshot's env_step and train_iter, and only there
+    assert [(int(r["env_step"]), int(r["train_iter"])) for r in rows][:len(seen)] == \
+        [(o["env_step"], o["train_iter"]) for o in seen]
+    best = load_checkpoint(os.path.join(pipeline.cfg.exp_name, "ckpt", BEST))
+    assert best["ctx"]["train_iter"] == best["ctx"]["last_eval_iter"]  # the evaluated weights' own state
+    with open(os.path.join(pipeline.cfg.exp_name, "summary.json")) as f:
+        assert json.load(f)["background_eval"]["evaluations"] == summary["evaluations"]
+
+
+def test_acting_weights_are_a_copy_that_loads_into_another_policy(quick_cartpole_config):
+    from engine.registry import POLICY_REGISTRY
+
+    main, create = quick_cartpole_config
+    cfg = compile_config(main, create, save=False)
+    space = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
+    policy_cls = POLICY_REGISTRY.get("dqn")
+    torch.manual_seed(0)
+    trained = policy_cls(cfg.policy, *space)
+    torch.manual_seed(1)
+    other = policy_cls(cfg.policy, *space)
+    weights = trained.acting_weights()
+    other.load_acting_weights(copy.deepcopy(weights))
+    obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    assert (other.eval_mode.forward(obs)["action"] == trained.eval_mode.forward(obs)["action"]).all()
+    with torch.no_grad():
+        next(trained._model.parameters()).add_(1.0)
+    assert not np.allclose(next(iter(weights.values())), next(trained._model.parameters()).detach().numpy())
+
+
+def test_eval_side_pickles_and_evaluates_in_a_spawned_process(quick_cartpole_config):
+    """The spawn path (a process acting on a GPU): the pipeline's EvalSide goes by pickle and builds there."""
+    from middleware.eval_worker import EvalWorker
+    from pipelines import build_pipeline
+    from pipelines.stages import EvalSide
+
+    pipeline = build_pipeline(quick_cartpole_config)
+    try:
+        worker = EvalWorker(EvalSide.of(pipeline.cfg, pipeline.policy), start_method="spawn")
+        worker.start()
+        deadline = time.monotonic() + 60
+        while not worker.idle and time.monotonic() < deadline:
+            worker.poll(0.1)
+        assert worker.idle and worker.num_envs == pipeline.cfg.env.evaluator_env_num
+        worker.submit(pipeline.policy.acting_weights(), seed=0, n_episode=3)
+        reply = worker.poll(30)
+        assert reply is not None and not reply.cancelled and len(reply.episodes["returns"]) == 3
+    finally:
+        worker.close()
+        pipeline.close()
+    assert worker._process is None
+
+
+def test_background_eval_doctests():
+    assert doctest.testmod(middleware.background_eval).failed == 0
+
+
+# ---- 2 ranks ----------------------------------------------------------------------------------------
+def ddp_stop_worker(out_dir):
+    """Rank 0 evaluates in the background and reaches the stop value; both ranks record where they stop."""
+    from engine.distributed import get_rank
+    from middleware.ddp import DDPMiddleware
+
+    class Learn:
+        def __init__(self):
+            self.model = torch.nn.Linear(1, 1)
+
+        def state_dict(self):
+            return {"w": self.model.state_dict()}
+
+        def load_state_dict(self, state):
+            self.model.load_state_dict(state["w"])
+
+    rank = get_rank()
+    learner = ToyLearner()
+    task = Task()
+    with task.start(ctx=OnlineRLContext()):
+        task.use(DDPMiddleware(Learn()))
+        if rank == 0:
+            task.use(_evaluator(delay=0.02, stop_value=EPISODE_LENGTH * 6, eval_freq=3, learner=learner)[0])
+
+        def learn(ctx):
+            ctx.train_iter += 1
+            learner.w.add_(1.0)
+            time.sleep(0.005)
+
+        task.use(learn)
+        task.run(max_step=2000)
+        ctx = task.ctx
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"total_step": ctx.total_step, "stop_reason": str(ctx.stop_reason), "eval_value": ctx.eval_value,
+                   "last_eval_iter": ctx.last_eval_iter, "train_iter": ctx.train_iter}, f)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_background_eval_under_ddp_stops_both_ranks_in_the_same_iteration(tmp_path):
+    from engine import launch
+
+    launch(ddp_stop_worker, nprocs=2, args=(str(tmp_path),), timeout=30.0)
+    r0, r1 = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    assert r0 == r1, (r0, r1)
+    assert r0["stop_reason"] == "stop_value" and r0["eval_value"] >= EPISODE_LENGTH * 6
+    assert r0["train_iter"] > r0["last_eval_iter"]  # the result came in later than its snapshot
