@@ -4,7 +4,7 @@ the iteration.
 Run: ``python bench/background_eval.py [--max-env-step N] [--repeats R] [--episodes E] [--eval-envs K]
 [--eval-freq F] [--niceness N]``.
 Each round trains CartPole DQN (the dizoo config, seed 0, stop value out of reach, so every run makes the
-same env steps and updates) with ``E`` evaluation episodes on ``K`` envs every ``F`` updates (default 200):
+same env steps and updates) with ``E`` evaluation episodes on ``K`` envs every ``F`` updates (default 50):
 once with blocking evaluation, once with ``policy.eval.evaluator.background=True``, and once without
 evaluation (the floor: eval_freq beyond the run), in rotating order, in this one process after a warm-up
 run. A trained CartPole policy balances for 500 steps, so an evaluation costs up to ``E * 500`` env steps.
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--episodes", type=int, default=16, help="evaluation episodes (env.n_evaluator_episode)")
     parser.add_argument("--eval-envs", type=int, default=8, help="evaluation envs (env.evaluator_env_num)")
-    parser.add_argument("--eval-freq", type=int, default=200, help="updates between evaluations")
+    parser.add_argument("--eval-freq", type=int, default=50, help="updates between evaluations")
     parser.add_argument("--niceness", type=int, default=middleware.eval_worker.NICENESS,
                         help="added niceness of the evaluation process")
     args = parser.parse_args()

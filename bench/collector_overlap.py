@@ -8,7 +8,10 @@ the Nature-CNN policy in the loop, both collectors built as the pipeline builds 
 
 Each round measures both (the order alternating between rounds) after a warm-up call each: ``--calls``
 collector calls of ``--steps`` vector steps. torch's thread pool is sized as the pipeline sizes it
-(``engine.devices.size_torch_threads``: one core left to the envs).
+(``engine.devices.size_torch_threads``: one core left to the envs). Last, the parts: the forward over all
+envs (F), two forwards over half the envs (F2: what the overlapped collector computes per vector step), one
+env step (E), and the ratio they allow when the envs step on cores the forward leaves free,
+``(F + E) / max(F2, E)``.
 
 Run: ``python bench/collector_overlap.py [--policy dqn|ppo] [--envs 8] [--steps 64] [--calls 3] [--repeats 7]``
 (needs the atari extra; ``--device cuda`` puts the policy on the GPU).
@@ -19,6 +22,7 @@ import argparse
 import statistics
 import time
 
+import numpy as np
 import torch
 
 from data.envs import make_vector_env
@@ -44,7 +48,27 @@ def build(policy_name: str, num_envs: int, steps: int, device: str):
                  device=device)
     collectors = {mode: stages.collector(cfg, policy, env, seed=0, on_policy=policy_name == "ppo")
                   for mode, env in envs.items()}
-    return collectors, envs
+    return collectors, envs, policy, make_vector_env(ATARI, cfg.env, num_envs, seed=0)
+
+
+def components(policy, env, reps: int = 30):
+    """What the overlap can gain, from its parts (ms per vector step): ``F`` the forward over all envs,
+    ``F2`` two forwards over half the envs each, ``E`` one env step of all envs."""
+    num_envs, half = env.num_envs, env.num_envs // 2
+    obs, _ = env.reset(seed=0)
+    actions = np.zeros(num_envs, dtype=np.int64)
+    forward = policy.collect_mode.forward
+    for _ in range(5):
+        forward(obs), env.step(actions)
+
+    def ms(fn) -> float:
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - start) / reps * 1e3
+
+    return (ms(lambda: forward(obs)), ms(lambda: (forward(obs[:half]), forward(obs[half:]))),
+            ms(lambda: env.step(actions)))
 
 
 def env_steps_per_s(collector, ctx: OnlineRLContext, calls: int) -> float:
@@ -68,7 +92,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
     print(f"device: {name}; torch threads: {threads}; {args.envs} Pong envs; {args.policy.upper()} (Nature CNN); "
           f"{args.calls} calls x {args.steps} vector steps per measurement")
-    collectors, envs = build(args.policy, args.envs, args.steps, args.device)
+    collectors, envs, policy, component_env = build(args.policy, args.envs, args.steps, args.device)
     contexts = {mode: OnlineRLContext() for mode in collectors}
     for mode, ctx in contexts.items():
         ctx.collect_kwargs["eps"] = 0.05  # ignored by PPO
@@ -85,7 +109,11 @@ def main() -> None:
     print(f"median env steps/s: serial {serial:.0f}, overlapped {overlapped:.0f}; ratio of medians "
           f"{overlapped / serial:.2f}; per-round ratios {min(ratios):.2f} to {max(ratios):.2f} "
           f"(median {statistics.median(ratios):.2f})")
-    for env in envs.values():
+    f, f2, e = components(policy, component_env)
+    print(f"parts, ms per vector step: forward over {args.envs} envs F = {f:.2f}, two forwards over "
+          f"{args.envs // 2} F2 = {f2:.2f}, env step E = {e:.2f}; overlapped / serial if the envs stepped on "
+          f"cores the forward leaves free: (F + E) / max(F2, E) = {(f + e) / max(f2, e):.2f}")
+    for env in list(envs.values()) + [component_env]:
         env.close()
 
 

@@ -76,12 +76,14 @@ class AtariEnvType:
             observation the game goes on from is the real next one: it is copied there. A reset is told
             apart by its episode frame counter starting again."""
 
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self._episode_frames = np.zeros(self.num_envs, dtype=np.int64)
+
             def reset(self, *, seed: Any = None, options: Any = None):
                 if isinstance(seed, (list, tuple)):
                     seed = np.asarray(seed, dtype=np.int64)
                 obs, info = super().reset(seed=seed, options=options)
-                if not hasattr(self, "_episode_frames"):
-                    self._episode_frames = np.zeros(self.num_envs, dtype=np.int64)
                 self._episode_frames[info["env_id"]] = info["episode_frame_number"]
                 return obs, info
 

@@ -179,3 +179,11 @@ def test_env_groups_of_async_vector_envs():
     overlapped = OverlappedEnvLoop(ObsPolicy(), env, seed=0)
     _assert_same_steps([serial.step() for _ in range(7)], list(overlapped.run(7)))
     env.close()
+
+
+def test_env_groups_doctests():
+    import doctest
+
+    import data.env_groups
+
+    assert doctest.testmod(data.env_groups).failed == 0

@@ -41,13 +41,13 @@ def _trajectories(game, groups, num_envs, steps, calls, **env):
         venv.close()
 
 
-@pytest.mark.parametrize("game,env,end", [
-    ("PongNoFrameskip-v4", dict(max_episode_steps=30), "truncated"),   # truncated every 30 steps
-    ("BreakoutNoFrameskip-v4", dict(), "terminated"),                  # a lost life ends the training episode
+@pytest.mark.parametrize("game,steps,env,end", [
+    ("PongNoFrameskip-v4", 25, dict(max_episode_steps=20), "truncated"),  # truncated every 20 steps
+    ("BreakoutNoFrameskip-v4", 40, dict(), "terminated"),                 # a lost life ends the training episode
 ])
-def test_atari_overlapped_collector_stores_the_serial_transitions(game, env, end):
-    serial = _trajectories(game, 1, 4, 40, 2, **env)
-    overlapped = _trajectories(game, 2, 4, 40, 2, **env)
+def test_atari_overlapped_collector_stores_the_serial_transitions(game, steps, env, end):
+    serial = _trajectories(game, 1, 4, steps, 2, **env)
+    overlapped = _trajectories(game, 2, 4, steps, 2, **env)
     assert overlapped[3] is EnvGroups and serial[3] is not EnvGroups
     for a, b in zip(serial[0], overlapped[0]):
         for key in a.keys():

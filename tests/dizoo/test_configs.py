@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import runpy
 import subprocess
 import sys
 
@@ -14,27 +15,47 @@ CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "dizoo", "**", "config"
                  if not p.endswith("_ddp_config.py"))
 
 
+# Pong's first evaluation plays whole games (a minute here): the smoke runs cut them short
+# and PPO's one iteration of 1,024 steps x 4 epochs of the CNN (13 s) is cut to a small one
+QUICK_ATARI = ["env.max_episode_steps=64", "env.evaluator_env_num=2", "env.n_evaluator_episode=2"]
+QUICK_ATARI_PPO = ["policy.collect.n_sample=64", "policy.learn.epoch_per_collect=1", "policy.learn.batch_size=64"]
+
+
+def _quick(path):
+    return (QUICK_ATARI + (QUICK_ATARI_PPO if "ppo" in path else [])) if "atari" in path else []
+
+
 def _needs(path):
     return ["Box2D", "pygame"] if "box2d" in path else ["ale_py"] if "atari" in path else []
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[os.path.basename(p) for p in CONFIGS])
-def test_dizoo_config_runs_as_script(path, tmp_path):
+def test_dizoo_config_runs_as_script(path, tmp_path, monkeypatch, capsys):
+    """Its ``__main__`` block with the common options, in this interpreter (a new one per config would
+    cost seconds of imports each; one config runs in a fresh interpreter below)."""
     for module in _needs(path):
         pytest.importorskip(module)
     exp = tmp_path / "exp"
+    monkeypatch.chdir(tmp_path)
     # --local-rank=0 is what torch.distributed.launch appends: it must be accepted
-    cmd = [sys.executable, path, "--seed", "1", "--max-env-step", "200", "--exp-name", str(exp),
-           "--no-progress", "--local-rank=0"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    monkeypatch.setattr(sys, "argv", [path, "--seed", "1", "--max-env-step", "200", "--exp-name", str(exp),
+                                      "--no-progress", "--local-rank=0"] + _quick(path))
+    runpy.run_path(path, run_name="__main__")
     summary = json.loads((exp / "summary.json").read_text())
     assert summary["env_step"] >= 1 and summary["stop_reason"] in ("max_env_step", "stop_value")
-    assert "baton: " in proc.stdout
+    assert "baton: " in capsys.readouterr().out
+
+
+def test_a_config_runs_as_a_script_in_its_own_interpreter(tmp_path):
+    path = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_ppo_config.py")
+    proc = subprocess.run([sys.executable, path, "--max-env-step", "200", "--exp-name", str(tmp_path / "exp"),
+                           "--no-progress", "--local-rank=0"], capture_output=True, text=True, timeout=240,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "exp" / "summary.json").read_text())["env_step"] >= 200
 
 
 def test_dizoo_config_module_defines_configs():
-    import runpy
     for path in CONFIGS:
         ns = runpy.run_path(path, run_name="not_main")
         assert "main_config" in ns and "create_config" in ns, path

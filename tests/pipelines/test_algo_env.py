@@ -54,8 +54,8 @@ def test_atari_ids_use_the_atari_family():
 @pytest.mark.parametrize("argv,message", [
     (["--algo", "dqn", "--env", "Pendulum-v1"],
      r"--algo dqn does not fit --env Pendulum-v1 \(action space Box\(-2\.0, 2\.0, \(1,\), float32\)\).*"
-     r"Algorithms that fit: a2c, ppo, sac"),
-    (["--algo", "dqm", "--env", "CartPole-v1"], r"--algo 'dqm' is not a registered algorithm; choose one of a2c, dqn"),
+     r"Algorithms that fit: a2c, bc, ppo, sac"),
+    (["--algo", "dqm", "--env", "CartPole-v1"], r"--algo 'dqm' is not a registered algorithm; choose one of a2c, bc, cql, dqn"),
     (["--algo", "dqn", "--env", "CartPol-v1"], r"--env 'CartPol-v1' is not a gymnasium id; did you mean CartPole-v1"),
     (["--algo", "dqn", "--env", "FrozenLake-v1"], r"observation space Discrete\(16\) is not a flat Box"),
     (["--algo", "dqn", "--env", "CartPole-v1", "policy.learn.batch_sz=3"], r"did you mean 'policy.learn.batch_size'"),
@@ -87,5 +87,5 @@ def test_list_commands_print_and_exit_0(capsys):
 def test_algo_support_asks_the_policy():
     assert algo_support("ppo") == {"discrete": True, "continuous": True}
     assert algo_support("dqn") == {"discrete": True, "continuous": False}
-    with pytest.raises(AlgoEnvError, match="Algorithms that fit: a2c, dqn, ppo"):
+    with pytest.raises(AlgoEnvError, match="Algorithms that fit: a2c, bc, cql, dqn, ppo"):
         build_config("sac", "CartPole-v1")

@@ -1,6 +1,11 @@
 """DQN on LunarLander-v3 (discrete): ``python dizoo/box2d/lunarlander/config/lunarlander_dqn_config.py``.
 
 Needs the box2d extra: ``pip install -c constraints.txt -e ".[box2d]"``.
+
+Reaches an evaluation mean of 200 in 122,000 to 141,000 env steps, about 2 minutes of training on 2 CPU
+cores (seeds 0-2; BENCHMARKS.md, "Scores")::
+
+    python bench/time_to_solve.py --config dizoo/box2d/lunarlander/config/lunarlander_dqn_config.py --max-env-step 500000
 """
 from easydict import EasyDict
 

@@ -1,6 +1,11 @@
 """PPO on LunarLander-v3 (discrete): ``python dizoo/box2d/lunarlander/config/lunarlander_ppo_config.py``.
 
 Needs the box2d extra: ``pip install -c constraints.txt -e ".[box2d]"``.
+
+Reaches an evaluation mean of 200 in 272,000 to 453,000 env steps, about 4 to 6 minutes of training on 2
+CPU cores (seeds 0-2; BENCHMARKS.md, "Scores")::
+
+    python bench/time_to_solve.py --config dizoo/box2d/lunarlander/config/lunarlander_ppo_config.py --max-env-step 2000000
 """
 from easydict import EasyDict
 
