@@ -106,8 +106,12 @@ class OnlineLogger:
             return {}
         self._logged_eval_iter = ctx.last_eval_iter
         scalars = {"eval/episode_return_mean": float(output["mean"]), "eval/episode_return_std": float(output["std"])}
-        if output.get("background"):
-            self._write(output["env_step"], output["train_iter"], scalars, now - output["lag_s"])
+        # at the counters of the weights it evaluated: a background result is some iterations old, and under
+        # DDP ctx.env_step mid-iteration holds only this rank's share of the iteration's steps (the sum
+        # arrives at the end), while an evaluation reads the agreed count at the start
+        at = (output.get("env_step", ctx.env_step), output.get("train_iter", ctx.train_iter))
+        if at != (ctx.env_step, ctx.train_iter):
+            self._write(at[0], at[1], scalars, now - output.get("lag_s", 0.0))
             return {}
         return scalars
 

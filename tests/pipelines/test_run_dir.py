@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from pipelines.cli import main
 from pipelines.run_dir import RunDirError, default_run_name, resolve_run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,20 +72,21 @@ def test_resume_of_an_explicit_directory_without_a_run_names_the_path(tmp_path):
         resolve_run_dir(str(tmp_path / "nothing"), 0, explicit=True, resume=True)
 
 
-def test_a_config_run_twice_as_a_script_keeps_both_runs(tmp_path):
-    """The report this came from: `--seed 1` replaced seed 0's files. Now every run has its own directory,
-    and the final line says which."""
+def test_a_config_run_twice_as_a_script_keeps_both_runs(tmp_path, monkeypatch, capsys):
+    """The report this came from: a second run replaced the first's files. Now every run has its own
+    directory, and the final line says which; a directory named explicitly that holds a run is refused."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     lines = []
-    for seed in ("0", "1", "0"):
-        out = subprocess.run([sys.executable, CARTPOLE_DQN, "--seed", seed, "--max-env-step", "128", "--no-progress"],
+    for _ in range(2):
+        out = subprocess.run([sys.executable, CARTPOLE_DQN, "--max-env-step", "128", "--no-progress"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         lines.append(out.stdout.strip().splitlines()[-1])
-    assert sorted(os.listdir(tmp_path)) == ["cartpole_dqn_seed0", "cartpole_dqn_seed0_2", "cartpole_dqn_seed1"]
-    assert [line.rsplit("run_dir=", 1)[1] for line in lines] == ["cartpole_dqn_seed0", "cartpole_dqn_seed1",
-                                                                  "cartpole_dqn_seed0_2"]
-    taken = subprocess.run([sys.executable, CARTPOLE_DQN, "--exp-name", "cartpole_dqn_seed1", "--max-env-step", "64",
-                            "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert taken.returncode == 2
-    assert taken.stderr.strip().splitlines()[-1].startswith("baton: cartpole_dqn_seed1 already holds a run")
+    assert sorted(os.listdir(tmp_path)) == ["cartpole_dqn_seed0", "cartpole_dqn_seed0_2"]
+    assert [line.rsplit("run_dir=", 1)[1] for line in lines] == ["cartpole_dqn_seed0", "cartpole_dqn_seed0_2"]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "-c", CARTPOLE_DQN, "--exp-name", "cartpole_dqn_seed0", "--max-env-step", "64",
+              "--no-progress"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("baton: cartpole_dqn_seed0 already holds a run")
