@@ -16,12 +16,13 @@ DQN_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "
 
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
-def test_check_ddp_passes_for_dqn(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60")
-    proc = subprocess.run([sys.executable, "-m", "pipelines", "check-ddp", "-c", DQN_DDP, "--nproc", "2"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert "OK: the data-parallel update equals the one-process update" in proc.stdout
+def test_check_ddp_passes_for_dqn(tmp_path, monkeypatch, capsys):
+    from pipelines.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BATON_DDP_TIMEOUT", "60")
+    assert main(["check-ddp", "-c", DQN_DDP, "--nproc", "2"]) == 0
+    assert "OK: the data-parallel update equals the one-process update" in capsys.readouterr().out
     assert os.listdir(tmp_path) == []  # it writes nothing where it runs
 
 
