@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, common_config, make_adam, resolve_shape, space_dims
+from .base import check_finite, common_config, make_adam, resolve_shape, space_dims
+from .dqn import QValuePolicy
 from .models import QNetwork
 
 __all__ = ["DiscreteCQLPolicy", "cql_penalty"]
@@ -44,8 +45,9 @@ def cql_penalty(q_all: torch.Tensor, q_taken: torch.Tensor) -> torch.Tensor:
 
 
 @POLICY_REGISTRY.register("cql")
-class DiscreteCQLPolicy(Policy):
-    """Conservative Q-learning for discrete actions (``create_config.policy.type='cql'``)."""
+class DiscreteCQLPolicy(QValuePolicy):
+    """Conservative Q-learning for discrete actions (``create_config.policy.type='cql'``): DQN's network,
+    acting, target update and learn state (``policies.dqn.QValuePolicy``), its own update."""
 
     pipeline = "offline"
 
@@ -139,23 +141,7 @@ class DiscreteCQLPolicy(Policy):
         return {"loss": loss.detach(), "td_loss": td_loss.detach(), "cql_loss": cql_loss.detach(),
                 "q_value": q.detach().mean(), "target_q": target.mean()}
 
-    def _update_target(self) -> None:
-        if self._target_theta > 0:
-            with torch.no_grad():
-                torch._foreach_lerp_(list(self._target_model.parameters()), list(self._model.parameters()),
-                                     self._target_theta)
-        elif self._updates % self._target_update_freq == 0:
-            self._target_model.load_state_dict(self._model.state_dict())
-
     # ---- act -------------------------------------------------------------------------------------
-    def _greedy(self, obs: Any, mode: str) -> np.ndarray:
-        model = self._actor(mode)
-        device = self.mode_devices[mode]
-        if device.type == "cpu":
-            return model.numpy_greedy_action(np.asarray(obs))
-        with torch.inference_mode():
-            return model(torch.as_tensor(np.asarray(obs), device=device).float()).argmax(dim=1).cpu().numpy()
-
     def _forward_collect(self, obs: Any, eps: float = 0.0) -> Dict[str, Any]:
         """Greedy in Q; with probability ``eps`` per env a uniformly random action instead."""
         action = self._greedy(obs, "collect")
@@ -164,20 +150,3 @@ class DiscreteCQLPolicy(Policy):
             if explore.any():
                 action = np.where(explore, self._rng.integers(0, self._action_dim, len(action)), action)
         return {"action": action}
-
-    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        return {"action": self._greedy(obs, "eval")}
-
-    # ---- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
-        return {"model": self._model.state_dict(), "target_model": self._target_model.state_dict(),
-                "optimizer": self._optimizer.state_dict(), "updates": self._updates}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._model.load_state_dict(state["model"])
-        self._target_model.load_state_dict(state["target_model"])
-        self._optimizer.load_state_dict(state["optimizer"])
-        for group in self._optimizer.param_groups:  # the config in force wins over the checkpoint's
-            group["lr"] = self.cfg["learn"]["learning_rate"]
-            group["weight_decay"] = self.cfg["learn"]["weight_decay"]
-        self._updates = int(state["updates"])

@@ -29,8 +29,51 @@ from .models import QNetwork
 __all__ = ["DQNPolicy"]
 
 
+class QValuePolicy(Policy):
+    """What a discrete Q-learning policy shares, online (DQN) or offline (CQL): an online and a target
+    Q network, greedy acting, the target update, and the learn state. A subclass builds ``_model``,
+    ``_target_model``, ``_optimizer``, ``_target_update_freq``, ``_target_theta`` and ``_updates`` and
+    writes its own update."""
+
+    def _update_target(self) -> None:
+        if self._target_theta > 0:
+            with torch.no_grad():
+                torch._foreach_lerp_(list(self._target_model.parameters()), list(self._model.parameters()),
+                                     self._target_theta)
+        elif self._updates % self._target_update_freq == 0:
+            self._target_model.load_state_dict(self._model.state_dict())
+
+    # ---- act -------------------------------------------------------------------------------------
+    def _greedy(self, obs: Any, mode: str) -> np.ndarray:
+        model = self._actor(mode)
+        device = self.mode_devices[mode]
+        if device.type == "cpu" and not model.is_image:  # numpy acting, see QNetwork.numpy_greedy_action
+            return model.numpy_greedy_action(np.asarray(obs))
+        with torch.inference_mode():
+            obs_t = torch.as_tensor(np.asarray(obs), device=device)
+            return model(obs_t if model.is_image else obs_t.float()).argmax(dim=1).cpu().numpy()
+
+    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+        return {"action": self._greedy(obs, "eval")}
+
+    # ---- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        return {"model": self._model.state_dict(), "target_model": self._target_model.state_dict(),
+                "optimizer": self._optimizer.state_dict(), "updates": self._updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._model.load_state_dict(state["model"])
+        self._target_model.load_state_dict(state["target_model"])
+        self._optimizer.load_state_dict(state["optimizer"])
+        # the config in force wins over the checkpoint's hyperparameters, so a resume can change them
+        for group in self._optimizer.param_groups:
+            group["lr"] = self.cfg["learn"]["learning_rate"]
+            group["weight_decay"] = self.cfg["learn"]["weight_decay"]
+        self._updates = int(state["updates"])
+
+
 @POLICY_REGISTRY.register("dqn")
-class DQNPolicy(Policy):
+class DQNPolicy(QValuePolicy):
     """Deep Q-learning for discrete actions (``create_config.policy.type='dqn'``)."""
 
     pipeline = "off_policy"
@@ -140,24 +183,7 @@ class DQNPolicy(Policy):
         return {"loss": loss.detach(), "q_value": q.detach().mean(), "target_q": target.mean(),
                 "priority": (q.detach() - target).abs()}
 
-    def _update_target(self) -> None:
-        if self._target_theta > 0:
-            with torch.no_grad():
-                torch._foreach_lerp_(list(self._target_model.parameters()), list(self._model.parameters()),
-                                     self._target_theta)
-        elif self._updates % self._target_update_freq == 0:
-            self._target_model.load_state_dict(self._model.state_dict())
-
     # ---- act -------------------------------------------------------------------------------------
-    def _greedy(self, obs: Any, mode: str) -> np.ndarray:
-        model = self._actor(mode)
-        device = self.mode_devices[mode]
-        if device.type == "cpu" and not model.is_image:  # numpy acting, see QNetwork.numpy_greedy_action
-            return model.numpy_greedy_action(np.asarray(obs))
-        with torch.inference_mode():
-            obs_t = torch.as_tensor(np.asarray(obs), device=device)
-            return model(obs_t if model.is_image else obs_t.float()).argmax(dim=1).cpu().numpy()
-
     def _forward_collect(self, obs: Any, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:
         """Epsilon-greedy: each env acts at random with probability ``eps`` (always when ``random``, as
         during ``random_collect_size``). Returns numpy actions."""
@@ -173,22 +199,3 @@ class DQNPolicy(Policy):
                 random_action = (u * (self._action_dim / eps)).astype(np.int64) % self._action_dim
                 action = np.where(explore, random_action, action)
         return {"action": action}
-
-    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        return {"action": self._greedy(obs, "eval")}
-
-    # ---- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
-        return {"model": self._model.state_dict(), "target_model": self._target_model.state_dict(),
-                "optimizer": self._optimizer.state_dict(), "updates": self._updates}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._model.load_state_dict(state["model"])
-        self._target_model.load_state_dict(state["target_model"])
-        self._optimizer.load_state_dict(state["optimizer"])
-        # the config in force wins over the checkpoint's hyperparameters, so a resume can change them
-        for group in self._optimizer.param_groups:
-            group["lr"] = self.cfg["learn"]["learning_rate"]
-            group["weight_decay"] = self.cfg["learn"]["weight_decay"]
-        self._updates = int(state["updates"])
-
