@@ -24,7 +24,6 @@ import contextlib
 import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-import torch
 
 from data.envs import make_vector_env
 from data.offline import EpochSampler, ShardPlan, open_dataset
@@ -42,7 +41,7 @@ from policies.base import SpaceMismatchError
 from . import stages
 from .pipeline import Pipeline
 from .resume import resume_run
-from .serial import _run_dir, _seed_everything, rank_seed
+from .serial import _join_and_build, _run_dir, _seed_everything, rank_seed
 
 __all__ = ["build_offline_pipeline", "offline_pipeline", "is_offline_config"]
 
@@ -85,16 +84,9 @@ def build_offline_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: O
         raise TypeError(f"build_offline_pipeline(context=...) wants OfflineRLContext or a subclass of it, got "
                         f"{context!r}")
     main_config, create_config = input_cfg
-    cuda = bool(main_config.get("policy", {}).get("cuda", False)) and torch.cuda.is_available()
-    backend = main_config.get("ddp", {}).get("backend", "auto")
-    resources = contextlib.ExitStack()
-    try:
-        ddp_ctx = resources.enter_context(DDPContext(backend=backend, cuda=cuda))
-        return _build(main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume, force,
-                      progress, context, ddp_ctx, resources)
-    except BaseException:
-        resources.close()
-        raise
+    return _join_and_build(main_config, lambda ddp_ctx, resources: _build(
+        main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume, force, progress, context,
+        ddp_ctx, resources))
 
 
 def offline_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[int] = None,

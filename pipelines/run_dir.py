@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import List, Optional
+from typing import List
 
 __all__ = ["RunDirError", "resolve_run_dir", "default_run_name"]
 

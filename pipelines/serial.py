@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -101,18 +100,27 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
         raise TypeError(f"build_pipeline(context=...) wants OnlineRLContext or a subclass of it (the standard "
                         f"stages read its fields), got {context!r}")
     main_config, create_config = input_cfg
-    cuda = bool(main_config.get("policy", {}).get("cuda", False)) and torch.cuda.is_available()
     if main_config.get("policy", {}).get("multi_gpu", False) and launched_world_size() == 1 \
             and not is_distributed():
         logger.warning("policy.multi_gpu=True but the process was not started by a launcher: world size is 1, "
                        "running in one process (use torchrun --nproc_per_node=N, see docs/distributed.md)")
+    return _join_and_build(main_config, lambda ddp_ctx, resources: _build(
+        main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume, force, progress, context,
+        ddp_ctx, resources))
+
+
+def _join_and_build(main_config: Mapping[str, Any],
+                    build: Callable[[DDPContext, contextlib.ExitStack], Pipeline]) -> Pipeline:
+    """Join the process group the config asks for (``ddp.backend``, ``policy.cuda``), then
+    ``build(ddp_ctx, resources)``: the online and the offline pipeline alike. If building fails, the
+    resources are released told the error: no final barrier that failed peers would never reach."""
+    cuda = bool(main_config.get("policy", {}).get("cuda", False)) and torch.cuda.is_available()
     backend = main_config.get("ddp", {}).get("backend", "auto")
     resources = contextlib.ExitStack()
     try:
         ddp_ctx = resources.enter_context(DDPContext(backend=backend, cuda=cuda))
-        return _build(main_config, create_config, seed, max_env_step, max_train_iter, exp_name, resume, force,
-                      progress, context, ddp_ctx, resources)
-    except BaseException as err:  # told to the resources: no final barrier that failed peers never reach
+        return build(ddp_ctx, resources)
+    except BaseException as err:
         resources.__exit__(type(err), err, err.__traceback__)
         raise
 
