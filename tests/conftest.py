@@ -102,3 +102,13 @@ def offline_dataset_root(tmp_path_factory):
         os.environ.pop("MINARI_DATASETS_PATH", None)
     else:
         os.environ["MINARI_DATASETS_PATH"] = previous
+
+
+# ---- parallel runs (pytest-xdist) ---------------------------------------------------------------------
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pytest.ini): one worker per usable core, at most 4. Many tests start several processes
+    each (DDP ranks, launchers), so more workers than cores would only make them wait on each other."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, 4))

@@ -15,14 +15,19 @@ CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "dizoo", "**", "config"
                  if not p.endswith("_ddp_config.py"))
 
 
-# Pong's first evaluation plays whole games (a minute here): the smoke runs cut them short
-# and PPO's one iteration of 1,024 steps x 4 epochs of the CNN (13 s) is cut to a small one
-QUICK_ATARI = ["env.max_episode_steps=64", "env.evaluator_env_num=2", "env.n_evaluator_episode=2"]
+# Pong's first evaluation plays whole games (a minute here): the smoke runs cut them short, on 4 envs
+# (the GPU configs start 64); PPO's iteration of 8,192 steps x 4 epochs of the CNN is cut to a small one, and
+# DQN's 10k random steps and 64 updates per collect to a few
+QUICK_ATARI = ["env.max_episode_steps=64", "env.evaluator_env_num=2", "env.n_evaluator_episode=2",
+               "env.collector_env_num=4"]
 QUICK_ATARI_PPO = ["policy.collect.n_sample=64", "policy.learn.epoch_per_collect=1", "policy.learn.batch_size=64"]
+QUICK_ATARI_DQN = ["policy.random_collect_size=0", "policy.learn.update_per_collect=4"]
 
 
 def _quick(path):
-    return (QUICK_ATARI + (QUICK_ATARI_PPO if "ppo" in path else [])) if "atari" in path else []
+    if "atari" not in path:
+        return []
+    return QUICK_ATARI + (QUICK_ATARI_PPO if "ppo" in path else QUICK_ATARI_DQN)
 
 
 def _needs(path):

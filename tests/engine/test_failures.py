@@ -20,15 +20,17 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
 def test_mismatched_collectives_raise_on_every_rank_naming_both_sides(kind, sides, tmp_path):
     start = time.monotonic()
     with pytest.raises(DistributedError, match=f"(?s)the ranks disagree on the collective to make.*{sides}"):
-        launch(ddp_workers.mismatched_collectives, nprocs=2, args=(str(tmp_path), kind), timeout=30)
-    assert time.monotonic() - start < 30  # found at once, not by a timeout
+        launch(ddp_workers.mismatched_collectives, nprocs=2, args=(str(tmp_path), kind), timeout=100)
+    # found at once, not by the 100 s timeout (the bound leaves room for the starts on a loaded machine)
+    assert time.monotonic() - start < 60
 
 
 def test_a_hung_rank_is_named_by_the_rank_that_waited(tmp_path):
     start = time.monotonic()
     with pytest.raises(DistributedError, match=r"(?s)At fault: rank 1 fell behind.*rank 1 at 'iteration 3'"):
         launch(ddp_workers.failing_pipeline, nprocs=2, args=(str(tmp_path), "hang"), timeout=5)
-    assert time.monotonic() - start < 5 + 30
+    # by the 5 s timeout given, not the 90 s default (the rest is two starts, slow on a loaded machine)
+    assert time.monotonic() - start < 5 + 60
 
 
 def test_a_killed_rank_is_named(tmp_path):

@@ -3,11 +3,11 @@
     python -m torch.distributed.launch --nproc_per_node=2 ./dizoo/atari/config/serial/pong/pong_dqn_ddp_config.py
     torchrun --nproc_per_node=2 dizoo/atari/config/serial/pong/pong_dqn_ddp_config.py
 
-pong_dqn_config.py per rank; on GPUs each rank uses cuda:LOCAL_RANK and nccl.
+pong_dqn_8env_config.py (8 envs, DI-engine's settings) per rank; on GPUs each rank uses cuda:LOCAL_RANK and nccl.
 """
 import copy
 
-from dizoo.atari.config.serial.pong import pong_dqn_config as base
+from dizoo.atari.config.serial.pong import pong_dqn_8env_config as base
 
 main_config = copy.deepcopy(base.main_config)
 main_config.exp_name = "pong_dqn_ddp"
