@@ -165,12 +165,13 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
         raise SpaceMismatchError(f"env {cfg.env.env_id!r} (type {cfg.env.type!r}): {err}") from err
     frame_stack = cfg.env.get("frame_stack") if len(collector_env.single_observation_space.shape) == 3 else None
     buffer = None if on_policy else stages.replay_buffer(cfg.policy, seed=seed_r, frame_stack=frame_stack,
-                                                         num_envs=cfg.env.collector_env_num)
+                                                         num_envs=cfg.env.collector_env_num,
+                                                         learn_device=policy.device)
     ctx = context()
     saver = stages.checkpoint_saver(cfg, policy, buffer, world_size) if main else None
     if resume:  # rank 0 reads the learn state (the ddp middleware shares it); every rank its replay and RNG
         resume_run(cfg, policy, ctx, buffer, saver, rank, world_size, empty_buffer=lambda: stages.replay_buffer(
-            cfg.policy, frame_stack=frame_stack, num_envs=cfg.env.collector_env_num))
+            cfg.policy, frame_stack=frame_stack, num_envs=cfg.env.collector_env_num, learn_device=policy.device))
     evaluator = stages.evaluator(cfg, policy, evaluator_env, saver, world_size) if main else None
     ddp = DDPMiddleware(policy.learn_mode)
     profile = StageProfile() if cfg.log.profile else None  # where the time goes (--profile, engine.profile)

@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 import torch
 
 from data.envs import make_vector_env
-from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
+from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, RingStorage, Sampler, UniformSampler
+from data.replay.device import resolve_replay_device
 from engine.config import ConfigError, plain
 from engine.distributed import default_timeout
 from engine.protocols import VectorEnv
@@ -32,18 +33,30 @@ __all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_rep
 
 
 def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, frame_stack: Optional[int] = None,
-                  num_envs: Optional[int] = None) -> ReplayBuffer:
-    """The buffer a policy config asks for: ``other.replay_buffer`` sizes it, ``priority`` picks the
+                  num_envs: Optional[int] = None, learn_device: Optional[str | torch.device] = None) -> ReplayBuffer:
+    """The buffer a policy config asks for: ``other.replay_buffer`` sizes it and places it
+    (``device``: None or "cpu", "learn", "cuda[:N]"; ``data.replay.device``), ``priority`` picks the
     sampler; ``frame_stack`` (with the collector's ``num_envs``) stores image stacks one frame per
-    transition."""
+    transition. ``learn_device``: the policy's device, which "learn" names (``policy.device``).
+
+    On a GPU the memory check runs here when the frames' size is known from ``policy.model.obs_shape``
+    (a policy fills it from the env when it is built), so an oversized buffer fails before the first env
+    step; otherwise, and for the exact size, at the first push, before the first update."""
     rb = policy_cfg["other"]["replay_buffer"]
     capacity = int(rb["replay_buffer_size"])
-    storage = FrameStackStorage(capacity, num_envs, frame_stack) if frame_stack else None
+    device = resolve_replay_device(rb.get("device"), learn_device)
+    if frame_stack:
+        obs_shape = (policy_cfg.get("model") or {}).get("obs_shape")
+        known = isinstance(obs_shape, (list, tuple)) and len(obs_shape) == 3 and int(obs_shape[0]) == frame_stack
+        storage = FrameStackStorage(capacity, num_envs, frame_stack, device=device,
+                                    frame_shape=[int(x) for x in obs_shape[1:]] if known else None)
+    else:
+        storage = RingStorage(capacity, device)
     if policy_cfg.get("priority", False):
-        sampler: Sampler = PrioritizedSampler(capacity, alpha=rb["alpha"], beta=rb["beta"], seed=seed)
+        sampler: Sampler = PrioritizedSampler(capacity, alpha=rb["alpha"], beta=rb["beta"], seed=seed, device=device)
     else:
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
-        sampler = UniformSampler(generator)
+        sampler = UniformSampler(generator, device=device)
     return ReplayBuffer(capacity, sampler, storage)
 
 

@@ -8,6 +8,7 @@ import torch
 from engine.protocols import Batch, Storage, require
 
 from ..batch import make_batch
+from .device import as_device
 from .samplers import Sampler, UniformSampler
 from .storage import RingStorage
 
@@ -22,18 +23,30 @@ class ReplayBuffer:
         sampler: ``UniformSampler()`` (default) or ``PrioritizedSampler(capacity, ...)``.
         storage: ``RingStorage(capacity)`` (default) or another ``engine.protocols.Storage``, e.g.
             ``FrameStackStorage`` for image stacks.
+        device: where the storage and the sampler live (default: the storage's, else the sampler's, else the
+            CPU); the default storage and sampler are built there, given ones must be there already.
 
     Sampled batches carry two extra fields: ``index`` (for ``update_priority``) and ``weight`` (importance
-    weights, ones for uniform sampling).
+    weights, ones for uniform sampling), on the buffer's device like every field: a buffer on the
+    learner's device hands out batches the learner need not move.
     """
 
-    def __init__(self, capacity: int, sampler: Optional[Sampler] = None, storage: Optional[Storage] = None) -> None:
+    def __init__(self, capacity: int, sampler: Optional[Sampler] = None, storage: Optional[Storage] = None,
+                 device: Optional[str | torch.device] = None) -> None:
         if sampler is not None and not isinstance(sampler, Sampler):
             raise TypeError(f"sampler must be a data.replay.Sampler, got {type(sampler).__name__}")
-        self.storage = require(storage, Storage, "the replay storage") if storage is not None else RingStorage(capacity)
+        if device is None:
+            device = getattr(storage, "device", None) or getattr(sampler, "device", None) or "cpu"
+        self.device = as_device(device)
+        self.storage = (require(storage, Storage, "the replay storage") if storage is not None
+                        else RingStorage(capacity, self.device))
         if self.storage.capacity != capacity:
             raise ValueError(f"storage capacity {self.storage.capacity} differs from the buffer's {capacity}")
-        self.sampler = sampler or UniformSampler()
+        self.sampler = sampler or UniformSampler(device=self.device)
+        for part, what in ((self.storage, "storage"), (self.sampler, "sampler")):
+            if as_device(getattr(part, "device", "cpu")) != self.device:
+                raise ValueError(f"the replay {what} ({type(part).__name__}) is on {part.device}, the buffer on "
+                                 f"{self.device}: build the storage and the sampler on one device")
         self._ones: Optional[torch.Tensor] = None
 
     def __len__(self) -> int:
@@ -66,13 +79,15 @@ class ReplayBuffer:
         data = self.storage.gather(idx)
         if weight is None:
             if self._ones is None or len(self._ones) != batch_size:
-                self._ones = torch.ones(batch_size)
+                self._ones = torch.ones(batch_size, device=self.device)
             weight = self._ones
         data["index"] = idx
         data["weight"] = weight
         return make_batch(data)
 
     def _replace_unsampleable(self, idx: torch.Tensor, weight: Optional[torch.Tensor], size: int):
+        # the number of slots to redraw is read on the host (on a GPU: one wait per batch), so the draws,
+        # and the batch, are those of a storage in host memory with the same seed
         for _ in range(50):
             bad = ~self.storage.sampleable(idx)
             if not bad.any():

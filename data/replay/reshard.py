@@ -49,8 +49,9 @@ def load_shards(buffer: ReplayBuffer, plan: List[Piece], read_shard: Callable[[i
         source.load_state_dict(read_shard(shard))
         fields, weights = source.transitions()
         if parts > 1:
-            keep = torch.arange(part, len(next(iter(fields.values()), torch.empty(0))), parts)
+            first = next(iter(fields.values()), torch.empty(0))
+            keep = torch.arange(part, len(first), parts, device=first.device)
             fields = {k: v.index_select(0, keep) for k, v in fields.items()}
-            weights = weights.index_select(0, keep) if weights is not None else None
+            weights = weights.index_select(0, keep.to(weights.device)) if weights is not None else None
         buffer.add_transitions(fields, weights)
     return len(buffer)

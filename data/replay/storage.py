@@ -1,9 +1,11 @@
 """Ring storage: one preallocated torch tensor per field, written a batch at a time."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import torch
+
+from .device import PinnedStaging, as_device, ensure_fits
 
 __all__ = ["RingStorage"]
 
@@ -13,6 +15,12 @@ class RingStorage:
 
     Tensors are allocated on the first ``extend`` from the batch's shapes and dtypes, so no per-transition
     Python object exists. When full, the oldest transitions are overwritten.
+
+    Args:
+        capacity: transitions kept.
+        device: where the fields live. Off the CPU, pushes go through pinned staging buffers
+            (``data.replay.device.PinnedStaging``), slots and gathers stay on the device, and the allocation
+            is checked against the device's free memory first (``ReplayMemoryError``).
 
     Examples:
         >>> s = RingStorage(4)
@@ -25,7 +33,8 @@ class RingStorage:
         if not isinstance(capacity, int) or capacity <= 0:
             raise ValueError(f"replay_buffer_size must be a positive int, got {capacity!r}")
         self.capacity = capacity
-        self.device = torch.device(device)
+        self.device = as_device(device)
+        self._staging = PinnedStaging(self.device)
         self._fields: Optional[Dict[str, torch.Tensor]] = None
         self._cursor = 0
         self._size = 0
@@ -37,7 +46,14 @@ class RingStorage:
     def fields(self) -> Dict[str, torch.Tensor]:
         return self._fields or {}
 
-    def _allocate(self, batch: Any) -> None:
+    def nbytes(self, batch: Optional[Mapping[str, torch.Tensor]] = None) -> int:
+        """Bytes of the allocated fields, or of the fields ``batch``'s shapes and dtypes would allocate."""
+        if batch is None:
+            return sum(v.numel() * v.element_size() for v in self.fields.values())
+        return sum(self.capacity * v.shape[1:].numel() * v.element_size() for v in batch.values())
+
+    def _allocate(self, batch: Mapping[str, torch.Tensor]) -> None:
+        ensure_fits(self.nbytes(batch), self.device, f"the replay storage ({self.capacity:,} transitions)")
         # torch.empty, not zeros: a slot is never read before it is written, and untouched pages of a large
         # buffer (gigabytes for Atari) then cost no resident memory until the ring reaches them
         self._fields = {k: torch.empty((self.capacity,) + tuple(v.shape[1:]), dtype=v.dtype, device=self.device)
@@ -45,17 +61,18 @@ class RingStorage:
 
     def extend(self, batch: Any) -> torch.Tensor:
         """Write a batch (a ``data.batch.Batch`` or a dict of tensors sharing the leading dimension);
-        returns the slots written."""
+        returns the slots written (on the storage's device)."""
         n = len(next(iter(batch.values())))
-        if self._fields is None:
-            self._allocate(batch)
-        elif set(batch.keys()) != self._fields.keys():
+        if self._fields is not None and set(batch.keys()) != self._fields.keys():
             raise KeyError(f"batch fields {sorted(batch.keys())} differ from the stored fields {sorted(self._fields)}")
         if n > self.capacity:  # only the newest `capacity` transitions can survive
             batch = {k: v[-self.capacity:] for k, v in batch.items()}
             self._cursor = (self._cursor + n - self.capacity) % self.capacity
             n = self.capacity
-        idx = (torch.arange(n) + self._cursor) % self.capacity
+        if self._fields is None:  # from the shapes and dtypes: checked before anything reaches the device
+            self._allocate(batch)
+        batch = self._staging.to_device({k: batch[k] for k in batch.keys()})
+        idx = (torch.arange(n, device=self.device) + self._cursor) % self.capacity
         first = min(n, self.capacity - self._cursor)
         for key, value in batch.items():
             dst = self._fields[key]
@@ -69,19 +86,22 @@ class RingStorage:
     def chronological(self) -> torch.Tensor:
         """The occupied slots, oldest first."""
         if self._size < self.capacity:
-            return torch.arange(self._size)
-        return (torch.arange(self.capacity) + self._cursor) % self.capacity
+            return torch.arange(self._size, device=self.device)
+        return (torch.arange(self.capacity, device=self.device) + self._cursor) % self.capacity
 
     def gather(self, idx: torch.Tensor) -> Dict[str, torch.Tensor]:
         """One index gather per field."""
         return {k: v.index_select(0, idx) for k, v in self.fields.items()}
 
     def state_dict(self) -> dict:
+        """The occupied slots as host tensors (a GPU storage is copied straight to the host, never cloned on
+        the device), so a checkpoint loads on any device."""
         size = self._size
         return {"capacity": self.capacity, "cursor": self._cursor, "size": size,
-                "fields": {k: v[:size].clone() if size < self.capacity else v.clone() for k, v in self.fields.items()}}
+                "fields": {k: _host_copy(v[:size] if size < self.capacity else v) for k, v in self.fields.items()}}
 
     def load_state_dict(self, state: dict) -> None:
+        """Load a ``state_dict`` written on any device into this storage's device."""
         if state["capacity"] != self.capacity:
             raise ValueError(f"replay checkpoint has capacity {state['capacity']}, this buffer {self.capacity}")
         fields = state["fields"]
@@ -89,5 +109,9 @@ class RingStorage:
         if fields:
             self._allocate({k: v for k, v in fields.items()})
             for k, v in fields.items():
-                self._fields[k][:len(v)] = v
+                self._fields[k][:len(v)].copy_(v)
         self._cursor, self._size = state["cursor"], state["size"]
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu", copy=True)

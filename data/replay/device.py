@@ -1,0 +1,225 @@
+"""Where a replay buffer lives: the device of its storage and sampler, host -> device pushes through pinned
+staging buffers, and the memory check made before a storage is allocated on a GPU.
+
+``policy.other.replay_buffer.device`` (``resolve_replay_device``):
+
+- ``None`` (default) or ``"cpu"``: host memory, as always; nothing in this module does anything then.
+- ``"learn"``: the learner's device, so sampled batches are already where the update runs.
+- ``"cuda"`` / ``"cuda:N"``: that GPU.
+
+On a GPU, each push is copied into a pinned host buffer per field (kept and grown as needed) and from there
+to the device with one ``non_blocking`` copy per field (``PinnedStaging``). Before a storage allocates
+device memory it compares its bytes with the device's free memory (``ensure_fits``) and raises
+``ReplayMemoryError`` naming both and the fix, rather than failing mid-run with an out-of-memory error.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+
+from engine.config import ConfigError
+from engine.devices import parse_device
+
+__all__ = ["ReplayMemoryError", "resolve_replay_device", "as_device", "host_path", "free_bytes", "ensure_fits", "PinnedStaging",
+           "DeferredCheck"]
+
+logger = logging.getLogger(__name__)
+
+DEVICE_KEY = "policy.other.replay_buffer.device"
+SIZE_KEY = "policy.other.replay_buffer.replay_buffer_size"
+
+#: fields larger than this are copied straight from pageable memory instead of through a pinned buffer
+#: (e.g. a whole offline dataset loaded once): pinned buffers are kept, and page-locking gigabytes of host
+#: memory for one copy costs more than it saves. Pushes of Pong stacks (28 KB a transition) up to about 2,300
+#: transitions are staged.
+PINNED_LIMIT_BYTES = 64 << 20
+
+
+class ReplayMemoryError(ConfigError):
+    """A replay storage larger than the free memory of its device; the message gives both and the fix."""
+
+
+def resolve_replay_device(spec: Any, learn_device: Optional[str | torch.device] = None) -> torch.device:
+    """The device ``policy.other.replay_buffer.device`` names.
+
+    Args:
+        spec: ``None`` or ``"cpu"`` (host memory), ``"learn"`` (``learn_device``), ``"cuda"`` or ``"cuda:N"``.
+        learn_device: the learner's device (the policy's ``device``), for ``"learn"``.
+
+    Raises:
+        engine.devices.DeviceError: an unknown value, or a GPU this process cannot see.
+
+    Examples:
+        >>> resolve_replay_device(None), resolve_replay_device("learn", "cpu")
+        (device(type='cpu'), device(type='cpu'))
+    """
+    if spec is None:
+        return torch.device("cpu")
+    if spec == "learn":
+        if learn_device is None:
+            raise ValueError(f"{DEVICE_KEY}='learn' names the learner's device: pass the policy's device "
+                             f"(learn_device=policy.device)")
+        return as_device(learn_device)
+    return as_device(parse_device(spec, DEVICE_KEY))
+
+
+def as_device(device: str | torch.device) -> torch.device:
+    """``device`` as the device its tensors report: ``cuda`` as ``cuda:N`` (the current GPU), so a replay's
+    device, its tensors' and the learner's compare equal."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def host_path(device: torch.device) -> bool:
+    """Whether replay code on ``device`` takes its host path: reads device values as numbers when that is
+    free (a CPU), pushes without staging, and keeps the prioritized tree in numpy. Off the host path nothing
+    is read back while sampling and pushing. The one switch for every such choice in ``data.replay``, so a
+    test can run the device path on CPU tensors by patching it."""
+    return device.type == "cpu"
+
+
+def free_bytes(device: torch.device) -> Optional[int]:
+    """Memory of ``device`` a new tensor can take, in bytes: what the driver reports free
+    (``torch.cuda.mem_get_info``) plus what torch's allocator holds unused (it gives that back before
+    failing an allocation). None where nothing is checked (host memory: a CPU storage is committed page by
+    page as the ring fills)."""
+    if device.type != "cuda":
+        return None
+    free = int(torch.cuda.mem_get_info(device)[0])
+    if torch.cuda.is_initialized():
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return free
+
+
+def ensure_fits(nbytes: int, device: torch.device, what: str) -> None:
+    """Raise before allocating ``nbytes`` on ``device`` if its free memory is smaller.
+
+    Raises:
+        ReplayMemoryError: giving the bytes needed and available, and the fix.
+    """
+    available = free_bytes(device)
+    if available is None:
+        return
+    if nbytes > available:
+        raise ReplayMemoryError(
+            f"{what} needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB) on {device}, which has {available:,} bytes "
+            f"({available / 2**30:.2f} GiB) free. Make {SIZE_KEY} smaller (at most about "
+            f"{_fraction(available, nbytes)} of it fits), or keep the replay in host memory ({DEVICE_KEY}='cpu')")
+    if available - nbytes < 1 << 30:
+        logger.warning("%s takes %.2f GiB of the %.2f GiB free on %s: less than 1 GiB is left for the learner",
+                       what, nbytes / 2**30, available / 2**30, device)
+
+
+def _fraction(available: int, needed: int) -> str:
+    return f"{int(100 * available / needed)}%"
+
+
+class PinnedStaging:
+    """Host -> device copies of pushed chunks: each field is copied into a reusable pinned host buffer
+    (one per field, grown as needed) and from there to the device with one ``non_blocking`` copy.
+
+    ``depth`` sets of buffers are used in turn; a set is written again only after the device has read it
+    (an event recorded after its copies), so the host runs up to ``depth`` calls ahead of the copies. On
+    the host path (a CPU storage) it does nothing: ``to_device`` returns the tensors it is given. Pinning
+    needs CUDA; on another device (or where CUDA is absent) the same path runs with pageable buffers and
+    copies that wait.
+
+    Args:
+        device: where the storage lives.
+        depth: buffer sets in turn (2 for pushes; samplers use more for their few hundred bytes a batch).
+    """
+
+    def __init__(self, device: str | torch.device, depth: int = 2) -> None:
+        self.device = as_device(device)
+        self.staged = not host_path(self.device)                     # host tensors pass through buffers
+        self.pinned = self.staged and _can_pin(self.device)          # ... page-locked ones (async copies)
+        self._sets: List[Dict[str, torch.Tensor]] = [{} for _ in range(depth)]
+        self._copied: List[Optional[Any]] = [None] * depth          # events: the device has read set i
+        self._turn = 0
+
+    def to_device(self, fields: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """``fields`` on the device: host tensors through one set of staging buffers, device tensors as
+        they are (or moved device to device)."""
+        if not self.staged:
+            return dict(fields)
+        turn = self._turn % len(self._sets)
+        self._turn += 1
+        if self._copied[turn] is not None:
+            self._copied[turn].synchronize()
+            self._copied[turn] = None
+        out = {}
+        for key, value in fields.items():
+            if value.device.type != "cpu" or value.numel() * value.element_size() > PINNED_LIMIT_BYTES:
+                out[key] = value.to(self.device)
+            else:
+                staging = self._buffer(self._sets[turn], key, value)
+                staging.copy_(value)
+                out[key] = torch.empty(value.shape, dtype=value.dtype, device=self.device).copy_(
+                    staging, non_blocking=self.pinned)
+        if self.pinned:
+            self._copied[turn] = torch.cuda.Event()
+            self._copied[turn].record(torch.cuda.current_stream(self.device))
+        return out
+
+    def _buffer(self, buffers: Dict[str, torch.Tensor], key: str, value: torch.Tensor) -> torch.Tensor:
+        """A view of this field's staging buffer shaped like ``value``, growing the buffer (doubling) when
+        ``value`` is larger than any chunk before."""
+        flat = buffers.get(key)
+        n = value.numel()
+        if flat is None or flat.dtype != value.dtype or flat.numel() < n:
+            size = max(n, 2 * flat.numel() if flat is not None and flat.dtype == value.dtype else n)
+            flat = buffers[key] = torch.empty(size, dtype=value.dtype, pin_memory=self.pinned)
+        return flat[:n].view(value.shape)
+
+    def buffer_bytes(self) -> int:
+        """Bytes held in staging buffers (host memory)."""
+        return sum(b.numel() * b.element_size() for buffers in self._sets for b in buffers.values())
+
+
+def _can_pin(device: torch.device) -> bool:
+    """Page-locked staging for copies to a CUDA device; pinning needs a CUDA runtime."""
+    return device.type == "cuda" and torch.cuda.is_available()
+
+
+class DeferredCheck:
+    """A condition computed on the device and raised on the host without waiting for the device.
+
+    On the CPU ``report`` raises at once. On a GPU the flag is copied to pinned host memory behind an event
+    and read at the next ``report`` (or ``flush``), when the device has long computed it: the error comes one
+    call late, and the caller keeps its data valid meanwhile (e.g. the sum tree ignores bad priorities).
+    """
+
+    def __init__(self, device: str | torch.device) -> None:
+        self.device = as_device(device)
+        self._pending: Optional[tuple] = None   # (host flag, event, message)
+
+    def report(self, bad: torch.Tensor, message: str) -> None:
+        """``bad``: a 0-d bool tensor on the device; ``message``: the error if it is true."""
+        if host_path(self.device):
+            if bool(bad):
+                raise ValueError(message)
+            return
+        self.flush()
+        if _can_pin(self.device):
+            flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+            flag.copy_(bad, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(self.device))
+            self._pending = (flag, event, message)
+        else:
+            self._pending = (bad, None, message)
+
+    def flush(self) -> None:
+        """Raise the pending condition if it held (waits for the device to have computed it)."""
+        if self._pending is None:
+            return
+        flag, event, message = self._pending
+        self._pending = None
+        if event is not None:
+            event.synchronize()
+        if bool(flag):
+            raise ValueError(message)
