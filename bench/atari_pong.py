@@ -9,7 +9,9 @@ one run, each after a warm-up.
 - collector overlapped (``env.manager.overlap``): two groups of ``envs / 2``; the policy acts on one while the
   other steps (``data.env_groups``).
 
-Run: ``python bench/atari_pong.py [--envs 8] [--steps 300] [--repeats 3]`` (needs the atari extra). The
+Run: ``python bench/atari_pong.py [--envs 8] [--steps 300] [--repeats 3] [--compile none|compile|cudagraph]
+[--amp none|bf16]`` (needs the atari extra; ``--compile``/``--amp`` set ``policy.compile``/``policy.amp``,
+docs/performance.md). The
 policy runs on cuda when there is one (``--device`` to choose); on a machine without CUDA it runs on the CPU,
 where the Nature-CNN forward, not the emulator, sets the pace. torch's thread pool is sized as the pipeline
 sizes it. Figures are the best of ``--repeats`` interleaved rounds.
@@ -74,14 +76,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the best is reported")
     parser.add_argument("--updates", type=int, default=50)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--compile", default="none", choices=["none", "compile", "cudagraph"],
+                        help="policy.compile for the acting forward and the learner")
+    parser.add_argument("--amp", default="none", choices=["none", "bf16"], help="policy.amp")
     args = parser.parse_args()
     num_envs, device = args.envs, args.device
     cfg = compile_config(main_config, create_config, save=False)
     cfg.env.collector_env_num = num_envs
     cfg.policy.collect.n_sample = num_envs * args.steps
+    cfg.policy.compile, cfg.policy.amp = args.compile, args.amp
     threads = size_torch_threads(cfg.torch_threads)
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
-    print(f"device: {name} ({device}); {os.cpu_count()} CPU cores; torch threads {threads}; {num_envs} Pong envs")
+    print(f"device: {name} ({device}); {os.cpu_count()} CPU cores; torch threads {threads}; {num_envs} Pong envs; "
+          f"policy.compile={args.compile} policy.amp={args.amp}")
 
     sync_env = make_vector_env(ATARI, cfg.env, num_envs, seed=0)
     async_cfg = dict(cfg.env, env_kwargs=dict(cfg.env.env_kwargs, batch_size=max(1, num_envs // 2)))
@@ -121,7 +128,8 @@ def main() -> None:
           f"1M transitions: {per * 1e6 / 2**30:.1f} GiB (full stacks: {full * 1e6 / 2**30:.1f} GiB)")
 
     batch_size = cfg.policy.learn.batch_size
-    policy.learn_mode.forward(buffer.sample(batch_size))
+    for _ in range(3):  # warm-up: the first updates compile, and record the CUDA graphs (policy.compile)
+        policy.learn_mode.forward(buffer.sample(batch_size))
     start = time.perf_counter()
     for _ in range(args.updates):
         policy.learn_mode.forward(buffer.sample(batch_size))

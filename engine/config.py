@@ -12,14 +12,15 @@ import copy
 import difflib
 import math
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from easydict import EasyDict
 
 from .fileio import atomic_write_json
 from .registry import ENV_REGISTRY, POLICY_REGISTRY
 
-__all__ = ["ConfigError", "compile_config", "check_values", "plain", "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
+__all__ = ["ConfigError", "compile_config", "check_values", "accel_modes", "COMPILE_MODES", "AMP_MODES", "plain",
+           "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
 
 CONFIG_FILE = "config.json"
 
@@ -172,6 +173,37 @@ def _lookup(cfg: Mapping[str, Any], path: str) -> Any:
     return node
 
 
+# policy.compile / policy.amp (policies.accel applies them; checked here so a typo fails before any env starts)
+COMPILE_MODES = ("none", "compile", "cudagraph")
+AMP_MODES = ("none", "bf16")
+
+
+def accel_modes(cfg: Mapping[str, Any]) -> Tuple[str, str]:
+    """``(policy.compile, policy.amp)`` of a policy config, checked (missing keys: ``none``).
+
+    Raises:
+        ConfigError: a value that is not one of the modes, naming the key, the choices and a close one.
+
+    Examples:
+        >>> accel_modes({"compile": "cudagraph"})
+        ('cudagraph', 'none')
+        >>> accel_modes({"amp": "fp16"})
+        Traceback (most recent call last):
+        ...
+        engine.config.ConfigError: policy.amp='fp16' is not one of 'none', 'bf16' (did you mean 'bf16'?)
+    """
+    modes = []
+    for key, choices in (("compile", COMPILE_MODES), ("amp", AMP_MODES)):
+        value = cfg.get(key, "none")
+        value = "none" if value is None else value
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.4)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"policy.{key}={value!r} is not one of {', '.join(map(repr, choices))}{hint}")
+        modes.append(value)
+    return modes[0], modes[1]
+
+
 def check_values(cfg: Mapping[str, Any]) -> None:
     """Refuse values that would train nothing or fail deep inside a run, naming the key and the fix.
 
@@ -197,6 +229,8 @@ def check_values(cfg: Mapping[str, Any]) -> None:
         value = _lookup(cfg, path)
         if value is not None and not 0.0 <= value <= 1.0:
             raise ConfigError(f"config key {path!r} is {value!r}: it must lie in [0, 1]")
+    if isinstance(cfg.get("policy"), Mapping):
+        accel_modes(cfg["policy"])
     backend = _lookup(cfg, "ddp.backend")
     if backend is not None and backend not in ("auto", "nccl", "gloo"):
         raise ConfigError(f"config key 'ddp.backend' is {backend!r}: use 'auto', 'nccl' (one GPU per process) or "

@@ -12,6 +12,12 @@ Added first in a pipeline, it
   fields (an evaluation, the stop) costs a second collective, which every rank knows to expect from the
   first. It knows no field by name: a user's context field is synchronised by declaring it.
 
+The wrapper is installed through ``learn_mode.model``, which makes the policy rebuild its learner hot paths
+(``policy.compile``, docs/performance.md): a compiled learner's loss then calls the DDP wrapper, as torch
+recommends (its DDPOptimizer splits the compiled graph at DDP's gradient buckets, so the allreduce still
+overlaps the backward). DDP supports ``compile`` and ``policy.amp``; a ``cudagraph`` learner compiles
+without CUDA graphs under DDP (a warning says so), its acting forward keeps them.
+
 Rank 0 alone evaluates, logs and writes checkpoints; that is the pipeline's composition
 (``pipelines.build_pipeline``), not this middleware's job. The collectives themselves are
 ``engine.distributed``'s, on the backend's device.

@@ -13,6 +13,11 @@ the contracts of ``engine.protocols``:
 
 ``acting_weights()`` / ``load_acting_weights()`` carry the weights a policy acts with to a copy of it in
 another process (background evaluation, ``middleware.background_eval``).
+
+``policy.compile`` / ``policy.amp`` (``policies.accel``, docs/performance.md): a policy calls the functions
+run on every step or update (its acting forward, its learner's forward and loss) through
+``self._hot(name, fn, mode)``; the driver around them (moving batches, backward, optimizer step, target
+update) stays eager. A mode whose first call used no hot path logs once that the switch does not apply to it.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import gymnasium as gym
 import torch
+
+from .accel import HotPath, accel_modes, warn_once
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
            "DeviceMismatchError", "common_config", "evaluator_config"]
@@ -52,6 +59,9 @@ def common_config() -> Dict[str, Any]:
             refresh_every=1,        # iterations between copies of the learner's weights to the others
         ),
         check_device=False,         # check every tensor in and out of each mode (debugging; off: free)
+        compile="none",             # "none" | "compile" | "cudagraph" (CUDA): the acting forward and the learner's
+                                    # update compiled; docs/performance.md
+        amp="none",                 # "none" | "bf16": autocast the acting forward and the learner's forward/loss
     )
 
 
@@ -68,7 +78,8 @@ class LearnMode:
 
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
-        self.forward: Callable[[Any], Dict[str, Any]] = policy._checked("learn", policy._forward_learn)
+        self.forward: Callable[[Any], Dict[str, Any]] = policy._checked("learn", policy._watched(
+            "learn", policy._forward_learn))
         self.state_dict = policy.state_dict
         self.load_state_dict = policy.load_state_dict
         self.cfg = policy.cfg
@@ -81,6 +92,7 @@ class LearnMode:
     @model.setter
     def model(self, module: torch.nn.Module) -> None:
         self.policy._learn_model = module
+        self.policy._drop_hot_paths("learn")  # rebuilt for the new module (a DDP wrapper: no CUDA graphs)
 
     @property
     def device(self) -> torch.device:
@@ -94,7 +106,8 @@ class CollectMode:
 
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
-        self.forward: Callable[..., Dict[str, Any]] = policy._checked("collect", policy._forward_collect)
+        self.forward: Callable[..., Dict[str, Any]] = policy._checked("collect", policy._watched(
+            "collect", policy._forward_collect))
         value = getattr(policy, "_value", None)
         self.value: Optional[Callable[[Any], Any]] = policy._checked("collect", value) if value else None
         self.cfg = policy.cfg
@@ -109,7 +122,8 @@ class EvalMode:
 
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
-        self.forward: Callable[..., Dict[str, Any]] = policy._checked("eval", policy._forward_eval)
+        self.forward: Callable[..., Dict[str, Any]] = policy._checked("eval", policy._watched(
+            "eval", policy._forward_eval))
         self.cfg = policy.cfg
 
     @property
@@ -165,6 +179,9 @@ class Policy:
             mode: _indexed(torch.device(parse_device(dev_cfg[mode], f"policy.device.{mode}")))
             if mode in self._own_copy else self.device for mode in ("collect", "eval")}
         self._check_device = bool(cfg.get("check_device", False))
+        self.compile_mode, self.amp = accel_modes(cfg)  # policy.compile / policy.amp, checked here at start
+        self._hot_paths: Dict[tuple, HotPath] = {}  # by (mode, name)
+        self._hot_modes: set = set()  # modes whose forward used a hot path, or chose a faster path on purpose
         self.observation_space = observation_space
         self.action_space = action_space
         self._learn_model: torch.nn.Module
@@ -242,6 +259,62 @@ class Policy:
             state = _host_state(self._model)
             for actor in self._actors.values():
                 actor.load_state_dict(state)
+
+    # ---- hot paths: policy.compile / policy.amp ------------------------------------------------------
+    def _hot(self, name: str, fn: Callable[..., Any], mode: str) -> HotPath:
+        """``fn`` as ``mode``'s hot path (``policies.accel.HotPath``), built at its first use and kept.
+
+        Args:
+            name: the key it is kept under, with ``mode`` (one per function, e.g. ``"loss"``).
+            fn: a method of this policy holding only tensor work (a forward, a loss), its own ``def``.
+            mode: "learn" (on ``self.device``; its outputs take a backward, through ``learn_mode.model``,
+                which may be a DDP wrapper), or "collect" / "eval" (on that mode's device).
+        """
+        path = self._hot_paths.get((mode, name))
+        if path is None:
+            learn = mode == "learn"
+            ddp = learn and isinstance(self._learn_model, torch.nn.parallel.DistributedDataParallel)
+            device = self.device if learn else self.mode_devices[mode]
+            path = self._hot_paths[(mode, name)] = HotPath(fn, f"{type(self).__name__} {name}", self.compile_mode,
+                                                           self.amp, device, ddp=ddp, train=learn)
+        self._hot_modes.add(mode)
+        return path
+
+    def _drop_hot_paths(self, mode: str) -> None:
+        """Forget ``mode``'s hot paths: they are built again at their next use (the learn model changed)."""
+        for key in [key for key in self._hot_paths if key[0] == mode]:
+            del self._hot_paths[key]
+
+    def _faster_than_hot_path(self, mode: str, why: str) -> None:
+        """``mode`` acts through a path of its own on purpose (say so once, when a switch is on)."""
+        if mode not in self._hot_modes:
+            self._hot_modes.add(mode)
+            if self.compile_mode != "none" or self.amp != "none":
+                logger.info("%s %s acts %s; policy.compile and policy.amp do not apply to it", type(self).__name__,
+                            mode, why)
+
+    def _without_forward(self, mode: str) -> None:
+        """``mode`` answered a call without a forward (uniformly random actions): nothing to accelerate."""
+        self._hot_modes.add(mode)
+
+    def _watched(self, mode: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn``, or (a switch on) ``fn`` followed at its first call by a check that it used a hot path:
+        a policy that routes nothing through ``_hot`` says so instead of ignoring the config."""
+        if self.compile_mode == "none" and self.amp == "none":
+            return fn
+        checked = False
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            nonlocal checked
+            out = fn(*args, **kwargs)
+            if not checked:
+                checked = True
+                if mode not in self._hot_modes:
+                    warn_once("%s's %s mode does not route its forward through policy.compile/policy.amp "
+                              "(Policy._hot): it runs eagerly in fp32", type(self).__name__, mode)
+            return out
+
+        return watched
 
     def _checked(self, mode: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` itself, or (``policy.check_device=True``) ``fn`` wrapped in a check of every tensor in its

@@ -1,6 +1,6 @@
 """Behaviour cloning: supervised learning of the dataset's actions from its observations.
 
-One update, on one screen (``_forward_learn``)::
+One update, on one screen (``_loss``)::
 
     discrete:    loss = cross_entropy(logits(obs), action)
     continuous:  loss = mean((tanh(mu(obs)) - action_in_[-1, 1])^2)
@@ -36,7 +36,7 @@ class _ContinuousActor(nn.Module):
         self.head = nn.Linear(hidden_sizes[-1], action_dim)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.head(self.torso(obs)))
+        return torch.tanh(self.head(self.torso(obs)).float())
 
 
 @POLICY_REGISTRY.register("bc")
@@ -95,14 +95,9 @@ class BCPolicy(Policy):
         obs = batch.obs.to(self.device).float()
         if self._continuous:
             target = (batch.action.to(self.device).float() - self._bias.to(self.device)) / self._scale.to(self.device)
-            pred = self._learn_model(obs)
-            loss = F.mse_loss(pred, target.clamp(-1.0, 1.0))
-            stats = {"action_error": (pred.detach() - target).abs().mean()}
         else:
-            action = batch.action.to(self.device).long()
-            logits = self._learn_model(obs)
-            loss = F.cross_entropy(logits, action)
-            stats = {"accuracy": (logits.detach().argmax(dim=1) == action).float().mean()}
+            target = batch.action.to(self.device).long()
+        loss, stats = self._hot("loss", self._loss, "learn")(obs, target)
         check_finite(loss, "BC", self._updates)
         self._optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -112,17 +107,34 @@ class BCPolicy(Policy):
         self._updates += 1
         return {"loss": loss.detach(), **stats}
 
+    def _loss(self, obs: torch.Tensor, target: torch.Tensor) -> tuple:
+        """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``;
+        ``target`` is the action in [-1, 1] (continuous) or its index (discrete)."""
+        if self._continuous:
+            pred = self._learn_model(obs)
+            loss = F.mse_loss(pred, target.clamp(-1.0, 1.0))
+            return loss, {"action_error": (pred.detach() - target).abs().mean()}
+        logits = self._learn_model(obs)
+        loss = F.cross_entropy(logits, target)
+        return loss, {"accuracy": (logits.detach().argmax(dim=1) == target).float().mean()}
+
     # ---- act -------------------------------------------------------------------------------------
     def _act(self, obs: Any, mode: str) -> np.ndarray:
         model = self._actor(mode)
         device = self.mode_devices[mode]
         if not self._continuous and device.type == "cpu":
+            self._faster_than_hot_path(mode, "through numpy on the CPU (faster than torch for an MLP)")
             return model.numpy_greedy_action(np.asarray(obs))
         with torch.inference_mode():
-            out = model(torch.as_tensor(np.asarray(obs), device=device).float())
+            out = self._hot("act", self._action, mode)(model, torch.as_tensor(np.asarray(obs), device=device).float())
             if not self._continuous:
-                return out.argmax(dim=1).cpu().numpy()
+                return out.cpu().numpy()
             return (out.cpu() * self._scale + self._bias).numpy()
+
+    def _action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        """The acting hot path: the most likely action's index, or the action in [-1, 1]."""
+        out = model(obs)
+        return out if self._continuous else out.argmax(dim=1)
 
     def _forward_collect(self, obs: Any, eps: float = 0.0) -> Dict[str, Any]:
         """The cloned action; with probability ``eps`` per env a uniformly random one instead."""

@@ -1,7 +1,7 @@
 """Discrete conservative Q-learning (Kumar et al., 2020, CQL(H)): DQN on a fixed dataset, with a penalty
 that pushes down the Q values of actions the dataset did not take.
 
-One update, on one screen (``_forward_learn``)::
+One update, on one screen (``_loss``)::
 
     q_all    = Q(obs);  q = q_all[action]
     a*       = argmax_a Q(next_obs)                                   (double Q: the online net picks ...)
@@ -113,8 +113,23 @@ class DiscreteCQLPolicy(QValuePolicy):
         action = batch.action.to(dev).long()
         reward = batch.reward.to(dev).float()
         not_done = (~batch.terminated.to(dev)).float()
-        n = len(obs)
 
+        loss, stats = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, not_done)
+        check_finite(loss, "CQL", self._updates)
+
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self._grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
+        self._optimizer.step()
+        self._updates += 1
+        self._update_target()
+        return {"loss": loss.detach(), **stats}
+
+    def _loss(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+              not_done: torch.Tensor) -> tuple:
+        """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``."""
+        n = len(obs)
         # one forward of the online net over obs and next_obs: one DDP forward per update
         q_both = self._learn_model(torch.cat([obs, next_obs]))
         q_all, q_next_online = q_both[:n], q_both[n:].detach()
@@ -129,17 +144,8 @@ class DiscreteCQLPolicy(QValuePolicy):
         td_loss = self._td_loss(q, target)
         cql_loss = cql_penalty(q_all, q)
         loss = td_loss + self._alpha * cql_loss
-        check_finite(loss, "CQL", self._updates)
-
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self._grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
-        self._optimizer.step()
-        self._updates += 1
-        self._update_target()
-        return {"loss": loss.detach(), "td_loss": td_loss.detach(), "cql_loss": cql_loss.detach(),
-                "q_value": q.detach().mean(), "target_q": target.mean()}
+        return loss, {"td_loss": td_loss.detach(), "cql_loss": cql_loss.detach(), "q_value": q.detach().mean(),
+                      "target_q": target.mean()}
 
     # ---- act -------------------------------------------------------------------------------------
     def _forward_collect(self, obs: Any, eps: float = 0.0) -> Dict[str, Any]:

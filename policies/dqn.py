@@ -1,7 +1,7 @@
 """DQN with the usual improvements: double Q, dueling head, n-step targets, hard or soft target network,
 optional prioritized replay with importance weights.
 
-The algorithm, on one screen (``_forward_learn``)::
+The algorithm, on one screen (``_loss``; ``_forward_learn`` drives it: batch in, backward, step)::
 
     q        = Q(obs)[action]
     a*       = argmax_a Q(next_obs)                 (double Q: the online net picks ...)
@@ -48,10 +48,16 @@ class QValuePolicy(Policy):
         model = self._actor(mode)
         device = self.mode_devices[mode]
         if device.type == "cpu" and not model.is_image:  # numpy acting, see QNetwork.numpy_greedy_action
+            self._faster_than_hot_path(mode, "through numpy on the CPU (faster than torch for an MLP)")
             return model.numpy_greedy_action(np.asarray(obs))
         with torch.inference_mode():
             obs_t = torch.as_tensor(np.asarray(obs), device=device)
-            return model(obs_t if model.is_image else obs_t.float()).argmax(dim=1).cpu().numpy()
+            action = self._hot("greedy", self._greedy_action, mode)(model, obs_t if model.is_image else obs_t.float())
+            return action.cpu().numpy()
+
+    def _greedy_action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        """The acting hot path: ``argmax_a Q(obs, a)``."""
+        return model(obs).argmax(dim=1)
 
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         return {"action": self._greedy(obs, "eval")}
@@ -109,7 +115,8 @@ class DQNPolicy(QValuePolicy):
             eval=evaluator_config(eval_freq=100),
             other=dict(
                 eps=dict(type="exp", start=0.95, end=0.05, decay=10000),
-                replay_buffer=dict(replay_buffer_size=100000, alpha=0.6, beta=0.4),
+                replay_buffer=dict(replay_buffer_size=100000, alpha=0.6, beta=0.4,
+                                   device=None),  # None/"cpu", "learn", "cuda[:N]" (docs/performance.md)
             ),
         )
 
@@ -153,8 +160,24 @@ class DQNPolicy(QValuePolicy):
         reward = batch.reward.to(self.device).float()
         discount = batch.discount.to(self.device).float()
         not_done = (~batch.terminated.to(self.device)).float() if not self._ignore_done else torch.ones_like(reward)
-        n = len(obs)
+        weight = batch.weight.to(self.device).float() if self._use_weight else None
 
+        loss, q, target = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, discount, not_done,
+                                                                 weight)
+        check_finite(loss, "DQN", self._updates)
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self._grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
+        self._optimizer.step()
+        self._updates += 1
+        self._update_target()
+        return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": (q - target).abs()}
+
+    def _loss(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+              discount: torch.Tensor, not_done: torch.Tensor, weight: Optional[torch.Tensor]) -> tuple:
+        """The learner's hot path (compiled with ``policy.compile``): ``(loss, q, target)``, q detached."""
+        n = len(obs)
         # one forward of the online net over obs and next_obs: fewer kernel launches, one DDP forward
         q_both = self._learn_model(torch.cat([obs, next_obs]))
         q_all, q_next_online = q_both[:n], q_both[n:].detach()
@@ -169,19 +192,9 @@ class DQNPolicy(QValuePolicy):
             target = reward + discount * not_done * next_value
 
         elementwise = self._td_loss(q, target, reduction="none")
-        if self._use_weight:
-            elementwise = elementwise * batch.weight.to(self.device)
-        loss = elementwise.mean()
-        check_finite(loss, "DQN", self._updates)
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self._grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
-        self._optimizer.step()
-        self._updates += 1
-        self._update_target()
-        return {"loss": loss.detach(), "q_value": q.detach().mean(), "target_q": target.mean(),
-                "priority": (q.detach() - target).abs()}
+        if weight is not None:
+            elementwise = elementwise * weight
+        return elementwise.mean(), q.detach(), target
 
     # ---- act -------------------------------------------------------------------------------------
     def _forward_collect(self, obs: Any, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:

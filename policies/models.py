@@ -1,4 +1,9 @@
-"""Torch models: the MLP torso and the (dueling) Q-network head used by value-based policies."""
+"""Torch models: the MLP torso and the (dueling) Q-network head used by value-based policies.
+
+Every model returns fp32 outputs, also when it runs under bf16 autocast (``policy.amp``): losses and the
+sampling arithmetic that follows a forward stay in fp32 (``.float()`` of an fp32 tensor is the tensor itself:
+nothing is added to the fp32 path).
+"""
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -83,9 +88,9 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.torso(obs)
         if not self.dueling:
-            return self.head(x)
-        adv = self.advantage(x)
-        return self.value(x) + adv - adv.mean(dim=-1, keepdim=True)
+            return self.head(x).float()
+        adv = self.advantage(x).float()
+        return self.value(x).float() + adv - adv.mean(dim=-1, keepdim=True)
 
     def numpy_greedy_action(self, obs: np.ndarray) -> np.ndarray:
         """``argmax_a Q(obs, a)`` computed with numpy, for acting on the CPU.
@@ -154,14 +159,14 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor):
         features = self.shared(obs)
-        value = self.critic_head(self.critic(features)).squeeze(-1)
-        out = self.actor_head(self.actor(features))
+        value = self.critic_head(self.critic(features)).squeeze(-1).float()
+        out = self.actor_head(self.actor(features)).float()
         if self.continuous:
             return (out, self.log_std.expand_as(out)), value
         return out, value
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic_head(self.critic(self.shared(obs))).squeeze(-1)
+        return self.critic_head(self.critic(self.shared(obs))).squeeze(-1).float()
 
 
 class SquashedGaussianActor(nn.Module):
@@ -178,7 +183,7 @@ class SquashedGaussianActor(nn.Module):
 
     def forward(self, obs: torch.Tensor):
         x = self.torso(obs)
-        return self.mean(x), self.log_std(x).clamp(-20.0, 2.0)
+        return self.mean(x).float(), self.log_std(x).float().clamp(-20.0, 2.0)
 
 
 class TwinQ(nn.Module):
@@ -191,4 +196,4 @@ class TwinQ(nn.Module):
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor):
         x = torch.cat([obs, action], dim=-1)
-        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+        return self.q1(x).squeeze(-1).float(), self.q2(x).squeeze(-1).float()

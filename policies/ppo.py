@@ -1,7 +1,7 @@
 """PPO (clipped surrogate) and A2C, for discrete (categorical) and continuous (Gaussian) actions.
 
 One ``learn_mode.forward(minibatch)`` is one gradient step; the on-policy learner middleware runs the
-epochs and minibatches over what was just collected. The PPO loss, on one screen::
+epochs and minibatches over what was just collected. The PPO loss, on one screen (``_loss``)::
 
     ratio   = exp(log pi(a|s) - logp_old)
     adv     = (adv - mean) / (std + 1e-8)                          (optional: learn.adv_norm)
@@ -121,21 +121,10 @@ class PPOPolicy(Policy):
         action = batch.raw_action.to(dev).float() if self.continuous else batch.action.to(dev).long()
         adv = batch.adv.to(dev).float()
         returns = batch.returns.to(dev).float()
-        if self._adv_norm and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        logp_old = batch.logp.to(dev).float()
+        value_old = batch.value.to(dev).float() if self._value_clip else None
 
-        head, value = self._learn_model(obs)
-        dist = self._dist(head)
-        logp = self._log_prob(dist, action)
-        policy_loss, stats = self._policy_loss(logp, batch.logp.to(dev).float(), adv)
-        if self._value_clip:
-            value_old = batch.value.to(dev).float()
-            clipped = value_old + (value - value_old).clamp(-self._clip, self._clip)
-            value_loss = 0.5 * torch.max((value - returns) ** 2, (clipped - returns) ** 2).mean()
-        else:
-            value_loss = 0.5 * ((value - returns) ** 2).mean()
-        entropy = self._entropy(dist).mean()
-        loss = policy_loss + self._value_weight * value_loss - self._entropy_weight * entropy
+        loss, stats = self._hot("loss", self._loss, "learn")(obs, action, adv, returns, logp_old, value_old)
         check_finite(loss, self.algo, self._updates)
 
         self._optimizer.zero_grad(set_to_none=True)
@@ -144,18 +133,34 @@ class PPOPolicy(Policy):
             torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
         self._optimizer.step()
         self._updates += 1
-        return {"loss": loss.detach(), "policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
-                "entropy": entropy.detach(), **stats}
+        return {"loss": loss.detach(), **stats}
+
+    def _loss(self, obs: torch.Tensor, action: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor,
+              logp_old: torch.Tensor, value_old: Optional[torch.Tensor]) -> tuple:
+        """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``."""
+        if self._adv_norm and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        head, value = self._learn_model(obs)
+        dist = self._dist(head)
+        logp = self._log_prob(dist, action)
+        policy_loss, stats = self._policy_loss(logp, logp_old, adv)
+        if value_old is not None:  # learn.value_clip
+            clipped = value_old + (value - value_old).clamp(-self._clip, self._clip)
+            value_loss = 0.5 * torch.max((value - returns) ** 2, (clipped - returns) ** 2).mean()
+        else:
+            value_loss = 0.5 * ((value - returns) ** 2).mean()
+        entropy = self._entropy(dist).mean()
+        loss = policy_loss + self._value_weight * value_loss - self._entropy_weight * entropy
+        return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+                      "entropy": entropy.detach(), **stats}
 
     # ---- act -------------------------------------------------------------------------------------
     @torch.inference_mode()
     def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
         """Sample an action; also return its log-prob and the state value, for GAE and the ratio."""
-        head, value = self._actor("collect")(self._obs(obs, "collect"))
-        dist = self._dist(head)
-        action = dist.sample()
-        out = {"action": action.cpu().numpy(), "logp": self._log_prob(dist, action).cpu().numpy(),
-               "value": value.cpu().numpy()}
+        action, logp, value = self._hot("sample", self._sample, "collect")(self._actor("collect"),
+                                                                          self._obs(obs, "collect"))
+        out = {"action": action.cpu().numpy(), "logp": logp.cpu().numpy(), "value": value.cpu().numpy()}
         if self.continuous:
             out["raw_action"] = out["action"]
             out["action"] = np.clip(out["action"], self._low, self._high)
@@ -163,15 +168,29 @@ class PPOPolicy(Policy):
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        head, _ = self._actor("eval")(self._obs(obs, "eval"))
+        action = self._hot("mode", self._mode_action, "eval")(self._actor("eval"), self._obs(obs, "eval")).cpu()
         if self.continuous:
-            return {"action": np.clip(head[0].cpu().numpy(), self._low, self._high)}
-        return {"action": head.argmax(dim=-1).cpu().numpy()}
+            return {"action": np.clip(action.numpy(), self._low, self._high)}
+        return {"action": action.numpy()}
 
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs) for a batch of observations (GAE bootstraps from it)."""
-        return self._actor("collect").value(self._obs(obs, "collect")).cpu()
+        return self._hot("value", self._state_value, "collect")(self._actor("collect"), self._obs(obs, "collect")).cpu()
+
+    # the acting hot paths (compiled with policy.compile)
+    def _sample(self, model: torch.nn.Module, obs: torch.Tensor) -> tuple:
+        head, value = model(obs)
+        dist = self._dist(head)
+        action = dist.sample()
+        return action, self._log_prob(dist, action), value
+
+    def _mode_action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        head, _ = model(obs)
+        return head[0] if self.continuous else head.argmax(dim=-1)
+
+    def _state_value(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        return model.value(obs)
 
     def _obs(self, obs: Any, mode: str = "learn") -> torch.Tensor:
         """Observations as a tensor on ``mode``'s device: float for vectors, uint8 frames left to the CNN."""

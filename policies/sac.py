@@ -1,7 +1,7 @@
 """Soft Actor-Critic (Haarnoja et al., 2018): twin Q, target critics with soft update, a tanh-squashed
 Gaussian actor, automatic entropy tuning.
 
-One update, on one screen (``_forward_learn``)::
+One update, on one screen (``_loss``; ``_forward_learn`` drives it: batch in, backward, step, target)::
 
     a', logp'  ~ pi(.|s')                                         (no gradient)
     target     = r + discount * (1 - terminated) * (min_i Qtarg_i(s', a') - alpha * logp')
@@ -108,7 +108,8 @@ class SACPolicy(Policy):
             ),
             collect=dict(n_sample=1),
             eval=evaluator_config(eval_freq=1000),
-            other=dict(replay_buffer=dict(replay_buffer_size=1000000, alpha=0.6, beta=0.4)),
+            other=dict(replay_buffer=dict(replay_buffer_size=1000000, alpha=0.6, beta=0.4,
+                                          device=None)),  # None/"cpu", "learn", "cuda[:N]"
         )
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
@@ -149,19 +150,11 @@ class SACPolicy(Policy):
         action = (batch.action.to(dev).float() - self._bias.to(dev)) / self._scale.to(dev)
         reward = batch.reward.to(dev).float()
         discount = batch.discount.to(dev).float()
-        alpha = self._model.log_alpha.detach().exp()
+        terminated = batch.terminated.to(dev)
+        weight = batch.weight.to(dev).float() if self._use_weight else None
 
-        q1, q2, new_logp, q_new, next_action, next_logp = self._learn_model(obs, action, next_obs)
-        with torch.no_grad():
-            q1_next, q2_next = self._target_critic(next_obs, next_action)
-            target = sac_target(reward, discount, batch.terminated.to(dev), q1_next, q2_next, next_logp, alpha)
-        weight = batch.weight.to(dev) if self._use_weight else None
-        q_loss = _weighted_mse(q1, target, weight) + _weighted_mse(q2, target, weight)
-        policy_loss = (alpha * new_logp - q_new).mean()
-        loss = q_loss + policy_loss
-        if self._auto_alpha:
-            alpha_loss = -(self._model.log_alpha * (new_logp.detach() + self._target_entropy)).mean()
-            loss = loss + alpha_loss
+        loss, stats = self._hot("loss", self._loss, "learn")(obs, action, next_obs, reward, discount, terminated,
+                                                             weight)
         check_finite(loss, "SAC", self._updates)
 
         self._optimizer.zero_grad(set_to_none=True)
@@ -171,9 +164,26 @@ class SACPolicy(Policy):
         with torch.no_grad():
             torch._foreach_lerp_(list(self._target_critic.parameters()), list(self._model.critic.parameters()),
                                  self._theta)
-        return {"loss": loss.detach(), "q_loss": q_loss.detach(), "policy_loss": policy_loss.detach(),
-                "alpha": alpha, "entropy": -new_logp.detach().mean(), "q_value": q1.detach().mean(),
-                "target_q": target.mean(), "priority": ((q1.detach() - target).abs() + (q2.detach() - target).abs()) / 2}
+        q1, q2, target = stats.pop("q1"), stats.pop("q2"), stats.pop("target")
+        return {"loss": loss.detach(), **stats, "q_value": q1.mean(), "target_q": target.mean(),
+                "priority": ((q1 - target).abs() + (q2 - target).abs()) / 2}
+
+    def _loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
+              discount: torch.Tensor, terminated: torch.Tensor, weight: Optional[torch.Tensor]) -> tuple:
+        """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``."""
+        alpha = self._model.log_alpha.detach().exp()
+        q1, q2, new_logp, q_new, next_action, next_logp = self._learn_model(obs, action, next_obs)
+        with torch.no_grad():
+            q1_next, q2_next = self._target_critic(next_obs, next_action)
+            target = sac_target(reward, discount, terminated, q1_next, q2_next, next_logp, alpha)
+        q_loss = _weighted_mse(q1, target, weight) + _weighted_mse(q2, target, weight)
+        policy_loss = (alpha * new_logp - q_new).mean()
+        loss = q_loss + policy_loss
+        if self._auto_alpha:
+            alpha_loss = -(self._model.log_alpha * (new_logp.detach() + self._target_entropy)).mean()
+            loss = loss + alpha_loss
+        return loss, {"q_loss": q_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
+                      "entropy": -new_logp.detach().mean(), "q1": q1.detach(), "q2": q2.detach(), "target": target}
 
     # ---- act -------------------------------------------------------------------------------------
     def _to_env(self, squashed: torch.Tensor) -> np.ndarray:
@@ -184,17 +194,23 @@ class SACPolicy(Policy):
         """A sample of the squashed Gaussian in env units; uniform over the bounds when ``random``."""
         n = len(obs)
         if random:
+            self._without_forward("collect")
             squashed = torch.as_tensor(self._rng.uniform(-1.0, 1.0, (n, self._action_dim)), dtype=torch.float32)
             return {"action": self._to_env(squashed)}
-        device = self.mode_devices["collect"]
-        action, _ = self._actor("collect").sample(torch.as_tensor(np.asarray(obs), device=device).float())
-        return {"action": self._to_env(action)}
+        obs_t = torch.as_tensor(np.asarray(obs), device=self.mode_devices["collect"]).float()
+        return {"action": self._to_env(self._hot("sample", self._sample, "collect")(self._actor("collect"), obs_t))}
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        device = self.mode_devices["eval"]
-        mean, _ = self._actor("eval").actor(torch.as_tensor(np.asarray(obs), device=device).float())
-        return {"action": self._to_env(torch.tanh(mean))}
+        obs_t = torch.as_tensor(np.asarray(obs), device=self.mode_devices["eval"]).float()
+        return {"action": self._to_env(self._hot("mean", self._mean_action, "eval")(self._actor("eval"), obs_t))}
+
+    # the acting hot paths (compiled with policy.compile)
+    def _sample(self, model: SACModel, obs: torch.Tensor) -> torch.Tensor:
+        return model.sample(obs)[0]
+
+    def _mean_action(self, model: SACModel, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(model.actor(obs)[0])
 
     # ---- state -----------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

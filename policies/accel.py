@@ -1,0 +1,196 @@
+"""Hot paths without launch overhead: ``policy.compile`` and ``policy.amp`` (docs/performance.md).
+
+A policy names the functions that run on every env step or every update (the acting forward, the learner's
+forward and loss) and calls them through ``Policy._hot(name, fn, mode)``, which returns a ``HotPath``:
+``fn`` itself, or ``fn`` compiled, run under bf16 autocast, or both, as the config asks:
+
+- ``policy.compile``:
+  - ``none`` (the default): eager PyTorch.
+  - ``compile``: ``torch.compile(fn, dynamic=False)`` (TorchInductor; one graph per input shape, graph
+    breaks allowed). Any device torch compiles for: CUDA, and the CPU where a C++ compiler is installed.
+  - ``cudagraph``: ``torch.compile(fn, mode="reduce-overhead", dynamic=False)``: the compiled kernels are
+    also recorded in CUDA graphs (torch's CUDA graph trees) and replayed with one launch. CUDA only: on
+    another device, a warning and the eager path. Under DDP the learner's update uses ``compile`` instead
+    (a warning says so): its gradient allreduce runs in DDP's hooks between the graphs, which baton does
+    not capture; the acting forward, which DDP does not wrap, keeps ``cudagraph``.
+- ``policy.amp``: ``none`` (fp32), or ``bf16``: ``torch.autocast(device_type, torch.bfloat16)`` around the
+  hot function (matmuls and convolutions in bf16; on CPU too). Parameters, gradients, the optimizer and
+  the losses stay fp32: the policies cast network outputs to float before any loss arithmetic.
+
+Never a crash mid-run: a compile that cannot be done here (no C++ compiler, a torch build or Python
+without ``torch.compile``, an operation the compiler rejects, a backward that does not lower) fails at the
+hot path's first call (or at a recompile for a new shape), inside ``HotPath.__call__``; the call is then
+run eagerly, and if that succeeds, a warning names the error and the function runs eagerly for the rest
+of the process. If the eager call fails too, the error is the function's own and is raised as eager
+raises it. The learner's backward is compiled together with its forward (not lazily at the first
+``loss.backward()``, torch's default), so its failure is caught there too. Each warning is logged once
+per process.
+
+Model state is untouched: a hot path compiles a function, never a module, so ``state_dict()`` keys carry no
+``_orig_mod.`` prefix and checkpoints of compiled and eager runs are interchangeable.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable, Optional
+
+import torch
+
+from engine.config import AMP_MODES, COMPILE_MODES, accel_modes
+
+__all__ = ["COMPILE_MODES", "AMP_MODES", "HotPath", "accel_modes", "warn_once"]
+
+logger = logging.getLogger(__name__)
+
+_WARNED: set = set()
+
+
+def warn_once(message: str, *args: Any, key: Any = None) -> None:
+    """``logger.warning(message % args)``, the first time ``key`` (default: the text) comes up in the process."""
+    text = message % args if args else message
+    key = text if key is None else key
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning(text)
+
+
+class HotPath:
+    """``fn`` run as ``policy.compile`` / ``policy.amp`` ask, and eagerly where they cannot be done.
+
+    Args:
+        fn: the function (a policy's method: dynamo keeps its compiled graphs per code object, so each hot
+            function should be its own ``def``). Its tensor outputs must be fp32 where losses follow.
+        name: for messages, e.g. ``"DQNPolicy loss"``.
+        compile_mode: one of ``COMPILE_MODES``.
+        amp: one of ``AMP_MODES``.
+        device: the device ``fn`` runs on.
+        ddp: ``fn`` calls a DistributedDataParallel module (``cudagraph`` becomes ``compile``).
+        train: ``fn``'s outputs take a backward (compiled eagerly, with the forward, so a failure shows here).
+
+    Attributes:
+        ddp: as given.
+        mode: what runs now: ``"eager"``, ``"compile"`` or ``"cudagraph"`` (``"eager"`` after a fallback).
+        fallback_error: the error that made it fall back to eager, or None.
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str, compile_mode: str, amp: str, device: torch.device,
+                 ddp: bool = False, train: bool = False) -> None:
+        self._fn = fn
+        self.name = name
+        self.device = torch.device(device)
+        self.train = train
+        self.ddp = ddp
+        self.fallback_error: Optional[BaseException] = None
+        self.amp = self._amp_mode(amp)
+        self.mode = self._compile_mode(compile_mode, ddp)
+        self._compiled: Optional[Callable[..., Any]] = None
+        if self.mode != "eager":
+            try:
+                if train:
+                    _lower_backward_with_forward()
+                self._compiled = torch.compile(fn, dynamic=False,
+                                               mode="reduce-overhead" if self.mode == "cudagraph" else None)
+            except Exception as err:  # a torch build or Python without torch.compile
+                self._fall_back(err)
+
+    def _compile_mode(self, requested: str, ddp: bool) -> str:
+        if requested == "none":
+            return "eager"
+        if requested == "cudagraph":
+            if self.device.type != "cuda":
+                warn_once("policy.compile='cudagraph' needs a CUDA device (CUDA graphs); on %s the acting forward "
+                          "and the learner's update run eagerly (policy.compile='compile' compiles for it)",
+                          self.device.type)
+                return "eager"
+            if ddp:
+                warn_once("policy.compile='cudagraph' is not supported for the learner under DDP (its gradient "
+                          "allreduce runs in DDP's hooks between the CUDA graphs): the learner's update uses "
+                          "policy.compile='compile'; acting keeps CUDA graphs")
+                return "compile"
+        return requested
+
+    def _amp_mode(self, requested: str) -> str:
+        if requested == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            warn_once("policy.amp='bf16': %s does not support bfloat16; the hot paths run in fp32",
+                      torch.cuda.get_device_name(self.device))
+            return "none"
+        return requested
+
+    def _fall_back(self, err: BaseException) -> None:
+        cause = _describe(err)
+        # one warning per cause: a missing compiler fails every hot path the same way
+        warn_once("policy.compile=%r could not be done for %s on %s (%s); it runs eagerly from now on, as does "
+                  "every hot path that fails the same way", "cudagraph" if self.mode == "cudagraph" else "compile",
+                  self.name, self.device, cause, key=("fallback", self.device, cause))
+        self.fallback_error = err
+        self.mode = "eager"
+        self._compiled = None
+
+    def _autocast(self) -> Any:
+        if self.amp == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._autocast():
+            compiled = self._compiled
+            if compiled is None:
+                return self._fn(*args, **kwargs)
+            cudagraph = self.mode == "cudagraph"
+            if cudagraph:  # a new step: the previous replay's outputs may be overwritten (they were cloned)
+                torch.compiler.cudagraph_mark_step_begin()
+            try:
+                out = compiled(*args, **kwargs)
+            except Exception as err:
+                failure = err
+            else:
+                # a CUDA graph's outputs live in its memory pool and are overwritten by its next replay: the
+                # caller keeps copies (the learner keeps each update's loss)
+                return _clone_tensors(out) if cudagraph else out
+            # eager again: if it fails too, the error is the function's own, raised as eager raises it; if it
+            # succeeds, compiling is what failed
+            out = self._fn(*args, **kwargs)
+            self._fall_back(failure)
+            return out
+
+    def __repr__(self) -> str:
+        return f"HotPath({self.name}, mode={self.mode!r}, amp={self.amp!r}, device={self.device})"
+
+
+def _lower_backward_with_forward() -> None:
+    """Lower training graphs' backward with their forward, in this process (torch otherwise lowers it at the
+    first ``loss.backward()``, outside the hot path, where a failure would end the run). A process-wide
+    setting of AOTAutograd (the same compiled code, built earlier), set rather than patched around each call,
+    which would cost more per call than a small CUDA-graph update's launch."""
+    import torch._functorch.config as functorch_config
+
+    functorch_config.force_non_lazy_backward_lowering = True
+
+
+def _describe(err: BaseException) -> str:
+    """``Type: first line`` of an error, and of its root cause when torch wraps it (BackendCompilerFailed)."""
+    def line(e: BaseException) -> str:
+        text = (str(e).strip().splitlines() or [""])[0]
+        return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+    root, seen = err, {id(err)}
+    while True:
+        inner = getattr(root, "inner_exception", None) or root.__cause__
+        if inner is None or id(inner) in seen:
+            break
+        root = inner
+        seen.add(id(root))
+    return line(err) if root is err else f"{type(err).__name__}: {line(root)}"
+
+
+def _clone_tensors(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple):
+        return tuple(_clone_tensors(v) for v in value)
+    if isinstance(value, list):
+        return [_clone_tensors(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clone_tensors(v) for k, v in value.items()}
+    return value
