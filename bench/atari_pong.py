@@ -15,12 +15,28 @@ docs/performance.md). The
 policy runs on cuda when there is one (``--device`` to choose); on a machine without CUDA it runs on the CPU,
 where the Nature-CNN forward, not the emulator, sets the pace. torch's thread pool is sized as the pipeline
 sizes it. Figures are the best of ``--repeats`` interleaved rounds.
+
+With ``--minutes N`` it then trains the wall-clock config ``pong_<--algo>_config.py`` (PPO: 64 envs; DQN: 16)
+for at most N minutes (or until its stop value, 20) and reports the evaluation return over time, the time to
+a return of ``--target`` (18), env steps/s while training, each stage's share of the time (``--profile``) and
+the GPU's mean utilisation while it trained (``torch.cuda.utilization``, else ``nvidia-smi``, sampled each
+second)::
+
+    python bench/atari_pong.py --minutes 10                      # PPO, the issue-11 target: >= 18 in 5 min
+    python bench/atari_pong.py --minutes 20 --algo dqn --envs 16
+    python bench/atari_pong.py --minutes 10 --skip-throughput --compile cudagraph
 """
 from __future__ import annotations
 
 import argparse
+import copy
+import importlib
 import os
+import subprocess
+import tempfile
+import threading
 import time
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -69,6 +85,111 @@ def collector_steps_per_s(collector, ctx: OnlineRLContext) -> float:
     return (ctx.env_step - before) / (time.perf_counter() - start)
 
 
+class GpuUtilisation:
+    """The GPU's utilisation (percent of time a kernel ran), sampled every ``period_s`` in a thread while a
+    run goes on: ``torch.cuda.utilization`` (needs the NVML bindings), else ``nvidia-smi``'s query."""
+
+    def __init__(self, device: str, period_s: float = 1.0) -> None:
+        self.index = torch.device(device).index or 0
+        self.period_s = period_s
+        self.samples: List[float] = []
+        self.source: Optional[str] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _read(self) -> Optional[float]:
+        if self.source in (None, "torch.cuda.utilization"):
+            try:
+                value = float(torch.cuda.utilization(self.index))
+                self.source = "torch.cuda.utilization"
+                return value
+            except Exception:  # no NVML bindings (pynvml): ask nvidia-smi
+                self.source = "nvidia-smi"
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                                  "-i", str(self.index)], capture_output=True, text=True, timeout=10)
+            return float(out.stdout.strip().splitlines()[0])
+        except Exception:
+            self.source = "unavailable (no NVML bindings, no nvidia-smi)"
+            return None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            value = self._read()
+            if value is None:
+                return
+            self.samples.append(value)
+
+    def __enter__(self) -> "GpuUtilisation":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def report(self) -> str:
+        if not self.samples:
+            return f"GPU utilisation: no sample ({self.source or 'the run ended before the first'})"
+        return (f"GPU utilisation while training: mean {np.mean(self.samples):.0f}%, median "
+                f"{np.median(self.samples):.0f}% ({len(self.samples)} samples, {self.source})")
+
+
+def training_run(algo: str, minutes: float, device: str, compile_mode: str, amp: str, target: float,
+                 out_dir: str) -> None:
+    """Train ``pong_<algo>_config`` for at most ``minutes`` (a stage appended to its standard pipeline ends
+    the run when the time is up) and print the evaluation return against wall time and env steps."""
+    from middleware.progress_csv import PROGRESS_FILE, read_progress
+    from pipelines import build_pipeline
+
+    module = importlib.import_module(f"dizoo.atari.config.serial.pong.pong_{algo}_config")
+    main_cfg, create_cfg = copy.deepcopy(module.main_config), copy.deepcopy(module.create_config)
+    main_cfg.policy.cuda = device.startswith("cuda")
+    main_cfg.policy.compile, main_cfg.policy.amp = compile_mode, amp
+    main_cfg.log = dict(progress=False, profile=True)
+    pipeline = build_pipeline((main_cfg, create_cfg), seed=0, exp_name=out_dir, force=True)
+    budget_s = minutes * 60.0
+    started = time.perf_counter()
+
+    def wall_clock_budget(ctx) -> None:
+        if time.perf_counter() - started >= budget_s:
+            ctx.finish = True
+
+    pipeline.append(wall_clock_budget, name="wall_clock_budget")
+    gpu = GpuUtilisation(device) if device.startswith("cuda") else None
+    print(f"training pong_{algo}_config for at most {minutes:g} min on {device} (policy.compile={compile_mode}, "
+          f"policy.amp={amp}); run directory {out_dir}", flush=True)
+    if gpu is not None:
+        with gpu:
+            summary = pipeline.run()
+    else:
+        summary = pipeline.run()
+    wall = time.perf_counter() - started
+    progress = read_progress(os.path.join(out_dir, PROGRESS_FILE))
+    evals = ~np.isnan(progress.get("eval/episode_return_mean", np.full(len(progress["env_step"]), np.nan)))
+    print(f"{'wall s':>8} {'env steps':>10} {'updates':>9} {'eval return':>12}")
+    reached = None
+    for i in np.flatnonzero(evals):
+        ret = progress["eval/episode_return_mean"][i]
+        print(f"{progress['wall_time_s'][i]:8.0f} {progress['env_step'][i]:10.0f} {progress['train_iter'][i]:9.0f} "
+              f"{ret:12.1f}")
+        if reached is None and ret >= target:
+            reached = i
+    print(f"stopped: {summary['stop_reason']} after {wall:.0f} s, {summary['env_step']} env steps "
+          f"({summary['env_step'] / wall:.0f} env steps/s overall, start-up and evaluation included), "
+          f"{summary['train_iter']} updates, best evaluation {summary['best_eval_return']}")
+    if reached is None:
+        print(f"time to >= {target:g}: not reached in {minutes:g} min")
+    else:
+        print(f"time to >= {target:g}: {progress['wall_time_s'][reached]:.0f} s, "
+              f"{progress['env_step'][reached]:.0f} env steps")
+    if "profile" in summary:
+        from engine.profile import profile_table
+        print(profile_table(summary["profile"]))
+    if gpu is not None:
+        print(gpu.report())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", type=int, default=8, help="Pong envs in the vector env and the collector")
@@ -79,9 +200,24 @@ def main() -> None:
     parser.add_argument("--compile", default="none", choices=["none", "compile", "cudagraph"],
                         help="policy.compile for the acting forward and the learner")
     parser.add_argument("--amp", default="none", choices=["none", "bf16"], help="policy.amp")
+    parser.add_argument("--minutes", type=float, default=0.0,
+                        help="then train the wall-clock config for at most this long (0: no training run)")
+    parser.add_argument("--algo", default="ppo", choices=["ppo", "dqn"], help="the config --minutes trains")
+    parser.add_argument("--target", type=float, default=18.0, help="the evaluation return to time")
+    parser.add_argument("--skip-throughput", action="store_true", help="only the training run")
+    parser.add_argument("--out", default=None, help="the training run's directory (default: a temporary one)")
     args = parser.parse_args()
+    if not args.skip_throughput:
+        throughput(args)
+    if args.minutes > 0:
+        out = args.out or tempfile.mkdtemp(prefix=f"pong_{args.algo}_bench_")
+        training_run(args.algo, args.minutes, args.device, args.compile, args.amp, args.target, out)
+
+
+def throughput(args: argparse.Namespace) -> None:
     num_envs, device = args.envs, args.device
     cfg = compile_config(main_config, create_config, save=False)
+    cfg.env.manager.overlap = False  # the wall-clock config groups its envs; here each measurement chooses
     cfg.env.collector_env_num = num_envs
     cfg.policy.collect.n_sample = num_envs * args.steps
     cfg.policy.compile, cfg.policy.amp = args.compile, args.amp
