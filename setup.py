@@ -53,6 +53,7 @@ setup(
             "sac=policies.sac",
             "bc=policies.bc",
             "cql=policies.cql",
+            "td3bc=policies.td3bc",
         ],
     },
 )

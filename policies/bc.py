@@ -17,26 +17,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from engine.registry import POLICY_REGISTRY
 
 from .base import Policy, check_finite, common_config, make_adam, resolve_shape, space_dims
-from .models import QNetwork, mlp
+from .models import DeterministicActor, QNetwork
 
 __all__ = ["BCPolicy"]
-
-
-class _ContinuousActor(nn.Module):
-    """``tanh(mu(obs))``: a deterministic action in (-1, 1)."""
-
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Any) -> None:
-        super().__init__()
-        self.torso = mlp(obs_dim, hidden_sizes)
-        self.head = nn.Linear(hidden_sizes[-1], action_dim)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.head(self.torso(obs)).float())
 
 
 @POLICY_REGISTRY.register("bc")
@@ -79,7 +66,7 @@ class BCPolicy(Policy):
                 raise ValueError(f"policy 'bc' needs a bounded continuous action space, got {action_space}")
             self._scale = torch.as_tensor((action_space.high - action_space.low) / 2.0, dtype=torch.float32)
             self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
-            self._init_model(lambda: _ContinuousActor(obs_dim, action_dim, hidden))
+            self._init_model(lambda: DeterministicActor(obs_dim, action_dim, hidden))
         else:  # logits through an MLP with a plain head (argmax acting in numpy on the CPU)
             self._init_model(lambda: QNetwork(obs_dim, action_dim, hidden, dueling=False))
         self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"],

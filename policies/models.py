@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "ActorCritic", "SquashedGaussianActor", "TwinQ"]
+__all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "ActorCritic", "SquashedGaussianActor", "DeterministicActor",
+           "TwinQ"]
 
 
 class NatureCNN(nn.Module):
@@ -184,6 +185,18 @@ class SquashedGaussianActor(nn.Module):
     def forward(self, obs: torch.Tensor):
         x = self.torso(obs)
         return self.mean(x).float(), self.log_std(x).float().clamp(-20.0, 2.0)
+
+
+class DeterministicActor(nn.Module):
+    """``tanh(mu(obs))``: a deterministic action in (-1, 1) (continuous behaviour cloning, TD3+BC)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
+        super().__init__()
+        self.torso = mlp(obs_dim, hidden_sizes)
+        self.head = nn.Linear(hidden_sizes[-1], action_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.head(self.torso(obs)).float())
 
 
 class TwinQ(nn.Module):

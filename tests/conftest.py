@@ -59,7 +59,8 @@ def quick_cartpole_config(tmp_path):
 
 # ---- offline datasets ---------------------------------------------------------------------------------
 # the dataset names the dizoo offline configs train from, and the gymnasium id each was recorded on
-OFFLINE_CONFIG_DATASETS = {"cartpole/expert-v0": "CartPole-v1", "cartpole/medium-v0": "CartPole-v1"}
+OFFLINE_CONFIG_DATASETS = {"cartpole/expert-v0": "CartPole-v1", "cartpole/medium-v0": "CartPole-v1",
+                           "pendulum/medium-v0": "Pendulum-v1"}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,16 +5,23 @@
 - ``cartpole/expert-v0``: 100 episodes of a greedy teacher trained to an evaluation mean of 500 (all of them
   return 500, truncated by the time limit);
 - ``cartpole/medium-v0``: 300 episodes of the same teacher acting eps-greedily (eps=0.5: returns of about
-  100-150 per episode, most of them terminated).
+  100-150 per episode, most of them terminated);
+- ``pendulum/medium-v0``: 100 episodes of a partly trained SAC (its evaluation -570 over 10 episodes, between
+  random, about -1200, and expert, about -150), acting greedily except for eps=0.1 uniformly random actions
+  (D4RL's "medium" recipe: a policy stopped early, recorded with some noise): mean return -655, about half
+  of the episodes swinging the pendulum up and the others never doing it.
 
-The teacher is the dizoo CartPole PPO config trained to an evaluation mean of 499 over 10 episodes (about
-10k env steps). Why not DQN: the dizoo CartPole DQN config, tuned to reach 195 fast, did not reach a
+The CartPole teacher is the dizoo CartPole PPO config trained to an evaluation mean of 499 over 10 episodes
+(about 10k env steps). Why not DQN: the dizoo CartPole DQN config, tuned to reach 195 fast, did not reach a
 greedy 500 within 80k env steps here (best evaluations 300-400), while PPO does in seconds; acting greedily
-(argmax of its logits) it is as much an expert. The teacher is trained first (``--work``/cartpole_teacher,
-reused when its checkpoint exists), each dataset is
-recorded with ``baton record``'s code (``pipelines.record``), and an existing dataset is left as it is
-(``--overwrite`` to record it again). The root is ``--root``, else ``$MINARI_DATASETS_PATH``, else
-``~/.minari/datasets``. Each step's figures (training time, dataset returns) are printed.
+(argmax of its logits) it is as much an expert. The Pendulum teacher is the dizoo Pendulum SAC config
+stopped at its first evaluation (10 episodes, every 100 updates) at or above -700, with target_theta=0.02
+instead of 0.005: the faster target halves the updates it takes (about 1,100 instead of 2,300) and the
+teacher stays a matter of seconds. Each teacher is trained once (``--work``/<name>_teacher, reused when its
+checkpoint exists), each dataset is recorded with ``baton record``'s code (``pipelines.record``), and an
+existing dataset is left as it is (``--overwrite`` to record it again). The root is ``--root``, else
+``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``. Each step's figures (training time, dataset returns)
+are printed.
 """
 from __future__ import annotations
 
@@ -27,31 +34,55 @@ from typing import Any, Dict, Optional
 from data.offline import DatasetNotFoundError, dataset_root, open_dataset
 
 DATASETS = {
-    # name: (teacher, episodes, eps)
-    "cartpole/expert-v0": ("cartpole_ppo", 100, 0.0),
-    "cartpole/medium-v0": ("cartpole_ppo", 300, 0.5),
+    # name: (teacher, episodes, eps, envs recording side by side)
+    "cartpole/expert-v0": ("cartpole_ppo", 100, 0.0, 8),
+    "cartpole/medium-v0": ("cartpole_ppo", 300, 0.5, 8),
+    "pendulum/medium-v0": ("pendulum_sac", 100, 0.1, 50),  # every episode is 200 steps: 50 envs, 2 rounds
+}
+
+#: teacher: (its run directory under --work, the dizoo config it is trained and recorded with, what the
+#: training changes in it, the env step budget)
+TEACHERS = {
+    "cartpole_ppo": ("cartpole_teacher", "dizoo.classic_control.cartpole.config.cartpole_ppo_config",
+                     {"env.stop_value": 499, "env.n_evaluator_episode": 10}, 200_000),
+    "pendulum_sac": ("pendulum_teacher", "dizoo.classic_control.pendulum.config.pendulum_sac_config",
+                     {"env.stop_value": -700, "env.n_evaluator_episode": 10, "env.evaluator_env_num": 10,
+                      "policy.eval.evaluator.eval_freq": 100, "policy.learn.target_theta": 0.02}, 20_000),
 }
 
 
-def train_cartpole_teacher(work: str, seed: int) -> str:
-    """A greedy-500 CartPole policy (the dizoo PPO config, stopping at an evaluation mean of 499 over 10
-    episodes); returns its best checkpoint."""
-    from dizoo.classic_control.cartpole.config.cartpole_ppo_config import create_config, main_config
+def _config(teacher: str) -> tuple:
+    import importlib
+
+    module = importlib.import_module(TEACHERS[teacher][1])
+    return copy.deepcopy(module.main_config), copy.deepcopy(module.create_config)
+
+
+def train_teacher(teacher: str, work: str, seed: int) -> str:
+    """Train ``teacher`` (``TEACHERS``: its dizoo config with the changes listed there) in its run directory
+    under ``work`` unless its checkpoint exists there; returns its best checkpoint."""
     from pipelines import serial_pipeline
 
-    exp = os.path.join(work, "cartpole_teacher")
+    run_dir, _, changes, max_env_step = TEACHERS[teacher]
+    exp = os.path.join(work, run_dir)
     ckpt = os.path.join(exp, "ckpt", "best.pth.tar")
     if os.path.isfile(ckpt):
         return ckpt
-    cfg = copy.deepcopy(main_config)
-    cfg.env.stop_value = 499
-    cfg.env.n_evaluator_episode = 10
+    cfg, create = _config(teacher)
+    for path, value in changes.items():
+        node = cfg
+        *parents, last = path.split(".")
+        for part in parents:
+            if part not in node:
+                node[part] = {}
+            node = node[part]
+        node[last] = value
     cfg.log = dict(progress=False)
     start = time.perf_counter()
-    summary = serial_pipeline((cfg, copy.deepcopy(create_config)), seed=seed, max_env_step=200_000, exp_name=exp,
-                              force=True)
-    print(f"trained the CartPole PPO teacher in {time.perf_counter() - start:.1f} s: best evaluation "
-          f"{summary['best_eval_return']}, {summary['env_step']} env steps", flush=True)
+    summary = serial_pipeline((cfg, create), seed=seed, max_env_step=max_env_step, exp_name=exp, force=True)
+    print(f"trained the {teacher} teacher in {time.perf_counter() - start:.1f} s: best evaluation "
+          f"{summary['best_eval_return']:.1f}, {summary['env_step']} env steps, {summary['train_iter']} updates",
+          flush=True)
     return ckpt
 
 
@@ -59,11 +90,12 @@ def make(root: Optional[str], work: str, seed: int, only: Optional[str] = None, 
          episodes: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     """Build every missing dataset (of family ``only``); returns each one's record report (or its stats
     when it existed)."""
-    from dizoo.classic_control.cartpole.config.cartpole_ppo_config import create_config, main_config
+    from engine.devices import size_torch_threads
     from pipelines.record import record_dataset
 
+    size_torch_threads()  # as training does: recording a teacher that exists already acts with this share too
     reports: Dict[str, Any] = {}
-    for name, (teacher, n_episodes, eps) in DATASETS.items():
+    for name, (teacher, n_episodes, eps, num_envs) in DATASETS.items():
         n_episodes = (episodes or {}).get(name, n_episodes)  # tests record smaller ones
         if only and not name.startswith(only):
             continue
@@ -76,9 +108,9 @@ def make(root: Optional[str], work: str, seed: int, only: Optional[str] = None, 
                 continue
             except DatasetNotFoundError:
                 pass
-        ckpt = train_cartpole_teacher(work, seed)
-        reports[name] = record_dataset((main_config, create_config), ckpt, n_episodes, name, eps=eps, seed=seed,
-                                       root=root, overwrite=overwrite)
+        ckpt = train_teacher(teacher, work, seed)
+        reports[name] = record_dataset(_config(teacher), ckpt, n_episodes, name, eps=eps, seed=seed, root=root,
+                                       num_envs=min(num_envs, n_episodes), overwrite=overwrite)
     for name, report in reports.items():
         print(f"{name}: {report['episodes']} episodes, {report['transitions']} transitions, mean return "
               f"{report['return_mean']:.1f}{' (existed)' if report.get('existed') else ''}", flush=True)
@@ -90,7 +122,7 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--root", default=None, help="dataset root (default $MINARI_DATASETS_PATH or ~/.minari/datasets)")
     parser.add_argument("--work", default="offline_teachers", help="where the teacher runs are trained")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--only", default=None, help="only datasets whose name starts with this (e.g. cartpole)")
+    parser.add_argument("--only", default=None, help="only datasets whose name starts with this (cartpole, pendulum)")
     parser.add_argument("--overwrite", action="store_true", help="record existing datasets again")
     args = parser.parse_args(argv)
     print(f"dataset root: {dataset_root(args.root)}", flush=True)

@@ -31,6 +31,7 @@ from policies.accel import HotPath
 from policies.base import Policy, common_config
 from policies.bc import BCPolicy
 from policies.cql import DiscreteCQLPolicy
+from policies.td3bc import TD3BCPolicy
 
 # one xdist worker for the file: the compiled fixture is built once
 pytestmark = pytest.mark.xdist_group("policy_compile")
@@ -127,7 +128,7 @@ def _learn_path(policy):
 # ---- config ----------------------------------------------------------------------------------------
 def test_common_config_has_both_switches_off_by_default():
     assert common_config()["compile"] == "none" and common_config()["amp"] == "none"
-    for cls in (DQNPolicy, PPOPolicy, A2CPolicy, SACPolicy, BCPolicy, DiscreteCQLPolicy):
+    for cls in (DQNPolicy, PPOPolicy, A2CPolicy, SACPolicy, BCPolicy, DiscreteCQLPolicy, TD3BCPolicy):
         cfg = cls.default_config()
         assert (cfg["compile"], cfg["amp"]) == ("none", "none"), cls
 
@@ -206,6 +207,7 @@ def test_compiled_policy_state_dict_and_acting_weights_are_unchanged(dqn_runs):
     (SACPolicy, BOX, {}),
     (BCPolicy, BOX, {}),
     (DiscreteCQLPolicy, DISCRETE, {}),
+    (TD3BCPolicy, BOX, dict(learn=dict(actor_update_freq=1))),
 ])
 def test_every_policy_learns_and_acts_compiled_as_eager(cls, action_space, overrides):
     """Two updates, then collect and eval outputs; the RNG draws (sampling) are eager's too under this
