@@ -411,8 +411,9 @@ def resolve_shape(cfg_model: Dict[str, Any], key: str, actual: Sequence[int] | i
 
 def make_adam(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
     """Adam, fused where this torch supports it (CPU fused Adam since torch 2.4: ~20% faster updates for
-    small networks, where per-parameter Python loops dominate)."""
-    params = list(params)
+    small networks, where per-parameter Python loops dominate). ``params``: parameters, or parameter groups
+    (dicts with ``params``)."""
+    params = [dict(p, params=list(p["params"])) if isinstance(p, dict) else p for p in params]
     try:
         return torch.optim.Adam(params, fused=True, **kwargs)
     except (RuntimeError, ValueError, TypeError):

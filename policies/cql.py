@@ -116,14 +116,7 @@ class DiscreteCQLPolicy(QValuePolicy):
 
         loss, stats = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, not_done)
         check_finite(loss, "CQL", self._updates)
-
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self._grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
-        self._optimizer.step()
-        self._updates += 1
-        self._update_target()
+        self._step(loss)
         return {"loss": loss.detach(), **stats}
 
     def _loss(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,

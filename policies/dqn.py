@@ -35,6 +35,17 @@ class QValuePolicy(Policy):
     ``_target_model``, ``_optimizer``, ``_target_update_freq``, ``_target_theta`` and ``_updates`` and
     writes its own update."""
 
+    def _step(self, loss: torch.Tensor) -> None:
+        """After the loss: backward, gradient clipping (``grad_clip_norm`` > 0), the optimizer step, the update
+        count and the target network's update."""
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self._grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
+        self._optimizer.step()
+        self._updates += 1
+        self._update_target()
+
     def _update_target(self) -> None:
         if self._target_theta > 0:
             with torch.no_grad():
@@ -165,13 +176,7 @@ class DQNPolicy(QValuePolicy):
         loss, q, target = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, discount, not_done,
                                                                  weight)
         check_finite(loss, "DQN", self._updates)
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self._grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
-        self._optimizer.step()
-        self._updates += 1
-        self._update_target()
+        self._step(loss)
         return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": (q - target).abs()}
 
     def _loss(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,

@@ -30,7 +30,7 @@ from torch.func import functional_call
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, common_config, evaluator_config, resolve_shape, space_dims
+from .base import Policy, check_finite, common_config, evaluator_config, make_adam, resolve_shape, space_dims
 from .models import SquashedGaussianActor, TwinQ
 
 __all__ = ["SACPolicy", "SACModel", "sac_target"]
@@ -130,7 +130,7 @@ class SACPolicy(Policy):
                   {"params": self._model.actor.parameters(), "lr": learn["learning_rate_policy"]}]
         if learn["auto_alpha"]:
             groups.append({"params": [self._model.log_alpha], "lr": learn["learning_rate_alpha"]})
-        self._optimizer = torch.optim.Adam(groups)
+        self._optimizer = make_adam(groups)
         self._auto_alpha = bool(learn["auto_alpha"])
         self._target_entropy = float(learn["target_entropy"] if learn["target_entropy"] is not None
                                      else -action_dim)

@@ -15,9 +15,8 @@ The CartPole teacher is the dizoo CartPole PPO config trained to an evaluation m
 (about 10k env steps). Why not DQN: the dizoo CartPole DQN config, tuned to reach 195 fast, did not reach a
 greedy 500 within 80k env steps here (best evaluations 300-400), while PPO does in seconds; acting greedily
 (argmax of its logits) it is as much an expert. The Pendulum teacher is the dizoo Pendulum SAC config
-stopped at its first evaluation (10 episodes, every 100 updates) at or above -700, with target_theta=0.02
-instead of 0.005: the faster target halves the updates it takes (about 1,100 instead of 2,300) and the
-teacher stays a matter of seconds. Each teacher is trained once (``--work``/<name>_teacher, reused when its
+stopped at its first evaluation (10 episodes, every 100 updates) at or above -700 (about 1,100 updates, a
+matter of seconds). Each teacher is trained once (``--work``/<name>_teacher, reused when its
 checkpoint exists), each dataset is recorded with ``baton record``'s code (``pipelines.record``), and an
 existing dataset is left as it is (``--overwrite`` to record it again). The root is ``--root``, else
 ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``. Each step's figures (training time, dataset returns)
@@ -47,7 +46,7 @@ TEACHERS = {
                      {"env.stop_value": 499, "env.n_evaluator_episode": 10}, 200_000),
     "pendulum_sac": ("pendulum_teacher", "dizoo.classic_control.pendulum.config.pendulum_sac_config",
                      {"env.stop_value": -700, "env.n_evaluator_episode": 10, "env.evaluator_env_num": 10,
-                      "policy.eval.evaluator.eval_freq": 100, "policy.learn.target_theta": 0.02}, 20_000),
+                      "policy.eval.evaluator.eval_freq": 100}, 20_000),
 }
 
 
