@@ -341,6 +341,16 @@ class Policy:
 
         return checked
 
+    def _optimize(self, loss: torch.Tensor, grad_clip: float = 0.0) -> None:
+        """One optimizer step on ``loss``: backward, the gradient norm clipped to ``grad_clip`` (> 0), the step,
+        the update count (``self._updates``). Needs ``self._optimizer`` over ``self._model``'s parameters."""
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self._model.parameters(), grad_clip)
+        self._optimizer.step()
+        self._updates += 1
+
     def state_dict(self) -> Dict[str, Any]:
         raise NotImplementedError
 

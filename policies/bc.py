@@ -86,12 +86,7 @@ class BCPolicy(Policy):
             target = batch.action.to(self.device).long()
         loss, stats = self._hot("loss", self._loss, "learn")(obs, target)
         check_finite(loss, "BC", self._updates)
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self._grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
-        self._optimizer.step()
-        self._updates += 1
+        self._optimize(loss, self._grad_clip)
         return {"loss": loss.detach(), **stats}
 
     def _loss(self, obs: torch.Tensor, target: torch.Tensor) -> tuple:

@@ -38,12 +38,7 @@ class QValuePolicy(Policy):
     def _step(self, loss: torch.Tensor) -> None:
         """After the loss: backward, gradient clipping (``grad_clip_norm`` > 0), the optimizer step, the update
         count and the target network's update."""
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self._grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
-        self._optimizer.step()
-        self._updates += 1
+        self._optimize(loss, self._grad_clip)
         self._update_target()
 
     def _update_target(self) -> None:

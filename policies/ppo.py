@@ -127,12 +127,7 @@ class PPOPolicy(Policy):
         loss, stats = self._hot("loss", self._loss, "learn")(obs, action, adv, returns, logp_old, value_old)
         check_finite(loss, self.algo, self._updates)
 
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self._grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._grad_clip)
-        self._optimizer.step()
-        self._updates += 1
+        self._optimize(loss, self._grad_clip)
         return {"loss": loss.detach(), **stats}
 
     def _loss(self, obs: torch.Tensor, action: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor,

@@ -157,10 +157,7 @@ class SACPolicy(Policy):
                                                              weight)
         check_finite(loss, "SAC", self._updates)
 
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self._optimizer.step()
-        self._updates += 1
+        self._optimize(loss)
         with torch.no_grad():
             torch._foreach_lerp_(list(self._target_critic.parameters()), list(self._model.critic.parameters()),
                                  self._theta)
