@@ -22,9 +22,6 @@ import sys
 import pytest
 import torch
 
-# every block on one pytest-xdist worker, in page order: a later block uses what an earlier one made
-pytestmark = pytest.mark.xdist_group("docs_commands")
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = [os.path.join(ROOT, "README.md")] + sorted(
     os.path.join(ROOT, "docs", name) for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md"))

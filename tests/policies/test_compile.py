@@ -33,9 +33,6 @@ from policies.bc import BCPolicy
 from policies.cql import DiscreteCQLPolicy
 from policies.td3bc import TD3BCPolicy
 
-# one xdist worker for the file: the compiled fixture is built once
-pytestmark = pytest.mark.xdist_group("policy_compile")
-
 OBS = gym.spaces.Box(-1, 1, (4,), np.float32)
 DISCRETE = gym.spaces.Discrete(3)
 BOX = gym.spaces.Box(-2, 2, (2,), np.float32)

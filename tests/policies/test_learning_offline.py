@@ -49,8 +49,6 @@ def _train(module, root, tmp_path, max_train_iter):
                            exp_name=str(tmp_path / "run"))
 
 
-# BC and CQL share the CartPole datasets (a module fixture): on one pytest-xdist worker, built once
-@pytest.mark.xdist_group("cartpole_offline_datasets")
 def test_offline_bc_on_cartpole_expert_reaches_475(datasets, tmp_path):
     root, reports = datasets
     assert reports["cartpole/expert-v0"]["return_mean"] >= 475
@@ -58,7 +56,6 @@ def test_offline_bc_on_cartpole_expert_reaches_475(datasets, tmp_path):
     assert summary["best_eval_return"] >= 475, summary
 
 
-@pytest.mark.xdist_group("cartpole_offline_datasets")
 def test_offline_cql_on_cartpole_medium_beats_195_and_the_dataset(datasets, tmp_path):
     root, reports = datasets
     dataset_mean = reports["cartpole/medium-v0"]["return_mean"]
