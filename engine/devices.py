@@ -123,8 +123,7 @@ def parse_device(spec: Any, key: str, gpus: Optional[int] = None) -> str:
 def size_torch_threads(requested: int = 0, local_world: Optional[int] = None) -> int:
     """Size torch's intra-op thread pool for this process, and say so once in the log.
 
-    ``requested > 0`` (the config's ``torch_threads``) wins; else a user's ``OMP_NUM_THREADS`` is left as
-    torch read it; else the pool gets this process's share of the cores (usable cores / processes on this
+    ``requested > 0`` (the config's ``torch_threads``) wins; else a user's ``OMP_NUM_THREADS``; else the pool gets this process's share of the cores (usable cores / processes on this
     node) less one core for the env stepping and the Python loop, at least 1. Why: processes that each use
     every core (two DDP ranks, or the env stepping beside torch's spinning workers) turn a one-second run
     into twenty. Measured on 2 cores (BENCHMARKS.md): CartPole DQN solves as fast with 1 thread as with 2
@@ -138,7 +137,12 @@ def size_torch_threads(requested: int = 0, local_world: Optional[int] = None) ->
     if requested and requested > 0:
         count, why = int(requested), "torch_threads in the config"
     elif os.environ.get("OMP_NUM_THREADS"):
-        return torch.get_num_threads()
+        value = os.environ["OMP_NUM_THREADS"].strip()
+        if not value.isdigit() or int(value) < 1:  # an OpenMP list ("4,2"): left as the OpenMP runtime read it
+            return torch.get_num_threads()
+        # applied, not just left to the OpenMP runtime: a rank forked from engine.launch's server has the
+        # runtime the server loaded, which read the server's environment
+        count, why = int(value), "OMP_NUM_THREADS"
     else:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         local = local_world if local_world is not None else local_world_size()

@@ -509,8 +509,10 @@ class DDPContext:
         if self._owns_group and dist.is_initialized():
             try:
                 if exc_type is None:
-                    # nobody tears the group down while another rank still talks to it; on an error the
+                    # the heartbeat's last write goes to a store every rank still keeps up (rank 0 serves it);
+                    # then nobody tears the group down while another rank still talks to it. On an error the
                     # others may never arrive, so there is no barrier then
+                    _PROGRESS.stop()
                     barrier()
             finally:
                 _PROGRESS.stop()

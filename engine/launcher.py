@@ -1,7 +1,12 @@
 """``engine.launch``: run a function on every process of a data-parallel job, one node or many.
 
-One node: ``launch(fn, nprocs=N)`` starts N processes (``torch.multiprocessing.spawn``) and picks a free
-rendezvous port itself. Many nodes: run the same call on every node with ``nnodes``, this node's
+One node: ``launch(fn, nprocs=N)`` starts N processes and picks a free rendezvous port itself. The
+processes fork from a server process that imported torch once (``forkserver``, where the platform has it;
+``spawn`` elsewhere): each rank then starts without importing torch again, so a job's ranks cost one import
+in all rather than one each (seconds per rank, more on a loaded machine), and a process that launches many
+jobs (a sweep, a test suite) pays it once. As under ``spawn``, ``fn`` and its arguments are pickled, the
+child runs in the caller's working directory with the caller's ``sys.path``, and it gets the caller's
+environment as it is at the call (the server's own, from its start, is replaced). Many nodes: run the same call on every node with ``nnodes``, this node's
 ``node_rank`` and where the nodes meet, either ``master_addr``/``master_port`` (node 0's address, the same
 on every node) or ``rendezvous="file:///shared/path"`` (a new file name on a filesystem all nodes share).
 
@@ -16,16 +21,30 @@ failed first (the root cause: the others usually fail after it, on a broken conn
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import socket
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from .distributed import DDPContext, DistributedError
 
 __all__ = ["launch", "check_rendezvous"]
+
+# imported once by the fork server, not by every rank: the imports every training process makes that cost
+# seconds (torch, and torch._dynamo, which the optimizers import at their first step)
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "numpy", "gymnasium", "treetensor"]
+
+
+def _start_method() -> str:
+    """``forkserver`` where the platform has it (Linux, macOS), else ``spawn``. Never plain ``fork``: a
+    forked copy of a process that has touched CUDA or started threads can hang or crash."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    multiprocessing.set_forkserver_preload(_PRELOAD)  # read when the server starts, at this process's first launch
+    return "forkserver"
 
 
 def _free_port() -> int:
@@ -52,7 +71,11 @@ def check_rendezvous(rendezvous: str) -> str:
 
 def _spawned(local_rank: int, fn: Callable[..., Any], args: Sequence[Any], nprocs: int, node_rank: int,
              nnodes: int, rendezvous: Optional[str], backend: str, cuda: bool, timeout: Optional[float],
-             error_dir: str) -> None:
+             error_dir: str, environ: Dict[str, str]) -> None:
+    # the caller's environment at the call, not the fork server's from its start (a second job in the same
+    # process has its own MASTER_PORT; a user's OMP_NUM_THREADS or CUDA_VISIBLE_DEVICES may have changed)
+    os.environ.clear()
+    os.environ.update(environ)
     rank = node_rank * nprocs + local_rank
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nnodes * nprocs),
                       LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK=str(node_rank))
@@ -81,7 +104,7 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
            rendezvous: Optional[str] = None) -> None:
     """Run ``fn(*args)`` on ``nprocs`` processes of this node, each inside a ``DDPContext``.
 
-    ``fn`` must be importable (a module-level function): spawn pickles it by name.
+    ``fn`` must be importable (a module-level function): it is pickled by name, as are ``args``.
 
     Args:
         nprocs: processes on this node (one per GPU for nccl).
@@ -115,8 +138,9 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
     world = nnodes * nprocs
     with tempfile.TemporaryDirectory(prefix="baton-launch-") as error_dir:
         try:
-            mp.spawn(_spawned, args=(fn, tuple(args), nprocs, node_rank, nnodes, rendezvous, backend, cuda, timeout,
-                                     error_dir), nprocs=nprocs, join=True)
+            mp.start_processes(_spawned, args=(fn, tuple(args), nprocs, node_rank, nnodes, rendezvous, backend, cuda,
+                                               timeout, error_dir, dict(os.environ)),
+                               nprocs=nprocs, join=True, start_method=_start_method())
         except Exception as err:
             first = _root_cause(error_dir)
             signal_name = getattr(err, "signal_name", None)

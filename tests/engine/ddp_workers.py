@@ -139,6 +139,15 @@ def collectives(out_dir):
                             "obj": broadcast_object({"from": get_rank()}), "world": get_world_size()})
 
 
+def environment(out_dir):
+    """What a rank sees of its caller: an environment variable, the working directory, the meeting port."""
+    import torch
+
+    _dump(out_dir, "env", {"mark": os.environ.get("BATON_TEST_MARK"), "cwd": os.getcwd(),
+                           "port": os.environ["MASTER_PORT"], "threads": torch.get_num_threads(),
+                           "pid": os.getpid()})
+
+
 def mismatched_collectives(out_dir, kind):
     """Rank 0 and rank 1 make different collectives at the same point (``kind``: op or shape)."""
     from engine.distributed import all_gather_rows

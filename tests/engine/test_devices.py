@@ -92,5 +92,7 @@ def test_torch_threads_are_this_process_share_of_the_cores(restore_threads, monk
     assert size_torch_threads(0, local_world=16) == 1          # at least one
     assert size_torch_threads(3, local_world=2) == 3           # the config key wins
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    torch.set_num_threads(2)
-    assert size_torch_threads(0, local_world=8) == 2           # the user's OMP_NUM_THREADS is left alone
+    torch.set_num_threads(1)  # as in a rank forked from a server whose OpenMP runtime read another value
+    assert size_torch_threads(0, local_world=8) == 2 and torch.get_num_threads() == 2  # the user's value, applied
+    monkeypatch.setenv("OMP_NUM_THREADS", "2,1")  # an OpenMP list: left to the runtime
+    assert size_torch_threads(0, local_world=8) == torch.get_num_threads() == 2

@@ -42,6 +42,24 @@ def test_collectives_sum_max_mean_and_broadcast(tmp_path):
         assert r["obj"] == {"from": 0} and r["world"] == 2
 
 
+def test_each_launch_gives_the_ranks_the_callers_environment_and_directory_at_the_call(tmp_path, monkeypatch):
+    # the ranks fork from a server started at the first launch: what they see must be the caller's state at
+    # each call, not the server's from its start (a stale MASTER_PORT would make the second job hang)
+    seen = []
+    for mark in ("first", "second"):
+        out = tmp_path / mark
+        out.mkdir()
+        monkeypatch.setenv("BATON_TEST_MARK", mark)
+        monkeypatch.chdir(out)
+        launch(ddp_workers.environment, nprocs=2, args=(str(out),), timeout=TIMEOUT)
+        seen.append(_read(out, "env"))
+        assert [r["port"] for r in seen[-1]] == [os.environ["MASTER_PORT"]] * 2  # the port launch chose for this job
+    for mark, ranks in zip(("first", "second"), seen):
+        assert [r["mark"] for r in ranks] == [mark, mark]
+        assert {r["cwd"] for r in ranks} == {str(tmp_path / mark)}
+    assert len({r["pid"] for ranks in seen for r in ranks}) == 4
+
+
 def test_collectives_are_identity_in_one_process():
     assert get_world_size() == 1
     assert allreduce_data(2.5) == 2.5 and broadcast_object({"a": 1}) == {"a": 1}
