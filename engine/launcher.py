@@ -6,9 +6,11 @@ processes fork from a server process that imported torch once (``forkserver``, w
 in all rather than one each (seconds per rank, more on a loaded machine), and a process that launches many
 jobs (a sweep, a test suite) pays it once. As under ``spawn``, ``fn`` and its arguments are pickled, the
 child runs in the caller's working directory with the caller's ``sys.path``, and it gets the caller's
-environment as it is at the call (the server's own, from its start, is replaced). Many nodes: run the same call on every node with ``nnodes``, this node's
-``node_rank`` and where the nodes meet, either ``master_addr``/``master_port`` (node 0's address, the same
-on every node) or ``rendezvous="file:///shared/path"`` (a new file name on a filesystem all nodes share).
+environment as it is at the call (the server's own, from its start, is replaced).
+
+Many nodes: run the same call on every node with ``nnodes``, this node's ``node_rank`` and where the nodes
+meet, either ``master_addr``/``master_port`` (node 0's address, the same on every node) or
+``rendezvous="file:///shared/path"`` (a new file name on a filesystem all nodes share).
 
 Ranks are deterministic: the process with local rank ``l`` on node ``n`` is global rank
 ``n * nprocs + l`` of ``nnodes * nprocs``; global rank 0 (node 0, local rank 0) alone evaluates and writes

@@ -10,10 +10,10 @@ env family is chosen by the id:
 - any other gymnasium id with a flat Box observation and Discrete or Box actions -> ``gym``, the generic
   type registered here; its stop value is the gymnasium spec's ``reward_threshold``, or none (``inf``).
 
-``create_config.env.import_names`` names this module for ``gym``, so every process (``--nproc`` spawns
-fresh ones) registers the type before compiling. Before anything runs, the algorithm is built once on the
-env's spaces: one that does not fit (``dqn`` on ``Pendulum-v1``) fails at once, naming the action space and
-the algorithms that do fit.
+``create_config.env.import_names`` names this module for ``gym``, so every process (``--nproc``'s ranks import
+the config afresh) registers the type before compiling. Before anything runs, the algorithm is built once on
+the env's spaces: one that does not fit (``dqn`` on ``Pendulum-v1``) fails at once, naming the action space
+and the algorithms that do fit.
 """
 from __future__ import annotations
 
