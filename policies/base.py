@@ -22,7 +22,7 @@ update) stays eager. A mode whose first call used no hot path logs once that the
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import torch
@@ -351,11 +351,27 @@ class Policy:
         self._optimizer.step()
         self._updates += 1
 
-    def state_dict(self) -> Dict[str, Any]:
+    #: what a checkpoint holds besides the optimizer and the update count: (state key, module attribute)
+    _checkpointed: Tuple[Tuple[str, str], ...] = (("model", "_model"),)
+
+    def _optimizer_settings(self) -> List[Dict[str, float]]:
+        """The config's optimizer settings (``lr``, ``weight_decay``) per parameter group, in the groups' order.
+        The optimizer is built from them, and they are applied again over a checkpoint's, so that a resume
+        runs with the config in force (a changed learning rate takes effect)."""
         raise NotImplementedError
 
+    def state_dict(self) -> Dict[str, Any]:
+        state: Dict[str, Any] = {key: getattr(self, attr).state_dict() for key, attr in self._checkpointed}
+        state.update(optimizer=self._optimizer.state_dict(), updates=self._updates)
+        return state
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        raise NotImplementedError
+        for key, attr in self._checkpointed:
+            getattr(self, attr).load_state_dict(state[key])
+        self._optimizer.load_state_dict(state["optimizer"])
+        for group, settings in zip(self._optimizer.param_groups, self._optimizer_settings()):
+            group.update(settings)
+        self._updates = int(state["updates"])
 
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         raise NotImplementedError

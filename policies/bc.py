@@ -11,7 +11,7 @@ Offline (``pipeline = "offline"``): it trains from ``dataset.name``, never from 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -69,8 +69,7 @@ class BCPolicy(Policy):
             self._init_model(lambda: DeterministicActor(obs_dim, action_dim, hidden))
         else:  # logits through an MLP with a plain head (argmax acting in numpy on the CPU)
             self._init_model(lambda: QNetwork(obs_dim, action_dim, hidden, dueling=False))
-        self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"],
-                                    weight_decay=learn["weight_decay"])
+        self._optimizer = make_adam(self._model.parameters(), **self._optimizer_settings()[0])
         self._grad_clip = float(learn["grad_clip_norm"])
         self._action_dim = action_dim
         self._action_space = action_space
@@ -136,14 +135,6 @@ class BCPolicy(Policy):
         return {"action": self._act(obs, "eval")}
 
     # ---- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
-        return {"model": self._model.state_dict(), "optimizer": self._optimizer.state_dict(),
-                "updates": self._updates}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._model.load_state_dict(state["model"])
-        self._optimizer.load_state_dict(state["optimizer"])
-        for group in self._optimizer.param_groups:  # the config in force wins over the checkpoint's
-            group["lr"] = self.cfg["learn"]["learning_rate"]
-            group["weight_decay"] = self.cfg["learn"]["weight_decay"]
-        self._updates = int(state["updates"])
+    def _optimizer_settings(self) -> List[Dict[str, float]]:
+        learn = self.cfg["learn"]
+        return [dict(lr=learn["learning_rate"], weight_decay=learn["weight_decay"])]

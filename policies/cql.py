@@ -89,8 +89,7 @@ class DiscreteCQLPolicy(QValuePolicy):
         self._init_model(lambda: QNetwork(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"],
                                           model_cfg["dueling"]))
         self._target_model = copy.deepcopy(self._model).requires_grad_(False)
-        self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"],
-                                    weight_decay=learn["weight_decay"])
+        self._optimizer = make_adam(self._model.parameters(), **self._optimizer_settings()[0])
         if learn["td_loss"] not in ("huber", "mse"):
             raise ValueError(f"policy.learn.td_loss must be 'huber' or 'mse', got {learn['td_loss']!r}")
         if learn["cql_alpha"] < 0:

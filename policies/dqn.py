@@ -14,7 +14,7 @@ length); ``terminated`` cuts the bootstrap, truncation does not.
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -69,19 +69,11 @@ class QValuePolicy(Policy):
         return {"action": self._greedy(obs, "eval")}
 
     # ---- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
-        return {"model": self._model.state_dict(), "target_model": self._target_model.state_dict(),
-                "optimizer": self._optimizer.state_dict(), "updates": self._updates}
+    _checkpointed = (("model", "_model"), ("target_model", "_target_model"))
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._model.load_state_dict(state["model"])
-        self._target_model.load_state_dict(state["target_model"])
-        self._optimizer.load_state_dict(state["optimizer"])
-        # the config in force wins over the checkpoint's hyperparameters, so a resume can change them
-        for group in self._optimizer.param_groups:
-            group["lr"] = self.cfg["learn"]["learning_rate"]
-            group["weight_decay"] = self.cfg["learn"]["weight_decay"]
-        self._updates = int(state["updates"])
+    def _optimizer_settings(self) -> List[Dict[str, float]]:
+        learn = self.cfg["learn"]
+        return [dict(lr=learn["learning_rate"], weight_decay=learn["weight_decay"])]
 
 
 @POLICY_REGISTRY.register("dqn")
@@ -140,8 +132,7 @@ class DQNPolicy(QValuePolicy):
                                           model_cfg["dueling"]))
         self._target_model = copy.deepcopy(self._model).requires_grad_(False)
         learn = cfg["learn"]
-        self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"],
-                                weight_decay=learn["weight_decay"])
+        self._optimizer = make_adam(self._model.parameters(), **self._optimizer_settings()[0])
         self._target_update_freq = int(learn["target_update_freq"])
         self._target_theta = float(learn["target_theta"])
         self._double_q = bool(learn["double_q"])

@@ -15,7 +15,7 @@ as ``raw_action`` and the log-probs are taken on it, so they stay exact.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -80,7 +80,7 @@ class PPOPolicy(Policy):
                                              model_cfg["critic_head_hidden_size_list"], self.continuous,
                                              model_cfg["init_log_std"]))
         learn = cfg["learn"]
-        self._optimizer = make_adam(self._model.parameters(), lr=learn["learning_rate"], eps=1e-5)
+        self._optimizer = make_adam(self._model.parameters(), eps=1e-5, **self._optimizer_settings()[0])
         self._clip = float(learn["clip_ratio"])
         self._value_weight = float(learn["value_weight"])
         self._entropy_weight = float(learn["entropy_weight"])
@@ -194,16 +194,8 @@ class PPOPolicy(Policy):
         return obs_t if self._image else obs_t.float()
 
     # ---- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
-        return {"model": self._model.state_dict(), "optimizer": self._optimizer.state_dict(),
-                "updates": self._updates}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._model.load_state_dict(state["model"])
-        self._optimizer.load_state_dict(state["optimizer"])
-        for group in self._optimizer.param_groups:  # the config in force wins over the checkpoint's
-            group["lr"] = self.cfg["learn"]["learning_rate"]
-        self._updates = int(state["updates"])
+    def _optimizer_settings(self) -> List[Dict[str, float]]:
+        return [dict(lr=self.cfg["learn"]["learning_rate"])]
 
 
 @POLICY_REGISTRY.register("a2c")

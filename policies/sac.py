@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -126,11 +126,9 @@ class SACPolicy(Policy):
                                           model_cfg["critic_head_hidden_size_list"], float(learn["alpha"]),
                                           bool(learn["auto_alpha"])))
         self._target_critic = copy.deepcopy(self._model.critic).requires_grad_(False)
-        groups = [{"params": self._model.critic.parameters(), "lr": learn["learning_rate_q"]},
-                  {"params": self._model.actor.parameters(), "lr": learn["learning_rate_policy"]}]
-        if learn["auto_alpha"]:
-            groups.append({"params": [self._model.log_alpha], "lr": learn["learning_rate_alpha"]})
-        self._optimizer = make_adam(groups)
+        params = [self._model.critic.parameters(), self._model.actor.parameters(), [self._model.log_alpha]]
+        self._optimizer = make_adam([dict(settings, params=group)
+                                     for group, settings in zip(params, self._optimizer_settings())])
         self._auto_alpha = bool(learn["auto_alpha"])
         self._target_entropy = float(learn["target_entropy"] if learn["target_entropy"] is not None
                                      else -action_dim)
@@ -210,19 +208,15 @@ class SACPolicy(Policy):
         return torch.tanh(model.actor(obs)[0])
 
     # ---- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
-        return {"model": self._model.state_dict(), "target_critic": self._target_critic.state_dict(),
-                "optimizer": self._optimizer.state_dict(), "updates": self._updates}
+    _checkpointed = (("model", "_model"), ("target_critic", "_target_critic"))
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._model.load_state_dict(state["model"])
-        self._target_critic.load_state_dict(state["target_critic"])
-        self._optimizer.load_state_dict(state["optimizer"])
-        learn = self.cfg["learn"]  # the config in force wins over the checkpoint's learning rates
-        rates = [learn["learning_rate_q"], learn["learning_rate_policy"], learn["learning_rate_alpha"]]
-        for group, lr in zip(self._optimizer.param_groups, rates):
-            group["lr"] = lr
-        self._updates = int(state["updates"])
+    def _optimizer_settings(self) -> List[Dict[str, float]]:
+        """Critic, actor and, with ``auto_alpha``, the temperature."""
+        learn = self.cfg["learn"]
+        rates = [learn["learning_rate_q"], learn["learning_rate_policy"]]
+        if learn["auto_alpha"]:
+            rates.append(learn["learning_rate_alpha"])
+        return [dict(lr=lr) for lr in rates]
 
 
 def _weighted_mse(q: torch.Tensor, target: torch.Tensor, weight: Optional[torch.Tensor]) -> torch.Tensor:

@@ -31,7 +31,7 @@ units. Offline (``pipeline = "offline"``): it trains from ``dataset.name``, neve
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -139,8 +139,9 @@ class TD3BCPolicy(Policy):
         self._init_model(lambda: TD3BCModel(obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"],
                                             model_cfg["critic_head_hidden_size_list"]))
         self._target_model = copy.deepcopy(self._model).requires_grad_(False)
-        self._optimizer = make_adam([{"params": self._model.critic.parameters(), "lr": learn["learning_rate_q"]},
-                                     {"params": self._model.actor.parameters(), "lr": learn["learning_rate_policy"]}])
+        params = [self._model.critic.parameters(), self._model.actor.parameters()]
+        self._optimizer = make_adam([dict(settings, params=group)
+                                     for group, settings in zip(params, self._optimizer_settings())])
         self._gamma = float(cfg["discount_factor"])
         self._alpha = float(learn["alpha"])
         self._actor_every = int(learn["actor_update_freq"])
@@ -221,15 +222,9 @@ class TD3BCPolicy(Policy):
         return {"action": (self._act(obs, "eval") * self._scale + self._bias).numpy()}
 
     # ---- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
-        return {"model": self._model.state_dict(), "target_model": self._target_model.state_dict(),
-                "optimizer": self._optimizer.state_dict(), "updates": self._updates}
+    _checkpointed = (("model", "_model"), ("target_model", "_target_model"))
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._model.load_state_dict(state["model"])
-        self._target_model.load_state_dict(state["target_model"])
-        self._optimizer.load_state_dict(state["optimizer"])
-        learn = self.cfg["learn"]  # the config in force wins over the checkpoint's learning rates
-        for group, lr in zip(self._optimizer.param_groups, [learn["learning_rate_q"], learn["learning_rate_policy"]]):
-            group["lr"] = lr
-        self._updates = int(state["updates"])
+    def _optimizer_settings(self) -> List[Dict[str, float]]:
+        """Critic, then actor."""
+        learn = self.cfg["learn"]
+        return [dict(lr=learn["learning_rate_q"]), dict(lr=learn["learning_rate_policy"])]
