@@ -22,10 +22,13 @@ failed first (the root cause: the others usually fail after it, on a broken conn
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
+import signal
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -36,8 +39,9 @@ from .distributed import DDPContext, DistributedError
 __all__ = ["launch", "check_rendezvous"]
 
 # imported once by the fork server, not by every rank: the imports every training process makes that cost
-# seconds (torch, and torch._dynamo, which the optimizers import at their first step)
-_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "numpy", "gymnasium", "treetensor"]
+# seconds (torch, and torch._dynamo, which the optimizers import at their first step). Not DI-treetensor
+# (0.1 s): its import warns, and data.batch imports it with that warning silenced
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "numpy", "gymnasium"]
 
 
 def _start_method() -> str:
@@ -78,18 +82,55 @@ def _spawned(local_rank: int, fn: Callable[..., Any], args: Sequence[Any], nproc
     # process has its own MASTER_PORT; a user's OMP_NUM_THREADS or CUDA_VISIBLE_DEVICES may have changed)
     os.environ.clear()
     os.environ.update(environ)
+    signal.signal(signal.SIGINT, _interrupt_once)
     rank = node_rank * nprocs + local_rank
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nnodes * nprocs),
                       LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK=str(node_rank))
     with DDPContext(init_method=rendezvous, backend=backend, cuda=cuda, timeout=timeout):
         try:
             fn(*args)
+        except KeyboardInterrupt:  # Ctrl-C: not a failure to report; the run wrote its checkpoint at finish
+            raise
         except BaseException:
             # record when and how this rank failed, before leaving the group breaks the other ranks'
             # connections, so launch() can name the rank that failed first
             with open(os.path.join(error_dir, f"rank{rank}.json"), "w") as f:
                 json.dump({"rank": rank, "time": time.time(), "traceback": traceback.format_exc()}, f)
             raise
+
+
+def _interrupt_once(signum: int, frame: Any) -> None:
+    """A rank's SIGINT handler: the first one interrupts the run; later ones (the launcher forwarding a Ctrl-C
+    the terminal sent to every rank already, a second Ctrl-C) are ignored, so they do not cut short the
+    checkpoint the run writes as it finishes. The launcher stops a rank that takes too long with SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _stop_interrupted(processes: Sequence[Any]) -> None:
+    """Ctrl-C reached the launcher: pass it on to the ranks (a terminal's reached them too; a ``kill -INT``
+    of the launcher alone did not) and wait while they write their checkpoints and end. A second Ctrl-C
+    stops them at once (SIGTERM, then SIGKILL)."""
+    alive = [p for p in processes if p.is_alive()]
+    for p in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGINT)
+    if not alive:
+        return
+    print(f"baton: interrupted; waiting for {len(alive)} rank{'s' if len(alive) != 1 else ''} to write "
+          f"{'their' if len(alive) != 1 else 'its'} checkpoint and stop (Ctrl-C again to stop now)",
+          file=sys.stderr, flush=True)
+    try:
+        for p in alive:
+            p.join()
+    except KeyboardInterrupt:
+        for p in alive:
+            if p.is_alive():
+                p.terminate()
+        for p in alive:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
 
 
 def _root_cause(error_dir: str) -> Optional[dict]:
@@ -139,10 +180,15 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
         os.environ["MASTER_PORT"] = str(master_port or _free_port())
     world = nnodes * nprocs
     with tempfile.TemporaryDirectory(prefix="baton-launch-") as error_dir:
+        context = mp.start_processes(_spawned, args=(fn, tuple(args), nprocs, node_rank, nnodes, rendezvous, backend,
+                                                     cuda, timeout, error_dir, dict(os.environ)),
+                                     nprocs=nprocs, join=False, start_method=_start_method())
         try:
-            mp.start_processes(_spawned, args=(fn, tuple(args), nprocs, node_rank, nnodes, rendezvous, backend, cuda,
-                                               timeout, error_dir, dict(os.environ)),
-                               nprocs=nprocs, join=True, start_method=_start_method())
+            while not context.join():
+                pass
+        except KeyboardInterrupt:
+            _stop_interrupted(context.processes)
+            raise
         except Exception as err:
             first = _root_cause(error_dir)
             signal_name = getattr(err, "signal_name", None)

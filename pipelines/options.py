@@ -23,6 +23,7 @@ from engine.registry import UnknownTypeError
 
 from middleware.checkpoint import CheckpointError
 
+from .pipeline import RunInterrupted
 from .run_dir import RunDirError
 from .serial import serial_pipeline
 
@@ -142,8 +143,16 @@ def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optio
     """Run the standard pipeline with the parsed options: in this process, or on the processes that
     ``--gpus/--nproc/--nnodes`` ask for. Returns the run summary (None in the process that only launched)."""
     configure_logging()
-    if not _starts_processes(args):
-        return _train(input_cfg, args)
+    try:
+        if not _starts_processes(args):
+            return _train(input_cfg, args)
+        _launch_ranks(input_cfg, args)
+    except KeyboardInterrupt:  # Ctrl-C: the run said where it stopped and its checkpoint; no traceback
+        raise SystemExit(130) from None
+    return None
+
+
+def _launch_ranks(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> None:
     main_config, create_config = input_cfg
     cuda = bool(main_config.get("policy", {}).get("cuda", False))
     if args.gpus is not None:
@@ -158,7 +167,6 @@ def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optio
     launch(_train, nprocs, args=((main_config, create_config), args), backend=backend, cuda=cuda,
            nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
            rendezvous=args.rendezvous)
-    return None
 
 
 def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
@@ -173,15 +181,27 @@ def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
     except (RunDirError, CheckpointError) as err:  # the user's choice of directory: one line, no traceback
         print(f"baton: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    if summary:
-        where = f"[rank {summary['rank']}/{summary['world_size']}] " if summary.get("world_size", 1) > 1 else ""
-        print(f"baton: {where}{summary['stop_reason']}: eval_return={summary['eval_return']} "
-              f"best_eval_return={summary['best_eval_return']} env_step={summary['env_step']} "
-              f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f} "
-              f"run_dir={summary['run_dir']}", flush=True)
-        if "profile" in summary and summary.get("rank", 0) == 0:
-            print(f"baton: where the time went\n{profile_table(summary['profile'])}", flush=True)
+    except RunInterrupted as err:
+        _report(err.summary)
+        if err.summary.get("rank", 0) == 0 and err.summary.get("run_dir"):
+            print(f"baton: interrupted; the latest checkpoint is in {os.path.join(err.summary['run_dir'], 'ckpt')}: "
+                  f"the same command with --resume continues the run", file=sys.stderr, flush=True)
+        raise
+    _report(summary)
     return summary
+
+
+def _report(summary: dict) -> None:
+    """The run's final line (tagged with the rank under DDP), and rank 0's profile when it was asked for."""
+    if not summary:
+        return
+    where = f"[rank {summary['rank']}/{summary['world_size']}] " if summary.get("world_size", 1) > 1 else ""
+    print(f"baton: {where}{summary['stop_reason']}: eval_return={summary['eval_return']} "
+          f"best_eval_return={summary['best_eval_return']} env_step={summary['env_step']} "
+          f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f} "
+          f"run_dir={summary['run_dir']}", flush=True)
+    if "profile" in summary and summary.get("rank", 0) == 0:
+        print(f"baton: where the time went\n{profile_table(summary['profile'])}", flush=True)
 
 
 def _with_profile(input_cfg: Tuple[Any, Any]) -> Tuple[Any, Any]:

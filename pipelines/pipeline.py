@@ -21,7 +21,17 @@ from engine.context import Context
 from engine.loop import Middleware, Task
 from engine.profile import StageProfile
 
-__all__ = ["Pipeline", "Stage", "StageError"]
+__all__ = ["Pipeline", "RunInterrupted", "Stage", "StageError"]
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) ended the run. Still a ``KeyboardInterrupt``, so a script or a sweep stops as it
+    would; it carries the run's summary (``stop_reason`` ``interrupted``, the counters, ``run_dir``) for the
+    message. The checkpoint stage wrote ``latest`` at finish, so the run continues with ``--resume``."""
+
+    def __init__(self, summary: Any) -> None:
+        super().__init__("run interrupted")
+        self.summary = summary
 
 
 class StageError(KeyError):
@@ -143,6 +153,11 @@ class Pipeline:
                         task.use(stage.middleware, name=stage.name)
                 task.run(max_step=max_step, profile=self.profile)
             result = self._result() if self._result is not None else self.ctx
+        except KeyboardInterrupt as err:
+            self.close(err)
+            if self._result is None or isinstance(err, RunInterrupted):
+                raise
+            raise RunInterrupted(self._result()) from err
         except BaseException as err:
             self.close(err)
             raise
