@@ -118,7 +118,8 @@ def main() -> None:
         print("| start method | wall (s), each round | median (s) |")
         print("|---|---|---|")
         for method in METHODS:
-            print(f"| {method} | {' / '.join(f'{w:.1f}' for w in walls[method])} | {statistics.median(walls[method]):.1f} |")
+            rounds = " / ".join(f"{w:.1f}" for w in walls[method])
+            print(f"| {method} | {rounds} | {statistics.median(walls[method]):.1f} |")
     finally:
         if spinner is not None:
             spinner.kill()

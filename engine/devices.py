@@ -123,11 +123,12 @@ def parse_device(spec: Any, key: str, gpus: Optional[int] = None) -> str:
 def size_torch_threads(requested: int = 0, local_world: Optional[int] = None) -> int:
     """Size torch's intra-op thread pool for this process, and say so once in the log.
 
-    ``requested > 0`` (the config's ``torch_threads``) wins; else a user's ``OMP_NUM_THREADS``; else the pool gets this process's share of the cores (usable cores / processes on this
-    node) less one core for the env stepping and the Python loop, at least 1. Why: processes that each use
-    every core (two DDP ranks, or the env stepping beside torch's spinning workers) turn a one-second run
-    into twenty. Measured on 2 cores (BENCHMARKS.md): CartPole DQN solves as fast with 1 thread as with 2
-    when the machine is idle, and 3.4x faster when another process keeps one core busy.
+    ``requested > 0`` (the config's ``torch_threads``) wins; else a user's ``OMP_NUM_THREADS``; else the pool
+    gets this process's share of the cores (usable cores / processes on this node) less one core for the env
+    stepping and the Python loop, at least 1. Why: processes that each use every core (two DDP ranks, or the
+    env stepping beside torch's spinning workers) turn a one-second run into twenty. Measured on 2 cores
+    (BENCHMARKS.md): CartPole DQN solves as fast with 1 thread as with 2 when the machine is idle, and 3.4x
+    faster when another process keeps one core busy.
 
     Returns:
         The thread count in force.

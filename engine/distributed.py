@@ -507,14 +507,14 @@ class DDPContext:
         import torch.distributed as dist
 
         if self._owns_group and dist.is_initialized():
+            # the heartbeat stops first: its last write goes to a store every rank still keeps up (rank 0
+            # serves it until the barrier below)
+            _PROGRESS.stop()
             try:
                 if exc_type is None:
-                    # the heartbeat's last write goes to a store every rank still keeps up (rank 0 serves it);
-                    # then nobody tears the group down while another rank still talks to it. On an error the
+                    # nobody tears the group down while another rank still talks to it; on an error the
                     # others may never arrive, so there is no barrier then
-                    _PROGRESS.stop()
                     barrier()
             finally:
-                _PROGRESS.stop()
                 dist.destroy_process_group()
         self._owns_group = False

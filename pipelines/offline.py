@@ -24,7 +24,6 @@ import contextlib
 import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-
 from data.envs import make_vector_env
 from data.offline import EpochSampler, ShardPlan, open_dataset
 from data.replay import ReplayBuffer

@@ -126,6 +126,7 @@ class SACPolicy(Policy):
                                           model_cfg["critic_head_hidden_size_list"], float(learn["alpha"]),
                                           bool(learn["auto_alpha"])))
         self._target_critic = copy.deepcopy(self._model.critic).requires_grad_(False)
+        # one group per setting: the temperature's only with auto_alpha (zip stops at the settings)
         params = [self._model.critic.parameters(), self._model.actor.parameters(), [self._model.log_alpha]]
         self._optimizer = make_adam([dict(settings, params=group)
                                      for group, settings in zip(params, self._optimizer_settings())])

@@ -22,8 +22,8 @@ import torch
 from engine.config import ConfigError
 from engine.devices import parse_device
 
-__all__ = ["ReplayMemoryError", "resolve_replay_device", "as_device", "host_path", "free_bytes", "ensure_fits", "PinnedStaging",
-           "DeferredCheck"]
+__all__ = ["ReplayMemoryError", "resolve_replay_device", "as_device", "host_path", "free_bytes", "ensure_fits",
+           "PinnedStaging", "DeferredCheck"]
 
 logger = logging.getLogger(__name__)
 

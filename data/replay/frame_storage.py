@@ -64,7 +64,8 @@ class FrameStackStorage:
         self._frames = None                 # [C, H, W] newest frame of each obs
         self._final = None                  # ring of whole final next_obs stacks [K, H, W]
         self._final_cursor = 0
-        self._stamp = torch.full((capacity,), -1, dtype=torch.int64, device=self.device)  # global write count of each slot
+        # global write count of each slot
+        self._stamp = torch.full((capacity,), -1, dtype=torch.int64, device=self.device)
         self._count = 0
         self._offsets = torch.arange(self.k - 1, -1, -1, device=self.device) * self.num_envs  # K-1 ... 0 steps back
         self._positions = torch.arange(self.k, device=self.device)
