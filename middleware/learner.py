@@ -99,19 +99,38 @@ class OnPolicyLearner:
         if data is None:
             return
         n = len(data.reward)
-        totals: Dict[str, float] = {}
+        # The rollout goes to the learner's device once, and each minibatch is gathered there: gathering on
+        # the host and copying every minibatch moved each frame stack epochs times (PPO Pong on an H200: 42 ms
+        # an update, the GPU 14% busy). The statistics stay tensors until the call ends: reading one after
+        # each update would wait for the GPU every update.
+        device = getattr(self._policy, "device", None)
+        if device is not None:
+            data = data.to(device)
+        totals: Dict[str, list] = {}
         updates = 0
         for _ in range(self._epochs):
             order = torch.randperm(n, generator=self._generator)
+            if device is not None:
+                order = order.to(device)
             for lo in range(0, n, self._batch_size):
                 out = self._policy.forward(data[order[lo:lo + self._batch_size]])
                 for key, value in out.items():
                     if _is_scalar(value):
-                        totals[key] = totals.get(key, 0.0) + float(value)
+                        totals.setdefault(key, []).append(value.detach().reshape(()).double()
+                                                          if isinstance(value, torch.Tensor) else float(value))
                 updates += 1
                 ctx.train_iter += 1
         ctx.train_data = data
-        ctx.train_output = {k: v / updates for k, v in totals.items()}
+        ctx.train_output = {k: _mean(v) for k, v in totals.items()}
+
+
+def _mean(values: list) -> float:
+    """The mean of one statistic over a call's updates, read from the device once."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    total = sum(v for v in values if not isinstance(v, torch.Tensor))
+    if tensors:
+        total += float(torch.stack([t.to(tensors[0].device) for t in tensors]).sum())
+    return total / len(values)
 
 
 def _is_scalar(value: Any) -> bool:

@@ -30,7 +30,7 @@ import torch
 from .accel import HotPath, accel_modes, warn_once
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DeviceMismatchError", "common_config", "evaluator_config"]
+           "DeviceMismatchError", "common_config", "evaluator_config", "to_numpy"]
 
 logger = logging.getLogger(__name__)
 
@@ -444,6 +444,18 @@ def make_adam(params: Any, **kwargs: Any) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, fused=True, **kwargs)
     except (RuntimeError, ValueError, TypeError):
         return torch.optim.Adam(params, foreach=True, **kwargs)
+
+
+def to_numpy(*tensors: torch.Tensor) -> tuple:
+    """Several tensors as numpy arrays with one wait for their device: the copies to the host are queued
+    together (``non_blocking``) and the stream is synchronised once, where ``.cpu()`` on each would wait for
+    the device once per tensor (three times a vector step in PPO's acting)."""
+    if all(t.device.type == "cpu" for t in tensors):
+        return tuple(t.numpy() for t in tensors)
+    host = [t.to("cpu", non_blocking=True) for t in tensors]
+    for device in {t.device for t in tensors if t.device.type == "cuda"}:
+        torch.cuda.current_stream(device).synchronize()
+    return tuple(h.numpy() for h in host)
 
 
 def check_finite(loss: torch.Tensor, algo: str, update: int) -> None:

@@ -24,7 +24,8 @@ from torch.distributions import Categorical, Normal
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, common_config, evaluator_config, make_adam, resolve_shape, space_dims
+from .base import (Policy, check_finite, common_config, evaluator_config, make_adam, resolve_shape, space_dims,
+                   to_numpy)
 from .models import ActorCritic
 
 __all__ = ["PPOPolicy", "A2CPolicy"]
@@ -155,7 +156,8 @@ class PPOPolicy(Policy):
         """Sample an action; also return its log-prob and the state value, for GAE and the ratio."""
         action, logp, value = self._hot("sample", self._sample, "collect")(self._actor("collect"),
                                                                           self._obs(obs, "collect"))
-        out = {"action": action.cpu().numpy(), "logp": logp.cpu().numpy(), "value": value.cpu().numpy()}
+        action, logp, value = to_numpy(action, logp, value)  # one wait for the device, not three
+        out = {"action": action, "logp": logp, "value": value}
         if self.continuous:
             out["raw_action"] = out["action"]
             out["action"] = np.clip(out["action"], self._low, self._high)

@@ -41,7 +41,8 @@ def _nccl_worker(module_name, exp_dir):
     from pipelines import serial_pipeline
 
     assert torch.distributed.get_backend() == "nccl" and get_world_size() >= 1
-    summary = serial_pipeline(_small(module_name, exp_dir), max_env_step=256)
+    # exp_name names the run directory exactly (a config's exp_name would get the ``_seed0`` suffix)
+    summary = serial_pipeline(_small(module_name, exp_dir), max_env_step=256, exp_name=str(exp_dir))
     assert summary["env_step"] >= 256
 
 
