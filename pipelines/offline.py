@@ -117,7 +117,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     dataset.check_spaces(obs_space, action_space, f"env {cfg.env.env_id!r} (type {cfg.env.type!r})")
     plan = ShardPlan(dataset.n_episodes, world_size, dataset=f"dataset {cfg.dataset.name!r}")
 
-    cfg.exp_name = _run_dir(cfg, exp_name is not None, resume, force, main, world_size)
+    cfg.exp_name = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
     if main:
         save_config(cfg)
     size_torch_threads(cfg.torch_threads)

@@ -8,15 +8,37 @@
 A directory that already holds files is refused unless the run ``resume``\\ s it (continue) or ``force``\\ s
 it (start over: the old directory is first moved aside to ``<dir>.old-<timestamp>``, nothing is deleted).
 ``resume`` without an explicit name continues the newest run of that config and seed (the highest n).
+
+One writer per run: the process that writes a run holds an exclusive ``fcntl.flock`` on ``<dir>/.lock``
+for the run's whole life (``claim_run_dir``, which chooses the directory and locks it in one step; the
+pipelines release it when they close). The file names the holder (pid, host, start time, as JSON). A second
+process given that run (``resume``, ``force``, the same explicit name) is refused with a ``RunDirError``
+that names the holder. The kernel drops the lock when its holder dies, however it dies (``kill -9``
+included): a lock is never stale. Processes forked from the holder (env workers, a background evaluator)
+close their copy, so they never keep it. On NFS the lock is shared with the server (Linux maps ``flock`` to
+NFS locks), so it excludes other hosts too, and a crashed host's lock ends with its lease; filesystems
+whose locks are per host only (some network and FUSE filesystems) exclude processes of this host alone.
 """
 from __future__ import annotations
 
+import datetime
+import errno
+import fcntl
+import json
+import logging
 import os
 import re
+import socket
 import time
-from typing import List
+import weakref
+from typing import Any, Dict, List, NamedTuple, Optional
 
-__all__ = ["RunDirError", "resolve_run_dir", "default_run_name"]
+__all__ = ["RunDirError", "RunLock", "RunClaim", "LOCK_NAME", "claim_run_dir", "resolve_run_dir",
+           "default_run_name"]
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = ".lock"
 
 
 class RunDirError(ValueError):
@@ -30,9 +52,195 @@ def default_run_name(exp_name: str, seed: int) -> str:
     return stem + suffix
 
 
+class RunLock:
+    """The exclusive lock of a run directory, ``<dir>/.lock``, held from ``acquire`` until ``release``
+    (or the holder's death). ``holder``: what the lock file says (pid, host, started)."""
+
+    def __init__(self, directory: str, fd: Optional[int], holder: Dict[str, Any], created: bool) -> None:
+        self.directory, self.holder = directory, holder
+        self._fd, self._created = fd, created
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    @classmethod
+    def acquire(cls, directory: str) -> "RunLock":
+        """Lock ``directory`` (created if missing) for this process.
+
+        Raises:
+            RunDirError: another process holds it; the message names it and what to do.
+        """
+        created = not os.path.isdir(directory)
+        path = os.path.join(directory, LOCK_NAME)
+        for _ in range(100):  # the file opened can be unlinked or moved aside before it is locked: reopen
+            os.makedirs(directory, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:  # the directory was removed by a holder releasing it: make it again
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                os.close(fd)
+                if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise RunDirError(_refusal(directory, _read_holder(path))) from None
+                logger.warning("cannot lock %s (%s): this filesystem has no locks, so nothing stops a second "
+                               "process from writing this run at the same time", path, err)
+                return cls(directory, None, {}, created)
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if not same:  # locked a file no longer at the path (released and unlinked, or moved aside)
+                os.close(fd)
+                continue
+            holder = {"pid": os.getpid(), "host": socket.gethostname(),
+                      "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps(holder).encode())
+            os.fsync(fd)  # readable from other hosts of a network filesystem
+            lock = cls(directory, fd, holder, created)
+            _HELD.add(lock)
+            return lock
+        raise RunDirError(f"could not lock {path}: it kept changing under this process (another process "
+                          f"claiming and releasing {directory} at the same time?): run again")
+
+    def moved_to(self, directory: str) -> None:
+        """The locked directory was renamed to ``directory`` (``force`` moving a run aside)."""
+        self.directory, self._created = directory, False
+
+    def release(self) -> None:
+        """Give the lock up and remove the lock file (and the directory, when the lock made it and it is
+        empty). Idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        _HELD.discard(self)
+        path = os.path.join(self.directory, LOCK_NAME)
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                os.unlink(path)  # while still locked: whoever opened it before retries (acquire's check)
+            if self._created:
+                os.rmdir(self.directory)
+        except OSError:  # moved, or the run wrote files: leave them
+            pass
+        finally:
+            os.close(fd)  # the lock goes with the last descriptor
+
+    def __del__(self) -> None:  # a pipeline dropped without close(): its lock ends with it
+        fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"RunLock({self.directory!r}, {'held' if self.held else 'released'})"
+
+
+class RunClaim(NamedTuple):
+    """A run directory and the lock this process holds on it (``claim_run_dir``)."""
+    path: str
+    lock: RunLock
+
+
+_HELD: "weakref.WeakSet[RunLock]" = weakref.WeakSet()  # this process's locks, for _close_in_child
+
+
+def _close_in_child() -> None:
+    """In a process forked from a holder: close the inherited descriptors (the lock stays with the parent)
+    and forget them, so the lock ends when the holder ends, not when its last child does."""
+    for lock in list(_HELD):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
+def _read_holder(path: str) -> Dict[str, Any]:
+    """What the lock file says; the holder writes it just after taking the lock, so wait a moment for it."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            with open(path) as file:
+                holder = json.loads(file.read() or "null")
+            if isinstance(holder, dict):
+                return holder
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.05)
+
+
+def _refusal(directory: str, holder: Dict[str, Any]) -> str:
+    pid, host, started = holder.get("pid", "?"), holder.get("host"), holder.get("started", "an unknown time")
+    lock_file = os.path.join(directory, LOCK_NAME)
+    here = socket.gethostname()
+    if holder.get("pid") == os.getpid() and host == here:
+        return (f"{directory} is being written by this process (pid {pid}, since {started}): a pipeline built "
+                f"on it is still open; run or close() it first")
+    head = f"{directory} is being written by another process: pid {pid} on host {host or '?'}, since {started}"
+    if host is None or host == here:
+        return (f"{head}; wait for it to end, or stop it (kill {pid}), then run again (its lock, {lock_file}, "
+                f"ends with it)")
+    return (f"{head}; the lock is held from host {host}: wait for that run to end, or stop it on {host}. If "
+            f"{host} is gone, the lock is released when its filesystem lease or its process ends; delete "
+            f"{lock_file} only if you are sure no process on {host} still writes this run")
+
+
+def claim_run_dir(exp_name: str, seed: int, *, explicit: bool, resume: bool = False,
+                  force: bool = False) -> RunClaim:
+    """The directory this run writes to, chosen as ``resolve_run_dir`` chooses it, and locked by this
+    process in the same step: no other process can claim it between the choice and the lock.
+
+    A new run takes the first free name whose lock it gets (two runs of a config started at once get two
+    directories); ``force`` locks the old run before moving it aside (a run another process writes is not
+    moved) and then the new directory. Release the lock with ``claim.lock.release()`` when the run ends.
+
+    Raises:
+        RunDirError: as ``resolve_run_dir``; and when another process holds the run (the message names it).
+    """
+    if resume and force:
+        raise RunDirError("--resume continues a run and --force starts it over: give one of them")
+    if explicit:
+        return _claim(exp_name, resume, force)
+    base = default_run_name(exp_name, seed)
+    if resume:
+        runs = [d for d in _numbered(base) if _holds_files(d)]
+        if not runs:
+            raise RunDirError(f"--resume: no run to continue at {base} (nor {base}_<n>): start without --resume, "
+                              f"or give the run's directory with --exp-name")
+        return _claim(runs[-1], resume, force)
+    if force:
+        return _claim(base, resume, force)
+    for _ in range(100):  # another run of this config may take a free name first: then the next one
+        for candidate in _numbered(base, include_free=True):
+            if _holds_files(candidate):
+                continue
+            try:
+                lock = RunLock.acquire(candidate)
+            except RunDirError:  # a run starting there now
+                continue
+            if not _holds_files(candidate):
+                return RunClaim(candidate, lock)
+            lock.release()  # it wrote a run and ended between the check and the lock
+    raise RunDirError(f"no free run directory {base}_<n> could be locked: other runs of this config keep taking "
+                      f"them; give one with --exp-name")
+
+
 def resolve_run_dir(exp_name: str, seed: int, *, explicit: bool, resume: bool = False,
                     force: bool = False) -> str:
     """The directory this run writes to, after the checks above (``force`` has moved an old run aside).
+    Only checks that no process holds it: a process that writes the run claims it (``claim_run_dir``).
 
     Args:
         exp_name: the explicit directory (``explicit``) or the config's base name.
@@ -45,44 +253,41 @@ def resolve_run_dir(exp_name: str, seed: int, *, explicit: bool, resume: bool = 
         RunDirError: ``resume`` and ``force`` together; ``resume`` with no run to continue; an explicit
             directory that holds a run and neither option.
     """
-    if resume and force:
-        raise RunDirError("--resume continues a run and --force starts it over: give one of them")
-    if explicit:
-        return _checked(exp_name, resume, force)
-    base = default_run_name(exp_name, seed)
-    if resume:
-        runs = [d for d in _numbered(base) if _holds_files(d)]
-        if not runs:
-            raise RunDirError(f"--resume: no run to continue at {base} (nor {base}_<n>): start without --resume, "
-                              f"or give the run's directory with --exp-name")
-        return runs[-1]
-    if force:
-        return _checked(base, resume, force)
-    for candidate in _numbered(base, include_free=True):
-        if not _holds_files(candidate):
-            return candidate
-    raise AssertionError("unreachable: _numbered ends with a free name")
+    claim = claim_run_dir(exp_name, seed, explicit=explicit, resume=resume, force=force)
+    claim.lock.release()
+    return claim.path
 
 
-def _checked(path: str, resume: bool, force: bool) -> str:
-    if resume:
-        if not _holds_files(path):
-            raise RunDirError(f"--resume: no run to continue at {path}: start without --resume, or give the run's "
-                              f"directory with --exp-name")
-        return path
-    if _holds_files(path):
-        if not force:
-            raise RunDirError(f"{path} already holds a run ({', '.join(sorted(os.listdir(path))[:4])}): --resume "
-                              f"to continue it, --force to start over (it is moved aside first), or another "
-                              f"--exp-name")
-        aside = _aside_name(path)
-        os.replace(path, aside)
-        print(f"baton: moved the earlier run {path} aside to {aside}", flush=True)
-    return path
+def _claim(path: str, resume: bool, force: bool) -> RunClaim:
+    """Lock ``path`` and check it against ``resume`` / ``force`` (moving a run aside for ``force``)."""
+    if resume and not _holds_files(path):  # checked before the lock, which would make the directory
+        raise RunDirError(f"--resume: no run to continue at {path}: start without --resume, or give the run's "
+                          f"directory with --exp-name")
+    lock = RunLock.acquire(path)
+    if resume or not _holds_files(path):
+        return RunClaim(path, lock)
+    if not force:
+        lock.release()
+        raise RunDirError(f"{path} already holds a run ({', '.join(_entries(path)[:4])}): --resume to continue "
+                          f"it, --force to start over (it is moved aside first), or another --exp-name")
+    aside = _aside_name(path)
+    try:
+        os.replace(path, aside)  # with its lock: nobody claims the old run meanwhile
+        lock.moved_to(aside)
+        claim = RunClaim(path, RunLock.acquire(path))
+    finally:
+        lock.release()
+    print(f"baton: moved the earlier run {path} aside to {aside}", flush=True)
+    return claim
+
+
+def _entries(path: str) -> List[str]:
+    """What ``path`` holds, its lock file left out."""
+    return sorted(name for name in os.listdir(path) if name != LOCK_NAME) if os.path.isdir(path) else []
 
 
 def _holds_files(path: str) -> bool:
-    return os.path.isdir(path) and bool(os.listdir(path))
+    return bool(_entries(path))
 
 
 def _numbered(base: str, include_free: bool = False) -> List[str]:

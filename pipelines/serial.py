@@ -42,7 +42,7 @@ from policies.base import SpaceMismatchError
 from . import stages
 from .pipeline import Pipeline
 from .resume import resume_run
-from .run_dir import RunDirError, resolve_run_dir
+from .run_dir import RunDirError, claim_run_dir
 
 __all__ = ["build_pipeline", "serial_pipeline", "rank_seed", "RANK_SEED_OFFSET"]
 
@@ -141,7 +141,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     rank, world_size = ddp_ctx.rank, ddp_ctx.world_size
     main = rank == 0
     cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=False)
-    cfg.exp_name = _run_dir(cfg, exp_name is not None, resume, force, main, world_size)
+    cfg.exp_name = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
     if main:
         save_config(cfg)
     size_torch_threads(cfg.torch_threads)  # this process's share of the cores, unless OMP_NUM_THREADS says
@@ -211,14 +211,17 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     return pipeline
 
 
-def _run_dir(cfg: Mapping[str, Any], explicit: bool, resume: bool, force: bool, main: bool, world_size: int) -> str:
-    """Rank 0 picks the run directory (``pipelines.run_dir``); under DDP every rank gets its choice, or its
-    error, so all fail alike instead of waiting for a rank that gave up."""
+def _run_dir(cfg: Mapping[str, Any], explicit: bool, resume: bool, force: bool, main: bool, world_size: int,
+             resources: contextlib.ExitStack) -> str:
+    """Rank 0 picks the run directory and locks it until the pipeline closes (``pipelines.run_dir``: one
+    writer per run); under DDP every rank gets its choice, or its error, so all fail alike instead of
+    waiting for a rank that gave up."""
     choice: Tuple[Optional[str], Optional[str]] = (None, None)
     if main:
         try:
-            choice = (resolve_run_dir(cfg["exp_name"], cfg["seed"], explicit=explicit, resume=resume, force=force),
-                      None)
+            claim = claim_run_dir(cfg["exp_name"], cfg["seed"], explicit=explicit, resume=resume, force=force)
+            resources.callback(claim.lock.release)
+            choice = (claim.path, None)
         except RunDirError as err:
             choice = (None, str(err))
     if world_size > 1:
