@@ -1,17 +1,52 @@
-"""Atomic file writes: a crash or a kill mid-write never leaves a half-written checkpoint or config."""
+"""Atomic file writes: a crash or a kill mid-write never leaves a half-written checkpoint or config.
+
+A write that fails because the disk is full (or the user's quota is spent) raises ``DiskFullError``, which
+names the file and what to do, instead of the writer's own error: torch's zip writer reports a full disk as
+``RuntimeError: [enforce fail at inline_container.cc] . unexpected pos ...``, the ``ENOSPC`` only in the
+exception it was raised over (a file object) or nowhere at all (a path), so when such a writer fails the
+free space of the file's filesystem decides.
+"""
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Optional, Tuple
 
-__all__ = ["atomic_write", "atomic_write_json"]
+__all__ = ["atomic_write", "atomic_write_json", "DiskFullError"]
+
+#: the errors of a full filesystem: no space left, or the user's quota spent
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+#: a writer that fails with no errno (torch's) while its filesystem has less free space than this ran out of it
+_NEARLY_FULL = 16 << 20
+
+
+class DiskFullError(OSError):
+    """A file could not be written because its filesystem is full; the previous file, if any, is unchanged
+    and no temporary file is left. ``errno`` is ``ENOSPC`` (or ``EDQUOT``), ``path`` the file."""
+
+    def __init__(self, message: str, path: str = "", code: int = errno.ENOSPC) -> None:
+        super().__init__(message)
+        self.errno = code  # str() stays the message: strerror and filename are left unset
+        self.path = path
+
+
+def _disk_full_error(path: str, code: int, free: int) -> DiskFullError:
+    kept = "the previous version is unchanged" if os.path.exists(path) else "nothing was written"
+    return DiskFullError(f"cannot write {path}: {os.strerror(code).lower()} ({_size(free)} free there); {kept}. "
+                         f"Free space on that disk, or point the run at another one (--exp-name DIR, or the "
+                         f"config's exp_name)", path, code)
 
 
 def atomic_write(path: str, write: Callable[[IO[bytes]], Any]) -> str:
     """Call ``write(file)`` on a temporary file beside ``path``, flush it to disk, then rename it over
-    ``path``: readers see the old file or the new one, never a part."""
+    ``path``: readers see the old file or the new one, never a part.
+
+    Raises:
+        DiskFullError: the filesystem of ``path`` is full (``path`` is left as it was).
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="-" + os.path.basename(path), dir=directory)
@@ -21,9 +56,12 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], Any]) -> str:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
+        full = _disk_full(err, directory) if isinstance(err, Exception) else None  # before the unlink frees space
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if full is not None:
+            raise _disk_full_error(path, *full) from err
         raise
     return path
 
@@ -31,3 +69,42 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], Any]) -> str:
 def atomic_write_json(path: str, obj: Any) -> str:
     text = json.dumps(obj, indent=2, sort_keys=True, default=repr, allow_nan=True)
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def _disk_full(err: BaseException, directory: str) -> Optional[Tuple[int, int]]:
+    """``(errno, free bytes)`` when ``err`` is a write that failed on a full filesystem, else None: an
+    ``ENOSPC``/``EDQUOT`` anywhere in its chain, or a ``RuntimeError`` (a writer that reports no errno)
+    while the filesystem has almost no space left."""
+    seen, chain = set(), [err]
+    while chain:
+        e = chain.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _FULL:
+            return e.errno, _free(directory)
+        chain += [e.__cause__, e.__context__]
+    if isinstance(err, RuntimeError):
+        free = _free(directory)
+        if 0 <= free < _NEARLY_FULL:
+            return errno.ENOSPC, free
+    return None
+
+
+def _free(directory: str) -> int:
+    try:
+        return shutil.disk_usage(directory).free
+    except OSError:
+        return -1
+
+
+def _size(n: float) -> str:
+    if n < 0:
+        return "unknown space"
+    if n < 1024:
+        return f"{int(n)} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            break
+    return f"{n:.1f} {unit}"

@@ -14,8 +14,9 @@ persistent fields (env_step, train_iter, ...), what wrote it (``meta``: policy t
 buffer when asked: tensors and plain Python data only, read back with ``torch.load(weights_only=True)``,
 which executes nothing. Before any write the weights are checked: a model with NaN or infinite values is
 never written (``NonFiniteWeightsError`` names the update and the last good checkpoint). A run that ends in
-an error writes no final checkpoint: the last good one stays as it was. Temporary files of writes cut short
-by a kill are removed when a saver starts.
+an error writes no final checkpoint: the last good one stays as it was. A write that runs out of disk space
+raises ``engine.fileio.DiskFullError`` naming the file (the previous checkpoint stays, its temporary file is
+removed). Temporary files of writes cut short by a kill are removed when a saver starts.
 """
 from __future__ import annotations
 
@@ -159,9 +160,8 @@ EvaluatedState = Callable[[int], Optional[Tuple[Dict[str, Any], Dict[str, Any]]]
 
 
 def _copy_atomically(src: str, dst: str) -> None:
-    tmp = os.path.join(os.path.dirname(dst), _TMP_PREFIX + os.path.basename(dst))
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    with open(src, "rb") as f:  # through atomic_write: fsynced before the rename, a full disk named
+        atomic_write(dst, lambda out: shutil.copyfileobj(f, out, 16 << 20))
 
 
 class CkptSaver:

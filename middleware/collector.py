@@ -35,13 +35,27 @@ class NonFiniteDataError(ValueError):
 
 
 def _check_finite(obs: np.ndarray, next_obs: np.ndarray, reward: np.ndarray) -> None:
-    """Name bad data where it enters, not as a NaN loss many updates later (one vectorized pass per call)."""
-    for name, values in (("reward", reward), ("observation", obs), ("next observation", next_obs)):
-        if values.dtype.kind == "f" and not np.isfinite(values).all():
-            step, env = (int(i) for i in np.argwhere(~np.isfinite(values))[0][:2])
-            raise NonFiniteDataError(f"env {env} returned a non-finite {name} ({float(values[step, env])}) at step {step} of "
-                                     f"this collection: the env must return finite numbers (check its wrapper or "
-                                     f"its reward computation)")
+    """Name bad data where it enters, not as a NaN loss many updates later (one vectorized pass per call).
+
+    Each array is ``[T, E, *shape]``: the first non-finite value of the earliest step is named with its
+    field, its env, its element (for array observations) and its step.
+    """
+    first = None  # (step, env, name, element, value); within a step, in the order the env produced them
+    for name, values in (("observation", obs), ("reward", reward), ("next observation", next_obs)):
+        if values.dtype.kind != "f":
+            continue
+        finite = np.isfinite(values)
+        if finite.all():
+            continue
+        where = tuple(int(i) for i in np.argwhere(~finite)[0])
+        if first is None or where[0] < first[0]:
+            first = (where[0], where[1], name, where[2:], values[where].item())
+    if first is not None:
+        step, env, name, element, value = first
+        shape = f" at element {list(element)} of shape {tuple(obs.shape[2:])}" if element else ""
+        raise NonFiniteDataError(f"env {env} returned a non-finite {name} ({value}{shape}) at step {step} of this "
+                                 f"collection: the env must return finite numbers (check its wrapper or its reward "
+                                 f"computation)")
 
 
 class StepCollector:

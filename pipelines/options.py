@@ -21,11 +21,9 @@ from engine.overrides import apply_overrides
 from engine.profile import profile_table
 from engine.registry import UnknownTypeError
 
-from middleware.checkpoint import CheckpointError
-
 from .pipeline import RunInterrupted
-from .run_dir import RunDirError
 from .serial import serial_pipeline
+from .user_errors import USER_ERRORS, exit_on_user_error, reported_once
 
 logger = logging.getLogger(__name__)
 
@@ -164,9 +162,10 @@ def _launch_ranks(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> None:
     backend = main_config.get("ddp", {}).get("backend", "auto")
     logger.info("starting %d process(es) on node %d of %d (%s)", nprocs, args.node_rank, args.nnodes,
                 "GPUs" if cuda else "CPU")
-    launch(_train, nprocs, args=((main_config, create_config), args), backend=backend, cuda=cuda,
-           nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
-           rendezvous=args.rendezvous)
+    with reported_once():  # a rank's bad input: its one line, once for the job (pipelines.user_errors)
+        launch(_train, nprocs, args=((main_config, create_config), args), backend=backend, cuda=cuda,
+               nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
+               master_port=args.master_port, rendezvous=args.rendezvous)
 
 
 def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
@@ -178,9 +177,8 @@ def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
         summary = serial_pipeline(input_cfg, seed=args.seed, max_env_step=args.max_env_step,
                                   max_train_iter=args.max_train_iter, exp_name=args.exp_name, resume=args.resume,
                                   force=args.force, progress=False if args.no_progress else None)
-    except (RunDirError, CheckpointError) as err:  # the user's choice of directory: one line, no traceback
-        print(f"baton: {err}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+    except USER_ERRORS as err:  # a config, directory, checkpoint, dataset or full disk to fix: one line, status 2
+        exit_on_user_error(err)
     except RunInterrupted as err:
         _report(err.summary)
         if err.summary.get("rank", 0) == 0 and err.summary.get("run_dir"):

@@ -57,6 +57,41 @@ def quick_cartpole_config(tmp_path):
     return main, copy.deepcopy(create_config)
 
 
+# ---- a full disk -------------------------------------------------------------------------------------
+#: what torch.save raises when the disk fills mid-write, over the OSError of the file object it writes to
+#: (torch 2.13 on a full tmpfs); writing to a path instead, the error it raises over has no errno at all
+TORCH_FULL_DISK_ERROR = "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
+
+
+def torch_save_on_a_full_disk(obj, f, *args, **kwargs):
+    """``torch.save`` as it fails on a full disk: part of the file written, then ENOSPC, then torch's own
+    error raised over it."""
+    import errno
+    import os
+
+    f.write(b"PK\x03\x04 the first records of a checkpoint")
+    try:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    except OSError:
+        raise RuntimeError(TORCH_FULL_DISK_ERROR)
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """Call it to fill the disk: from then on every checkpoint write fails as on a full disk (``torch.save``
+    as above, no free space left); other files still write."""
+    import collections
+    import shutil
+
+    import torch
+
+    def fill() -> None:
+        monkeypatch.setattr(torch, "save", torch_save_on_a_full_disk)
+        usage = collections.namedtuple("usage", "total used free")
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 0))
+    return fill
+
+
 # ---- offline datasets ---------------------------------------------------------------------------------
 # the dataset names the dizoo offline configs train from, and the gymnasium id each was recorded on
 OFFLINE_CONFIG_DATASETS = {"cartpole/expert-v0": "CartPole-v1", "cartpole/medium-v0": "CartPole-v1",

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import collections
+import errno
 import os
+import re
+import shutil
 
 import pytest
 import torch
 
 from engine import OnlineRLContext, Task
-from engine.fileio import atomic_write
+from engine.fileio import DiskFullError, atomic_write
 from middleware import CheckpointError, CkptSaver, load_checkpoint
 
 
@@ -30,6 +34,60 @@ def test_atomic_write_keeps_old_file_when_writer_fails(tmp_path):
         atomic_write(path, broken)
     assert open(path, "rb").read() == b"good"
     assert os.listdir(tmp_path) == ["f.bin"]  # no temporary left behind
+
+
+def _fails_with(error, over=None):
+    """A writer that writes part of the file, then raises ``error`` over ``over`` (as torch's zip writer raises
+    its own error over the OSError of the write that failed)."""
+    def write(f):
+        f.write(b"half")
+        if over is None:
+            raise error
+        try:
+            raise over
+        except type(over):
+            raise error
+    return write
+
+
+FULL_DISK_WRITERS = {
+    "ENOSPC": _fails_with(OSError(errno.ENOSPC, "No space left on device")),
+    "quota": _fails_with(OSError(errno.EDQUOT, "Disk quota exceeded")),
+    "torch over ENOSPC": _fails_with(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 "
+                                                  "vs 598"), over=OSError(errno.ENOSPC, "No space left on device")),
+    # torch.save to a path: the C++ stream's error has no errno; the free space decides
+    "torch, no errno": _fails_with(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs "
+                                                "534"), over=RuntimeError("basic_ios::clear: iostream error")),
+}
+
+
+@pytest.mark.parametrize("writer", FULL_DISK_WRITERS.values(), ids=FULL_DISK_WRITERS.keys())
+def test_atomic_write_names_a_full_disk_and_keeps_the_old_file(writer, tmp_path, monkeypatch):
+    path = str(tmp_path / "f.bin")
+    atomic_write(path, lambda f: f.write(b"good"))
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, (1 << 30) - 4096, 4096))
+    with pytest.raises(DiskFullError) as err:
+        atomic_write(path, writer)
+    assert err.value.errno in (errno.ENOSPC, errno.EDQUOT) and err.value.path == path
+    assert str(err.value).startswith(f"cannot write {path}: ")
+    assert re.search(r"(no space left on device|disk quota exceeded) \(4\.0 KiB free there\); the previous version is "
+                     r"unchanged\. Free space on that disk, or point the run at another one \(--exp-name DIR",
+                     str(err.value)), str(err.value)
+    assert open(path, "rb").read() == b"good"
+    assert os.listdir(tmp_path) == ["f.bin"]  # no temporary left behind
+
+
+def test_atomic_write_passes_other_errors_on(tmp_path, monkeypatch):
+    """A writer's RuntimeError with space to spare, or another OSError, is not taken for a full disk."""
+    path = str(tmp_path / "f.bin")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, 1 << 29, 1 << 29))
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        atomic_write(path, FULL_DISK_WRITERS["torch, no errno"])
+    with pytest.raises(PermissionError):
+        atomic_write(path, _fails_with(PermissionError(errno.EACCES, "Permission denied")))
+    assert os.listdir(tmp_path) == []
 
 
 def test_ckpt_saver_best_periodic_and_final(tmp_path):

@@ -88,6 +88,49 @@ def test_latest_is_written_every_latest_every_s_seconds(tmp_path):
     assert load_checkpoint(str(tmp_path / LATEST))["ctx"]["train_iter"] == 5
 
 
+def test_a_full_disk_names_the_file_and_keeps_the_last_checkpoint(tmp_path, full_disk):
+    """torch.save failing as it does on a full disk ('unexpected pos', the ENOSPC only in the exception under
+    it): a DiskFullError naming the file and what to do; the previous checkpoints and latest stay as they
+    were, no temporary file is left."""
+    from engine.fileio import DiskFullError
+
+    saver = CkptSaver(Model(), str(tmp_path), train_freq=1)
+    ctx = OnlineRLContext(train_iter=1)
+    saver(ctx)
+    before = sorted(os.listdir(tmp_path))
+    full_disk()
+    ctx.train_iter = 2
+    with pytest.raises(DiskFullError, match=r"cannot write .*iteration_2.pth.tar: no space left on device \(0 "
+                                            r"bytes free there\); nothing was written. Free space on that disk, "
+                                            r"or point the run at another one"):
+        saver(ctx)
+    assert sorted(os.listdir(tmp_path)) == before == ["iteration_1.pth.tar", LATEST]
+    assert load_checkpoint(str(tmp_path / LATEST))["ctx"]["train_iter"] == 1
+
+
+def test_a_full_disk_while_copying_to_latest_keeps_latest(tmp_path, monkeypatch):
+    """The checkpoint is written, its copy to latest runs out of space: latest stays the previous one."""
+    import errno
+    import shutil
+
+    from engine.fileio import DiskFullError
+
+    saver = CkptSaver(Model(), str(tmp_path), train_freq=1)
+    ctx = OnlineRLContext(train_iter=1)
+    saver(ctx)
+
+    def copy_on_a_full_disk(src, dst, *args):
+        dst.write(src.read(10))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfileobj", copy_on_a_full_disk)
+    ctx.train_iter = 2
+    with pytest.raises(DiskFullError, match=r"cannot write .*latest.pth.tar: no space left on device"):
+        saver(ctx)
+    assert sorted(os.listdir(tmp_path)) == ["iteration_1.pth.tar", "iteration_2.pth.tar", LATEST]
+    assert load_checkpoint(str(tmp_path / LATEST))["ctx"]["train_iter"] == 1
+
+
 def test_stale_temporary_files_are_removed_at_start(tmp_path):
     stale = tmp_path / ".tmp-abc-latest.pth.tar"
     stale.write_bytes(b"half a checkpoint")

@@ -1,13 +1,17 @@
 """Collectors and evaluator on a counting env whose observations reveal exactly which step they are."""
 from __future__ import annotations
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
+from gymnasium.vector import AutoresetMode
 
 from engine import OnlineRLContext
 from data.envs import UnknownEnvIdError, check_env_id, make_vector_env
 from engine.registry import ENV_REGISTRY
 from middleware import EpisodeCollector, InteractionEvaluator, StepCollector, termination_checker
+from middleware.collector import NonFiniteDataError
 
 
 class ConstantPolicy:
@@ -67,6 +71,43 @@ def test_step_collector_envs_are_seeded_apart():
     StepCollector(ConstantPolicy(), env, n_sample=4)(ctx)
     first = ctx.trajectories.obs
     assert len({tuple(row.tolist()) for row in first}) == 4
+
+
+class NaNAtStep(gym.Wrapper):
+    """Element ``index`` of the observation is NaN after this env's step ``at`` (1 = the first step)."""
+
+    def __init__(self, env, at, index):
+        super().__init__(env)
+        self._at, self._index, self._t = at, index, 0
+
+    def reset(self, **kwargs):
+        self._t = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._t += 1
+        if self._t == self._at:
+            obs = obs.copy()
+            obs[self._index] = np.nan
+        return obs, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("shape,index", [((4,), (2,)), ((2, 2), (1, 0)), ((1, 2, 2), (0, 1, 0))],
+                         ids=["vector", "matrix", "image"])
+def test_step_collector_names_a_nan_in_an_array_observation(shape, index):
+    """One element of env 1's third observation is NaN: the collector names the field, the env, the
+    element and the step (not numpy's 'only 0-dimensional arrays can be converted')."""
+    def make(env_index):
+        env = gym.wrappers.ReshapeObservation(gym.make("CartPole-v1"), shape)
+        return NaNAtStep(env, at=3, index=index) if env_index == 1 else env
+
+    env = gym.vector.SyncVectorEnv([lambda i=i: make(i) for i in range(3)], autoreset_mode=AutoresetMode.SAME_STEP)
+    env.reset(seed=0)
+    with pytest.raises(NonFiniteDataError) as err:
+        StepCollector(ConstantPolicy(), env, n_sample=12)(OnlineRLContext())
+    assert str(err.value).startswith(f"env 1 returned a non-finite next observation (nan at element {list(index)} "
+                                     f"of shape {shape}) at step 2 of this collection")
 
 
 def test_episode_collector_whole_episodes():
