@@ -4,8 +4,10 @@
 Launchers set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT``: ``torchrun --nproc_per_node=N script.py`` (one or many nodes), ``python -m
 torch.distributed.launch --nproc_per_node=N script.py`` (which also appends ``--local-rank``), or
-``engine.launch(fn, nprocs=N)`` (``engine.launcher``: all GPUs of a node, many nodes). ``DDPContext`` turns
-that environment into a process group; the backend and each rank's device follow ``engine.devices``
+``engine.launch(fn, nprocs=N)`` (``engine.launcher``: all GPUs of a node, many nodes). Under ``srun`` with
+several tasks and no torchrun variables, Slurm's (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``,
+``SLURM_JOB_NODELIST``, ...) give them instead (``engine.slurm``). ``DDPContext`` turns that environment into a
+process group; the backend and each rank's device follow ``engine.devices``
 (nccl and ``cuda:LOCAL_RANK`` when every local rank has its own GPU, gloo otherwise). Every collective has
 a finite timeout (``BATON_DDP_TIMEOUT`` seconds, default 90), so a rank that dies or never arrives makes
 the others fail with an error instead of hanging. Without a launcher it does nothing and the world size
@@ -23,11 +25,12 @@ import os
 import threading
 import time
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .devices import local_world_size, rank_device, resolve_backend, visible_gpu_count
+from .slurm import SlurmLayout, adopt_slurm_env, slurm_layout
 
 __all__ = ["DDPContext", "get_rank", "get_world_size", "get_local_rank", "is_main_process", "is_distributed",
            "allreduce_data", "all_gather_rows", "broadcast_object", "barrier", "DistributedError",
@@ -240,8 +243,12 @@ def default_timeout() -> float:
 
 
 def launched_world_size() -> int:
-    """``WORLD_SIZE`` as set by a launcher (1 when there is none)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """``WORLD_SIZE`` as set by a launcher, else the tasks of the srun step this process is one of (1 when
+    there is neither)."""
+    if "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    layout = slurm_layout()
+    return layout.world_size if layout is not None else 1
 
 
 def is_distributed() -> bool:
@@ -412,7 +419,8 @@ def _world_sizes_seen(store: Any) -> set:
 
 
 class DDPContext:
-    """Initialise the process group from the launcher's environment; destroy it on exit, also on error.
+    """Initialise the process group from the launcher's environment (or an srun step's: Slurm's variables
+    become torchrun's, ``engine.slurm``); destroy it on exit, also on error.
 
     Args:
         init_method: e.g. ``"file:///shared/path/rendezvous"`` for a shared-filesystem rendezvous (then
@@ -421,11 +429,16 @@ class DDPContext:
         backend: ``auto`` (default), ``nccl`` or ``gloo``; see ``engine.devices.resolve_backend``.
         cuda: whether the run's models live on CUDA; picks nccl under ``auto`` and gives ``device``.
         timeout: seconds for the rendezvous and for every collective (default ``BATON_DDP_TIMEOUT`` or 600).
-        rank, world_size: override the environment.
+        rank, world_size: override the environment (Slurm's variables are then not read).
 
     Attributes:
         device: this rank's device: ``cuda:LOCAL_RANK`` under nccl, a shared GPU under gloo with ``cuda``,
-            else ``cpu`` (also in one process: ``cuda:0`` with ``cuda``).
+            else ``cpu`` (also in one process: ``cuda:0`` with ``cuda``). A Slurm task bound to GPUs of its
+            own (``--gpus-per-task``) uses the first of them.
+        slurm: the srun step's layout when Slurm's variables gave the ranks, else None.
+
+    Raises:
+        engine.slurm.SlurmEnvError: Slurm's variables disagree (naming them and the fix).
 
     Examples:
         >>> with DDPContext() as ddp:      # no launcher: a no-op
@@ -440,6 +453,9 @@ class DDPContext:
         self.backend = backend or "auto"
         self.cuda = cuda
         self.timeout = float(timeout if timeout is not None else default_timeout())
+        # under srun, Slurm's variables become torchrun's (RANK, LOCAL_RANK, MASTER_ADDR, ...) for everything
+        # downstream; torchrun's own, or explicit arguments, win
+        self.slurm: Optional[SlurmLayout] = adopt_slurm_env() if rank is None and world_size is None else None
         self.rank = int(rank if rank is not None else os.environ.get("RANK", "0"))
         self.world_size = int(world_size if world_size is not None else launched_world_size())
         self.local_rank = get_local_rank()
@@ -460,9 +476,10 @@ class DDPContext:
             self.device = rank_device("gloo", self.cuda, 0, gpus)
             return self
         # decided before any CUDA call: too many ranks for nccl is a clear error, not "invalid device ordinal"
-        backend = resolve_backend(self.backend, self.cuda, local_world_size(), visible_gpu_count())
+        device_rank, device_world = self._device_slot(visible_gpu_count())
+        backend = resolve_backend(self.backend, self.cuda, device_world, visible_gpu_count())
         if backend == "nccl":
-            torch.cuda.set_device(self.local_rank)
+            torch.cuda.set_device(device_rank)
         init_method = self.init_method or "env://"
         if init_method == "env://":
             missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
@@ -480,8 +497,10 @@ class DDPContext:
             else:
                 dist.init_process_group(backend=backend, init_method=init_method, rank=self.rank,
                                         world_size=self.world_size, timeout=timeout)
-        except DistributedError:
-            raise
+        except DistributedError as err:
+            if self.slurm is None:
+                raise
+            raise DistributedError(f"{err}{self._slurm_hint()}") from err
         except Exception as err:
             where = (f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
                      if init_method == "env://" else init_method)
@@ -494,14 +513,31 @@ class DDPContext:
             raise DistributedError(f"rank {self.rank} of {self.world_size} could not join the process group at "
                                    f"{where} within {self.timeout:.0f} s ({type(err).__name__}: {err}). Check that "
                                    f"every rank was started, that the master is reachable from this node, and "
-                                   f"that MASTER_PORT is free and the same on all nodes") from err
+                                   f"that MASTER_PORT is free and the same on all nodes{self._slurm_hint()}") from err
         self._owns_group = True
         _PROGRESS.start(self.rank)
         self.backend = backend
-        self.device = rank_device(backend, self.cuda, self.local_rank, visible_gpu_count() if self.cuda else 0)
+        self.device = rank_device(backend, self.cuda, device_rank, visible_gpu_count() if self.cuda else 0)
         logger.info("rank %d/%d joined (local rank %d, %s, device %s)", self.rank, self.world_size, self.local_rank,
                     backend, self.device)
         return self
+
+    def _device_slot(self, gpus: int) -> Tuple[int, int]:
+        """``(local rank, processes)`` that pick the backend and the GPU among the ``gpus`` this process sees:
+        this node's, except for a Slurm task bound to GPUs of its own (``--gpus-per-task``: it sees fewer
+        than the node's tasks), which is alone on them and takes the first."""
+        world = local_world_size()
+        if self.slurm is not None and self.slurm.gpus_per_task and 0 < gpus < world:
+            return 0, 1
+        return self.local_rank, world
+
+    def _slurm_hint(self) -> str:
+        if self.slurm is None:
+            return ""
+        return (f". The ranks came from Slurm's variables: every rank must be a task of the same srun step (a "
+                f"command run in the batch script itself is one process: start it with srun); they meet at "
+                f"{self.slurm.master_addr}:{self.slurm.master_port} (MASTER_ADDR and MASTER_PORT where set, else the "
+                f"step's first node and a port derived from SLURM_JOB_ID)")
 
     def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
         import torch.distributed as dist

@@ -19,6 +19,7 @@ from engine.config import ConfigError
 from engine.launcher import check_rendezvous, launch
 from engine.overrides import apply_overrides
 from engine.profile import profile_table
+from engine.slurm import srun_task_count
 from engine.registry import UnknownTypeError
 
 from .pipeline import RunInterrupted
@@ -120,6 +121,11 @@ def check_launch_options(args: argparse.Namespace, error: Any) -> None:
     if _starts_processes(args) and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         error("--gpus/--nproc/--nnodes start their own processes, but this one was started by a launcher "
               "(WORLD_SIZE is set): leave them out under torchrun")
+    if _starts_processes(args) and srun_task_count() > 1:
+        error(f"--gpus/--nproc/--nnodes start their own processes, but this one is one of {srun_task_count()} tasks "
+              f"of an srun step (SLURM_PROCID, SLURM_NTASKS), and each Slurm task is already one rank: leave them "
+              f"out and ask Slurm for one task per GPU (srun --ntasks-per-node=N baton train ...), or, on one "
+              f"node, run baton train --gpus all as a single task (srun --ntasks=1)")
 
 
 def _starts_processes(args: argparse.Namespace) -> bool:
