@@ -47,6 +47,10 @@ def base_config() -> Dict[str, Any]:
             latest_every_s=120.0,   # write latest.pth.tar at least this often (s), so a killed run resumes; 0: off
             save_replay_buffer=False,
         ),
+        preempt=dict(               # a cluster's stop signal ends the run cleanly (engine.preemption, docs/distributed.md)
+            signals=["SIGTERM", "SIGUSR1"],  # each: end the iteration, write latest, exit with 128 + its number
+            grace_s=20.0,           # a process still running this long after the signal exits then; 0: never
+        ),
         ddp=dict(
             backend="auto",         # "auto" | "nccl" | "gloo" (engine.devices: gloo lets processes share GPUs)
         ),

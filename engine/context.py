@@ -34,6 +34,7 @@ class StopReason(str, Enum):
     MAX_STEP = "max_step"              # task.run(max_step=...) ran out of iterations
     FINISHED = "finished"              # a middleware set ctx.finish without naming a reason
     INTERRUPTED = "interrupted"        # KeyboardInterrupt
+    PREEMPTED = "preempted"            # SIGTERM or another preempt.signals signal (engine.preemption)
     ERROR = "error"                    # an exception; ctx.stop_detail holds it
 
     def __str__(self) -> str:
@@ -85,12 +86,15 @@ class Context:
             under DDP rank 0's value).
         stop_reason: why the run stopped, a ``StopReason`` (persistent; under DDP rank 0's value).
         stop_detail: what ended the run when it was an error (persistent).
+        preempt: this process received a preemption signal (per step; under DDP true on every rank when
+            it is true on any, so all stop in the same iteration: ``middleware.preemption``).
     """
 
     total_step: int = persistent(0)
     finish: bool = persistent(False, sync=Sync.RANK0)
     stop_reason: Optional[StopReason] = persistent(None, sync=Sync.RANK0)
     stop_detail: Optional[str] = persistent(None)
+    preempt: bool = per_step(False, sync=Sync.MAX)
 
     def __post_init__(self) -> None:
         cls = type(self)

@@ -159,8 +159,10 @@ def explain_failure(where: str, err: BaseException) -> DistributedError:
                  f"made)")
     else:
         blame = "every rank reached the same point; one of them failed inside it"
-    return DistributedError(f"rank {rank} of {world}: {where} failed ({reason}). At fault: {blame}. Where each "
-                            f"rank was: {where_each}")
+    error = DistributedError(f"rank {rank} of {world}: {where} failed ({reason}). At fault: {blame}. Where each "
+                             f"rank was: {where_each}")
+    error.at_fault = gone or behind  # the launcher's headline names them (engine.launcher)
+    return error
 
 
 def is_communication_error(err: BaseException) -> bool:
@@ -351,13 +353,29 @@ def _rendezvous_store(init_method: str, rank: int, world_size: int, timeout: dat
     import torch.distributed as dist
 
     if os.environ.get("TORCHELASTIC_RUN_ID"):
-        return None
+        return _elastic_store(timeout) if init_method == "env://" else None
     if init_method == "env://":
         return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
                              is_master=rank == 0, timeout=timeout, wait_for_workers=False)
     if init_method.startswith("file://"):
         return dist.FileStore(init_method[len("file://"):], world_size)
     return None
+
+
+def _elastic_store(timeout: datetime.timedelta) -> Any:
+    """Under torchrun: its agent's store, with keys of this attempt of the worker group only. torch 2.13's
+    agents keep one store across restarts of the group (the c10d rendezvous shares it with the workers) and
+    env:// adds no prefix per attempt, so a restarted group read the first attempt's gloo addresses and
+    never formed ("connectFullMesh failed ... Connection refused"); a prefix per
+    ``TORCHELASTIC_RESTART_COUNT`` gives each attempt its own keys. None where the agent does not share
+    its store: rank 0 then hosts a new one per attempt, through env://."""
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"/baton/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def _agree_on_world_size(store: Any, rank: int, world_size: int, timeout: float) -> None:
@@ -491,7 +509,8 @@ class DDPContext:
         try:
             store = _rendezvous_store(init_method, self.rank, self.world_size, timeout)
             if store is not None:
-                _agree_on_world_size(store, self.rank, self.world_size, self.timeout)
+                if not os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun's agent has agreed on the world size
+                    _agree_on_world_size(store, self.rank, self.world_size, self.timeout)
                 dist.init_process_group(backend=backend, store=store, rank=self.rank, world_size=self.world_size,
                                         timeout=timeout)
             else:

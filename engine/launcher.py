@@ -26,15 +26,18 @@ import contextlib
 import json
 import multiprocessing
 import os
+import select
 import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from .distributed import DDPContext, DistributedError
+from .preemption import DEFAULT_SIGNALS, Preempted, exit_code, signal_number
 
 __all__ = ["launch", "check_rendezvous"]
 
@@ -77,26 +80,83 @@ def check_rendezvous(rendezvous: str) -> str:
 
 def _spawned(local_rank: int, fn: Callable[..., Any], args: Sequence[Any], nprocs: int, node_rank: int,
              nnodes: int, rendezvous: Optional[str], backend: str, cuda: bool, timeout: Optional[float],
-             error_dir: str, environ: Dict[str, str]) -> None:
+             error_dir: str, environ: Dict[str, str], launcher_pid: int) -> None:
     # the caller's environment at the call, not the fork server's from its start (a second job in the same
     # process has its own MASTER_PORT; a user's OMP_NUM_THREADS or CUDA_VISIBLE_DEVICES may have changed)
     os.environ.clear()
     os.environ.update(environ)
     signal.signal(signal.SIGINT, _interrupt_once)
+    _parent_death_signal(signal.SIGTERM)
+    _watch_launcher(launcher_pid)
     rank = node_rank * nprocs + local_rank
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nnodes * nprocs),
                       LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK=str(node_rank))
     with DDPContext(init_method=rendezvous, backend=backend, cuda=cuda, timeout=timeout):
         try:
             fn(*args)
+        except Preempted as err:  # stopped cleanly by a signal: the launcher exits with the same code
+            _write_report(error_dir, rank, {"preempted": err.signal, "exit_code": err.exit_code})
+            raise
         except KeyboardInterrupt:  # Ctrl-C: not a failure to report; the run wrote its checkpoint at finish
             raise
-        except BaseException:
+        except BaseException as err:
             # record when and how this rank failed, before leaving the group breaks the other ranks'
             # connections, so launch() can name the rank that failed first
-            with open(os.path.join(error_dir, f"rank{rank}.json"), "w") as f:
-                json.dump({"rank": rank, "time": time.time(), "traceback": traceback.format_exc()}, f)
+            _write_report(error_dir, rank, {"traceback": traceback.format_exc(),
+                                            "at_fault": list(getattr(err, "at_fault", ()) or ())})
             raise
+
+
+def _write_report(error_dir: str, rank: int, report: Dict[str, Any]) -> None:
+    """``rank<r>.json`` in ``error_dir``, whole or not at all (written aside, then renamed): the launcher
+    may read it while this rank is still writing, and a half-written report would hide the root cause."""
+    path = os.path.join(error_dir, f"rank{rank}.json")
+    with open(f"{path}.{os.getpid()}.tmp", "w") as f:
+        json.dump({"rank": rank, "time": time.time(), **report}, f)
+    os.replace(f"{path}.{os.getpid()}.tmp", path)
+
+
+def _watch_launcher(pid: int) -> None:
+    """End this rank when the launcher that started it is gone, however it went (SIGKILL included): the
+    rank sends itself SIGTERM, which the run takes as a preemption (``latest`` written, then exit). Its
+    parent is the fork server, which outlives the launcher while ranks hold its pipe, so the parent's death
+    (torch's PR_SET_PDEATHSIG) does not tell; the launcher's own pid does."""
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(pid)  # readable once the process has ended (Linux 5.3+)
+        except (AttributeError, OSError):
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])
+            os.close(fd)
+        else:
+            while _alive(pid):
+                time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="baton-launcher-watch", daemon=True).start()
+
+
+def _parent_death_signal(signum: int) -> None:
+    """The signal this rank gets when its parent (the fork server) dies: SIGTERM, the preemption path, in
+    place of the SIGINT torch's process wrapper asks for. A cluster's SIGTERM to every process of a job
+    ends the fork server at once; with SIGINT its ranks would be interrupted mid-iteration, racing the
+    agreed stop their own SIGTERM starts. Linux only (prctl); elsewhere the launcher watch suffices."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signum), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _interrupt_once(signum: int, frame: Any) -> None:
@@ -133,12 +193,80 @@ def _stop_interrupted(processes: Sequence[Any]) -> None:
                 p.kill()
 
 
-def _root_cause(error_dir: str) -> Optional[dict]:
+def _reports(error_dir: str) -> list:
+    """The ranks' reports (``_write_report``); files still being written are not among them."""
     reports = []
     for name in os.listdir(error_dir):
-        with open(os.path.join(error_dir, name)) as f:
-            reports.append(json.load(f))
-    return min(reports, key=lambda r: r["time"]) if reports else None
+        if name.endswith(".json"):
+            with open(os.path.join(error_dir, name)) as f:
+                reports.append(json.load(f))
+    return reports
+
+
+def _root_cause(error_dir: str) -> Optional[dict]:
+    failures = [r for r in _reports(error_dir) if "traceback" in r]
+    return min(failures, key=lambda r: r["time"]) if failures else None
+
+
+def _headline(first: dict, world: int) -> str:
+    """Who failed first; when that rank's error blames others (it timed out waiting for a rank that fell
+    behind or stopped), the blamed ranks lead."""
+    blamed = [r for r in first.get("at_fault", []) if r != first["rank"]]
+    if blamed:
+        ranks = ", ".join(map(str, blamed))
+        return (f"rank {ranks} of {world} stopped or fell behind (root cause, named by rank {first['rank']}, whose "
+                f"collective failed on it first); the other ranks of this node were stopped. Rank "
+                f"{first['rank']}'s traceback:\n{first['traceback']}")
+    return (f"rank {first['rank']} of {world} failed first (root cause); the other ranks of this node were "
+            f"stopped. Its traceback:\n{first['traceback']}")
+
+
+class _SignalForwarder:
+    """The launcher's handler of the preemption signals: pass the first one to every rank (each stops at an
+    iteration boundary and writes ``latest``), remember it, and kill ranks still alive ``grace_s`` + 10 s
+    later (their own deadline, ``preempt.grace_s``, should have ended them first)."""
+
+    def __init__(self, grace_s: float = 30.0) -> None:
+        self.processes: Sequence[Any] = ()
+        self.signum: Optional[int] = None
+        self._grace_s = grace_s
+        self._previous: Dict[int, Any] = {}
+
+    def install(self) -> "_SignalForwarder":
+        if threading.current_thread() is threading.main_thread():
+            for name in DEFAULT_SIGNALS:
+                number = signal_number(name)
+                self._previous[number] = signal.signal(number, self._received)
+        return self
+
+    def uninstall(self) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous if previous is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def _received(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            return
+        self.signum = signum
+        alive = [p for p in self.processes if p.is_alive()]
+        for p in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signum)
+        print(f"baton: {signal.Signals(signum).name}: waiting for {len(alive)} rank{'s' if len(alive) != 1 else ''} "
+              f"to write {'their' if len(alive) != 1 else 'its'} checkpoint and stop", file=sys.stderr, flush=True)
+        timer = threading.Timer(self._grace_s + 10.0, lambda: [p.kill() for p in alive if p.is_alive()])
+        timer.daemon = True
+        timer.start()
+
+
+def _preempted(error_dir: str, forwarder: _SignalForwarder) -> Optional[Preempted]:
+    """What to raise when the ranks stopped on a preemption signal (theirs, or the launcher's)."""
+    stopped = [r for r in _reports(error_dir) if "preempted" in r]
+    if stopped:
+        return Preempted(stopped[0]["preempted"], stopped[0]["exit_code"])
+    if forwarder.signum is not None:
+        return Preempted(signal.Signals(forwarder.signum).name, exit_code(forwarder.signum))
+    return None
 
 
 def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, backend: str = "auto",
@@ -179,10 +307,13 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
         os.environ["MASTER_ADDR"] = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(master_port or _free_port())
     world = nnodes * nprocs
-    with tempfile.TemporaryDirectory(prefix="baton-launch-") as error_dir:
+    forwarder = _SignalForwarder().install()
+    with tempfile.TemporaryDirectory(prefix="baton-launch-") as error_dir, contextlib.ExitStack() as cleanup:
+        cleanup.callback(forwarder.uninstall)
         context = mp.start_processes(_spawned, args=(fn, tuple(args), nprocs, node_rank, nnodes, rendezvous, backend,
-                                                     cuda, timeout, error_dir, dict(os.environ)),
+                                                     cuda, timeout, error_dir, dict(os.environ), os.getpid()),
                                      nprocs=nprocs, join=False, start_method=_start_method())
+        forwarder.processes = context.processes
         try:
             while not context.join():
                 pass
@@ -191,6 +322,9 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
             raise
         except Exception as err:
             first = _root_cause(error_dir)
+            preempted = _preempted(error_dir, forwarder) if first is None else None
+            if preempted is not None:  # a rank ended by its own deadline after the signal: still a preemption
+                raise preempted from None
             signal_name = getattr(err, "signal_name", None)
             if signal_name:  # killed: it could write no report, and it is what the others then failed on
                 rank = node_rank * nprocs + err.error_index
@@ -200,5 +334,7 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
                                        f"ranks of this node were stopped.{others}") from err
             if first is None:
                 raise
-            raise DistributedError(f"rank {first['rank']} of {world} failed first (root cause); the other "
-                                   f"ranks of this node were stopped. Its traceback:\n{first['traceback']}") from err
+            raise DistributedError(_headline(first, world)) from err
+        preempted = _preempted(error_dir, forwarder)
+        if preempted is not None:
+            raise preempted

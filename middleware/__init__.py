@@ -11,6 +11,7 @@ from .exploration import epsilon_schedule, eps_greedy_handler, random_collect_ha
 from .gae import gae_estimator
 from .learner import OffPolicyLearner, OnPolicyLearner
 from .logger import OnlineLogger, online_logger
+from .preemption import PreemptionStop
 from .progress import progress_bar
 from .pusher import data_pusher
 from .refresh import actor_refresher
@@ -22,5 +23,5 @@ __all__ = [
     "OffPolicyLearner", "OnPolicyLearner", "gae_estimator", "random_collect_handler", "InteractionEvaluator",
     "NewEvaluation", "evaluate_episodes", "termination_checker", "online_logger", "OnlineLogger", "CkptSaver",
     "load_checkpoint", "CheckpointError", "progress_bar", "RunSummary", "DDPMiddleware", "actor_refresher",
-    "BackgroundEvaluator", "BackgroundEvaluationError",
+    "BackgroundEvaluator", "BackgroundEvaluationError", "PreemptionStop",
 ]

@@ -117,7 +117,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     dataset.check_spaces(obs_space, action_space, f"env {cfg.env.env_id!r} (type {cfg.env.type!r})")
     plan = ShardPlan(dataset.n_episodes, world_size, dataset=f"dataset {cfg.dataset.name!r}")
 
-    cfg.exp_name = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
+    cfg.exp_name, resume = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
     if main:
         save_config(cfg)
     size_torch_threads(cfg.torch_threads)
@@ -157,6 +157,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
            if world_size > 1 else {})})
 
     pipeline = Pipeline(ctx, rank=rank, result=lambda: summary.result, resources=resources)
+    pipeline.append(stages.preemption(cfg, rank, world_size, resources), name="preemption")  # first: after ddp's sync
     pipeline.cfg, pipeline.policy, pipeline.buffer = cfg, policy, buffer
     pipeline.dataset, pipeline.shard = dataset, episodes
     if world_size > 1:  # before ddp: writes each rank's RNG state after the iteration's agreement

@@ -18,11 +18,12 @@ from engine.devices import visible_gpu_count
 from engine.config import ConfigError
 from engine.launcher import check_rendezvous, launch
 from engine.overrides import apply_overrides
+from engine.preemption import Preempted
 from engine.profile import profile_table
 from engine.slurm import srun_task_count
 from engine.registry import UnknownTypeError
 
-from .pipeline import RunInterrupted
+from .pipeline import RunInterrupted, RunPreempted
 from .serial import serial_pipeline
 from .user_errors import USER_ERRORS, exit_on_user_error, reported_once
 
@@ -39,9 +40,10 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument("--max-train-iter", type=int, default=None, help="stop after this many updates")
     parser.add_argument("--exp-name", default=None,
                         help="the run directory (default: <config exp_name>_seed<seed>, numbered _2, _3... when taken)")
-    parser.add_argument("--resume", action="store_true",
+    parser.add_argument("--resume", nargs="?", const=True, default=False, metavar="auto",
                         help="continue the run (without --exp-name: the newest of this config and seed) from its "
-                             "newest checkpoint")
+                             "newest checkpoint; '--resume auto': continue it if there is one, else start it "
+                             "(requeued jobs, restarts)")
     parser.add_argument("--force", action="store_true",
                         help="start over in a run directory that holds a run (the old one is moved aside first)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -82,6 +84,11 @@ def take_overrides(args: argparse.Namespace, extras: Sequence[str], error: Any) 
     argparse matches a ``nargs="*"`` positional once, so ``a=1 --seed 1 b=2`` leaves ``b=2`` unparsed; taking
     it here lets overrides and options mix in any order (torch.distributed.launch's ``--local-rank=N`` is an
     option like the others)."""
+    if getattr(args, "resume", False) not in (True, False, "auto"):  # --resume takes a KEY=VALUE after it
+        if "=" not in args.resume:
+            error(f"--resume takes no value, or 'auto' (continue the run if there is one, else start it); got "
+                  f"{args.resume!r}")
+        extras, args.resume = [args.resume] + list(extras), True
     stray = [word for word in extras if word.startswith("-") or "=" not in word]
     if stray or (extras and not hasattr(args, "overrides")):
         error(f"unrecognized arguments: {' '.join(stray or extras)}")
@@ -151,6 +158,8 @@ def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optio
         if not _starts_processes(args):
             return _train(input_cfg, args)
         _launch_ranks(input_cfg, args)
+    except Preempted as err:  # SIGTERM & co (here, or on the ranks launched): latest written; 128 + the signal
+        raise SystemExit(err.exit_code) from None
     except KeyboardInterrupt:  # Ctrl-C: the run said where it stopped and its checkpoint; no traceback
         raise SystemExit(130) from None
     return None
@@ -188,7 +197,8 @@ def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
     except RunInterrupted as err:
         _report(err.summary)
         if err.summary.get("rank", 0) == 0 and err.summary.get("run_dir"):
-            print(f"baton: interrupted; the latest checkpoint is in {os.path.join(err.summary['run_dir'], 'ckpt')}: "
+            what = f"preempted by {err.signal}" if isinstance(err, RunPreempted) else "interrupted"
+            print(f"baton: {what}; the latest checkpoint is in {os.path.join(err.summary['run_dir'], 'ckpt')}: "
                   f"the same command with --resume continues the run", file=sys.stderr, flush=True)
         raise
     _report(summary)

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import signal
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
 
-from engine.context import Context
+from engine.context import Context, StopReason
 from engine.loop import Middleware, Task
+from engine.preemption import Preempted, exit_code
 from engine.profile import StageProfile
 
-__all__ = ["Pipeline", "RunInterrupted", "Stage", "StageError"]
+__all__ = ["Pipeline", "RunInterrupted", "RunPreempted", "Stage", "StageError"]
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -30,8 +32,21 @@ class RunInterrupted(KeyboardInterrupt):
     message. The checkpoint stage wrote ``latest`` at finish, so the run continues with ``--resume``."""
 
     def __init__(self, summary: Any) -> None:
-        super().__init__("run interrupted")
+        KeyboardInterrupt.__init__(self, "run interrupted")  # not super(): RunPreempted puts Preempted next
         self.summary = summary
+
+
+class RunPreempted(RunInterrupted, Preempted):
+    """A preemption signal (SIGTERM, SIGUSR1: ``preempt.signals``) ended the run at an iteration boundary,
+    after ``latest`` was written (``engine.preemption``). ``signal`` names it; ``exit_code`` is what the
+    process exits with (128 + its number: SIGTERM 143, SIGUSR1 138). A ``RunInterrupted``, so code that
+    handles Ctrl-C handles this too."""
+
+    def __init__(self, summary: Any, signal_name: str, code: int) -> None:
+        RunInterrupted.__init__(self, summary)
+        self.args = (f"run preempted by {signal_name}",)
+        self.signal = signal_name
+        self.exit_code = code
 
 
 class StageError(KeyError):
@@ -153,6 +168,7 @@ class Pipeline:
                         task.use(stage.middleware, name=stage.name)
                 task.run(max_step=max_step, profile=self.profile)
             result = self._result() if self._result is not None else self.ctx
+            preempted = self._preempted()
         except KeyboardInterrupt as err:
             self.close(err)
             if self._result is None or isinstance(err, RunInterrupted):
@@ -162,7 +178,18 @@ class Pipeline:
             self.close(err)
             raise
         self.close()
+        if preempted is not None:
+            raise preempted
         return result
+
+    def _preempted(self) -> Optional[RunPreempted]:
+        """The ``RunPreempted`` to raise when the preemption stage ended the run (None otherwise)."""
+        if getattr(self.ctx, "stop_reason", None) != StopReason.PREEMPTED or "preemption" not in self:
+            return None
+        guard = self["preemption"].guard
+        signum = guard.signum or guard.default_signum
+        return RunPreempted(self._result() if self._result is not None else self.ctx,
+                            signal.Signals(signum).name, exit_code(signum))
 
     def close(self, error: Optional[BaseException] = None) -> None:
         """Release envs and the process group without running (``run()`` does this itself). ``error``: what

@@ -31,10 +31,10 @@ import re
 import socket
 import time
 import weakref
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Union
 
 __all__ = ["RunDirError", "RunLock", "RunClaim", "LOCK_NAME", "claim_run_dir", "resolve_run_dir",
-           "default_run_name"]
+           "default_run_name", "check_same_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -141,9 +141,11 @@ class RunLock:
 
 
 class RunClaim(NamedTuple):
-    """A run directory and the lock this process holds on it (``claim_run_dir``)."""
+    """A run directory and the lock this process holds on it (``claim_run_dir``); ``resumed``: the run
+    continues what the directory holds (``resume``, or ``resume="auto"`` that found a run)."""
     path: str
     lock: RunLock
+    resumed: bool = False
 
 
 _HELD: "weakref.WeakSet[RunLock]" = weakref.WeakSet()  # this process's locks, for _close_in_child
@@ -197,7 +199,7 @@ def _refusal(directory: str, holder: Dict[str, Any]) -> str:
             f"{lock_file} only if you are sure no process on {host} still writes this run")
 
 
-def claim_run_dir(exp_name: str, seed: int, *, explicit: bool, resume: bool = False,
+def claim_run_dir(exp_name: str, seed: int, *, explicit: bool, resume: Union[bool, str] = False,
                   force: bool = False) -> RunClaim:
     """The directory this run writes to, chosen as ``resolve_run_dir`` chooses it, and locked by this
     process in the same step: no other process can claim it between the choice and the lock.
@@ -206,11 +208,18 @@ def claim_run_dir(exp_name: str, seed: int, *, explicit: bool, resume: bool = Fa
     directories); ``force`` locks the old run before moving it aside (a run another process writes is not
     moved) and then the new directory. Release the lock with ``claim.lock.release()`` when the run ends.
 
+    ``resume="auto"`` (``--resume auto``: requeued jobs, restarted worker groups) continues the run when
+    there is one (the explicit directory holds one; else the newest of the config and seed) and starts one
+    otherwise.
+
     Raises:
         RunDirError: as ``resolve_run_dir``; and when another process holds the run (the message names it).
     """
     if resume and force:
         raise RunDirError("--resume continues a run and --force starts it over: give one of them")
+    if resume == "auto":
+        resume = _holds_files(exp_name) if explicit else any(
+            _holds_files(d) for d in _numbered(default_run_name(exp_name, seed)))
     if explicit:
         return _claim(exp_name, resume, force)
     base = default_run_name(exp_name, seed)
@@ -265,7 +274,7 @@ def _claim(path: str, resume: bool, force: bool) -> RunClaim:
                           f"directory with --exp-name")
     lock = RunLock.acquire(path)
     if resume or not _holds_files(path):
-        return RunClaim(path, lock)
+        return RunClaim(path, lock, resumed=bool(resume))
     if not force:
         lock.release()
         raise RunDirError(f"{path} already holds a run ({', '.join(_entries(path)[:4])}): --resume to continue "
@@ -309,3 +318,25 @@ def _aside_name(path: str) -> str:
         candidate, n = f"{path.rstrip('/')}.old-{stamp}-{n}", n + 1
     return candidate
 
+
+
+def check_same_task(path: str, cfg: Mapping[str, Any]) -> None:
+    """Refuse to continue a run of another algorithm or env: the run's own ``config.json`` names them.
+    Other keys may change across a resume (a longer budget, a new learning rate).
+
+    Raises:
+        RunDirError: naming the run's policy and env, and this config's.
+    """
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return  # a run killed before it wrote its config: nothing to compare
+    def task(c: Mapping[str, Any]) -> tuple:
+        env, policy = c.get("env") or {}, c.get("policy") or {}
+        return policy.get("type"), env.get("type"), env.get("env_id")
+    if task(saved) != task(cfg):
+        ran, asked = task(saved), task(cfg)
+        raise RunDirError(f"{path} holds a run of policy {ran[0]!r} on env {ran[2] or ran[1]!r}; this config is "
+                          f"policy {asked[0]!r} on env {asked[2] or asked[1]!r}. Continue it with its own config "
+                          f"({os.path.join(path, 'config.json')} says which), or give this run another --exp-name")

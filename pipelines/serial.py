@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -42,7 +43,7 @@ from policies.base import SpaceMismatchError
 from . import stages
 from .pipeline import Pipeline
 from .resume import resume_run
-from .run_dir import RunDirError, claim_run_dir
+from .run_dir import RunDirError, check_same_task, claim_run_dir
 
 __all__ = ["build_pipeline", "serial_pipeline", "rank_seed", "RANK_SEED_OFFSET"]
 
@@ -59,8 +60,8 @@ def rank_seed(seed: int, rank: int) -> int:
 
 
 def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[int] = None,
-                   max_train_iter: Optional[int] = None, *, exp_name: Optional[str] = None, resume: bool = False,
-                   force: bool = False, progress: Optional[bool] = None,
+                   max_train_iter: Optional[int] = None, *, exp_name: Optional[str] = None,
+                   resume: Union[bool, str] = False, force: bool = False, progress: Optional[bool] = None,
                    context: type = OnlineRLContext) -> Pipeline:
     """The standard pipeline for the policy of ``(main_config, create_config)``, ready to extend and run.
 
@@ -79,7 +80,8 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
             ``<config exp_name>_seed<seed>``, or ``..._seed<seed>_<n>`` when that holds a run already
             (``pipelines.run_dir``); ``pipeline.cfg.exp_name`` and the summary's ``run_dir`` say which.
         resume: continue the run of that directory (without ``exp_name``: the newest run of this config and
-            seed) from its newest loadable checkpoint.
+            seed) from its newest loadable checkpoint; ``"auto"``: continue it if there is one, else start
+            it (a requeued job). A worker group torchrun restarted continues its run without being told.
         force: start over in a directory that holds a run, after moving it aside to ``<dir>.old-<time>``.
         progress: show the progress bar (default: the config's ``log.progress``).
         context: the context class, ``OnlineRLContext`` or a subclass of it with fields of your own (declare
@@ -141,7 +143,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     rank, world_size = ddp_ctx.rank, ddp_ctx.world_size
     main = rank == 0
     cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=False)
-    cfg.exp_name = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
+    cfg.exp_name, resume = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
     if main:
         save_config(cfg)
     size_torch_threads(cfg.torch_threads)  # this process's share of the cores, unless OMP_NUM_THREADS says
@@ -180,6 +182,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
         **({"profile": profile.as_dict()} if profile is not None else {}), **stages.evaluator_report(evaluator)})
 
     pipeline = Pipeline(ctx, rank=rank, result=lambda: summary.result, resources=resources)
+    pipeline.append(stages.preemption(cfg, rank, world_size, resources), name="preemption")  # first: after ddp's sync
     pipeline.cfg, pipeline.policy, pipeline.buffer, pipeline.profile = cfg, policy, buffer, profile
     if world_size > 1:  # before ddp: writes each rank's replay shard after the iteration's agreement
         pipeline.append(stages.shard_saver(cfg, rank, buffer), name="shards")
@@ -211,24 +214,36 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     return pipeline
 
 
-def _run_dir(cfg: Mapping[str, Any], explicit: bool, resume: bool, force: bool, main: bool, world_size: int,
-             resources: contextlib.ExitStack) -> str:
+def _run_dir(cfg: Mapping[str, Any], explicit: bool, resume: Union[bool, str], force: bool, main: bool,
+             world_size: int, resources: contextlib.ExitStack) -> Tuple[str, bool]:
     """Rank 0 picks the run directory and locks it until the pipeline closes (``pipelines.run_dir``: one
     writer per run); under DDP every rank gets its choice, or its error, so all fail alike instead of
-    waiting for a rank that gave up."""
-    choice: Tuple[Optional[str], Optional[str]] = (None, None)
+    waiting for a rank that gave up. Returns the directory and whether the run continues what it holds.
+
+    A worker group that torchrun restarted (``TORCHELASTIC_RESTART_COUNT`` > 0) continues the run its first
+    attempt started, as ``resume="auto"`` does: from its newest loadable checkpoint, with the counters, the
+    replay shards and the RNG state that checkpoint holds."""
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if restart > 0 and not resume and not force:
+        resume = "auto"
+    choice: Tuple[Optional[str], bool, Optional[str]] = (None, False, None)
     if main:
         try:
             claim = claim_run_dir(cfg["exp_name"], cfg["seed"], explicit=explicit, resume=resume, force=force)
             resources.callback(claim.lock.release)
-            choice = (claim.path, None)
+            if claim.resumed:
+                check_same_task(claim.path, cfg)
+            choice = (claim.path, claim.resumed, None)
         except RunDirError as err:
-            choice = (None, str(err))
+            choice = (None, False, str(err))
     if world_size > 1:
         choice = broadcast_object(choice, src=0)
-    if choice[1] is not None:
-        raise RunDirError(choice[1])
-    return choice[0]
+    if choice[2] is not None:
+        raise RunDirError(choice[2])
+    if restart > 0 and main:
+        logger.warning("torchrun restart %d of this worker group: %s the run in %s", restart,
+                       "continuing" if choice[1] else "starting", choice[0])
+    return choice[0], choice[1]
 
 
 def _seed_everything(seed: int) -> None:

@@ -6,6 +6,7 @@ Each function takes the compiled config (``engine.compile_config``) and the obje
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
@@ -17,11 +18,13 @@ from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, Rin
 from data.replay.device import resolve_replay_device
 from engine.config import ConfigError, plain
 from engine.distributed import default_timeout
+from engine.preemption import PreemptionGuard
 from engine.protocols import VectorEnv
 from engine.context import OnlineRLContext
 from engine.registry import ENV_REGISTRY
 from middleware.background_eval import BackgroundEvaluator
 from middleware.checkpoint import ShardSaver
+from middleware.preemption import PreemptionStop
 from middleware import (CkptSaver, InteractionEvaluator, OffPolicyLearner, OnlineLogger, OnPolicyLearner,
                         StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator, online_logger,
                         random_collect_handler)
@@ -29,7 +32,8 @@ from middleware.progress_csv import PROGRESS_FILE
 from policies.base import Policy
 
 __all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration", "random_collect",
-           "off_policy_learner", "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logger"]
+           "off_policy_learner", "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logger",
+           "preemption"]
 
 
 def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, frame_stack: Optional[int] = None,
@@ -178,3 +182,20 @@ def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None) ->
     if resumed is not None:
         log.resume(resumed.env_step, resumed.last_eval_iter)
     return log
+
+
+def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: Any) -> PreemptionStop:
+    """The preemption stage (``preempt.signals``, ``preempt.grace_s``): its guard catches the signals from
+    now until the pipeline closes (``resources``), so a signal during the final checkpoint write waits for
+    it. Registered first in a pipeline (``middleware.preemption``)."""
+    try:
+        guard = PreemptionGuard(list(cfg.preempt.signals), float(cfg.preempt.grace_s),
+                                describe=f"rank {rank} of {world_size}" if world_size > 1 else "")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if not guard.install() and cfg.preempt.signals:
+        logging.getLogger(__name__).warning(
+            "not in the main thread: %s will end this run without a checkpoint (preempt.signals needs the main "
+            "thread to catch signals)", ", ".join(cfg.preempt.signals))
+    resources.callback(guard.uninstall)
+    return PreemptionStop(guard)

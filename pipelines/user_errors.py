@@ -22,6 +22,7 @@ from engine.config import ConfigError
 from engine.distributed import DistributedError
 from engine.fileio import DiskFullError
 from engine.registry import UnknownTypeError
+from engine.slurm import SlurmEnvError
 from middleware.checkpoint import CheckpointError
 from policies.base import SpaceMismatchError
 
@@ -31,7 +32,7 @@ __all__ = ["USER_ERRORS", "USER_ERROR_EXIT", "exit_on_user_error", "reported_onc
 
 #: the errors fixed in the input, not in the code; each message names what is wrong and the fix
 USER_ERRORS = (ConfigError, UnknownTypeError, RunDirError, CheckpointError, DiskFullError, DatasetError,
-               EmptyShardError, SpaceMismatchError)
+               EmptyShardError, SpaceMismatchError, SlurmEnvError)
 USER_ERROR_EXIT = 2
 _REPORTS = "BATON_ERROR_REPORTS"
 

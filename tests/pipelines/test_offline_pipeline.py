@@ -104,7 +104,7 @@ def test_offline_pipeline_trains_evaluates_checkpoints_and_logs(recorded, tmp_pa
     main.env.n_evaluator_episode = 2
     main.policy.eval.evaluator.eval_freq = 20
     pipeline = build_pipeline((main, create), max_train_iter=60, exp_name=str(tmp_path / "run"))
-    assert pipeline.names == ["ddp", "summary", "evaluator", "fetcher", "learner", "checkpoint", "logger",
+    assert pipeline.names == ["preemption", "ddp", "summary", "evaluator", "fetcher", "learner", "checkpoint", "logger",
                               "termination"]
     summary = pipeline.run()
     assert summary["stop_reason"] in ("max_train_iter", "stop_value") and summary["train_iter"] >= 20

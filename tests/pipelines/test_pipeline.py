@@ -8,7 +8,7 @@ import pytest
 from engine import Context, OnlineRLContext
 from pipelines import Pipeline, StageError, build_pipeline
 
-OFF_POLICY = ["ddp", "summary", "evaluator", "exploration", "collector", "pusher", "learner", "checkpoint",
+OFF_POLICY = ["preemption", "ddp", "summary", "evaluator", "exploration", "collector", "pusher", "learner", "checkpoint",
               "logger", "termination"]
 
 
@@ -20,7 +20,7 @@ def test_standard_stages_off_and_on_policy(quick_cartpole_config):
     ppo = copy.deepcopy(main_config)
     ppo.exp_name, ppo.log = main.exp_name + "_ppo", dict(progress=True)
     with build_pipeline((ppo, copy.deepcopy(create_config))) as pipeline:
-        assert pipeline.names == ["ddp", "summary", "evaluator", "collector", "gae", "learner", "checkpoint",
+        assert pipeline.names == ["preemption", "ddp", "summary", "evaluator", "collector", "gae", "learner", "checkpoint",
                                   "logger", "termination", "progress"]
 
 
@@ -42,7 +42,7 @@ def test_replace_and_remove(quick_cartpole_config):
     calls = []
     pipeline = build_pipeline((main, create), max_env_step=64)
     pipeline.replace("evaluator", lambda ctx: calls.append(ctx.total_step)).remove("logger")
-    assert "logger" not in pipeline and pipeline.names.index("evaluator") == 2
+    assert "logger" not in pipeline and pipeline.names.index("evaluator") == 3
     pipeline.run()
     assert calls[0] == 0
     with pytest.raises(RuntimeError, match="has run already"):
@@ -56,13 +56,13 @@ def test_unknown_stage_names_the_stages_that_exist(quick_cartpole_config):
             pipeline.insert_after("lerner", lambda ctx: None)
         message = str(err.value)
         assert "no stage named 'lerner'" in message and "Did you mean 'learner'?" in message
-        assert "Stages: ddp, summary, evaluator" in message
+        assert "Stages: preemption, ddp, summary, evaluator" in message
 
 
 def test_not_callable_and_duplicate_names_are_errors(quick_cartpole_config):
     main, create = quick_cartpole_config
     with build_pipeline((main, create)) as pipeline:
-        with pytest.raises(TypeError, match=r"stage 'mine': a middleware must be callable.*Stages: ddp"):
+        with pytest.raises(TypeError, match=r"stage 'mine': a middleware must be callable.*Stages: preemption, ddp"):
             pipeline.insert_after("learner", "not a function", name="mine")
         with pytest.raises(StageError, match="a stage named 'learner' exists already"):
             pipeline.append(lambda ctx: None, name="learner")
