@@ -14,6 +14,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
+
 __all__ = ["GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError"]
 
 logger = logging.getLogger(__name__)
@@ -101,7 +103,8 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
     if kind in ("sync", "base"):
         venv = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     elif kind in ("async", "subprocess"):
-        venv = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP,
+        venv = gym.vector.AsyncVectorEnv([_WorkerSurvivesPreemption(fn) for fn in env_fns],
+                                         autoreset_mode=AutoresetMode.SAME_STEP,
                                          shared_memory=bool(manager_cfg.get("shared_memory", False)),
                                          context=manager_cfg.get("context"))
     else:
@@ -132,3 +135,20 @@ def _make_env_groups(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, s
     venv = EnvGroups(envs)
     venv.action_space.seed(seed)
     return venv
+
+
+class _WorkerSurvivesPreemption:
+    """An env factory that, called in an ``AsyncVectorEnv`` worker, first makes the worker outlast a
+    preemption signal: a cluster signals every process of the job (Slurm's cgroup, a process-group kill),
+    and a worker that died of it broke the run's last iteration (a broken pipe) before the run could write
+    ``latest``. The worker records the signal and is closed with its envs as the run ends; one still alive a
+    minute later (its parent stuck or gone) exits then (``engine.preemption``)."""
+
+    GRACE_S = 60.0
+
+    def __init__(self, make: Any) -> None:
+        self._make = make
+
+    def __call__(self) -> gym.Env:
+        PreemptionGuard(DEFAULT_SIGNALS, self.GRACE_S, describe="env worker").install()
+        return self._make()

@@ -150,6 +150,18 @@ def test_the_command_exits_with_the_signals_code_and_its_checkpoint(signum, code
     _check_preempted(run_dir, out, err, 1, signal.Signals(signum).name)
 
 
+def test_sigterm_to_every_process_with_env_workers_still_saves(tmp_path):
+    """What Slurm does (every process of the job signalled): the async env workers outlast the signal, so the
+    run's last iteration still steps them and ``latest`` is written."""
+    run_dir = str(tmp_path / "run")
+    cmd = ["baton", "train", "-c", os.path.join(CONFIGS, "cartpole_dqn_config.py"), "--exp-name", run_dir,
+           "env.manager.type=async"] + ENDLESS
+    proc, out, err = _run_cli(cmd, run_dir, lambda p: os.killpg(p.pid, signal.SIGTERM))
+    assert proc.returncode == 143, err[-3000:]
+    _check_preempted(run_dir, out, err, 1)
+    assert not _left_behind(proc.pid)
+
+
 @pytest.mark.distributed
 def test_sigterm_to_the_launcher_alone_stops_every_rank_with_its_checkpoint(tmp_path):
     """What ``Popen.terminate()``, a sweep driver or a wrapper script sends: the launcher passes it on."""
