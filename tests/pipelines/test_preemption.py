@@ -71,6 +71,27 @@ def test_a_resumed_preempted_run_continues_where_it_stopped(tmp_path):
     assert summary["stop_reason"] == "max_env_step" and stopped < summary["env_step"] <= stopped + 256 + 8
 
 
+def test_sigterm_during_the_final_checkpoint_write_waits_for_it(tmp_path, monkeypatch):
+    """The signal lands while ``latest`` is being written at the end of the run: the write completes (the
+    guard only records it), so ``latest`` is whole and holds the run's last iteration."""
+    import middleware.checkpoint as checkpoint
+    from pipelines import build_pipeline
+
+    pipeline = build_pipeline(_small_dqn(tmp_path), max_env_step=512, exp_name=str(tmp_path / "run"))
+    write = checkpoint.save_checkpoint
+
+    def signalled_write(path, state):
+        if pipeline.ctx.finish and path.endswith("latest.pth.tar"):
+            os.kill(os.getpid(), signal.SIGTERM)  # handled between two bytecodes of the write below
+        return write(path, state)
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", signalled_write)
+    summary = pipeline.run()  # the run had finished: the signal stops nothing more
+    latest = load_checkpoint(str(tmp_path / "run" / "ckpt" / "latest.pth.tar"))
+    assert latest["ctx"]["train_iter"] == summary["train_iter"] and summary["stop_reason"] == "max_env_step"
+    assert not [name for name in os.listdir(tmp_path / "run" / "ckpt") if ".tmp" in name]
+
+
 def test_a_process_that_cannot_stop_exits_at_its_deadline(tmp_path):
     """A stage stuck after the signal: the guard's deadline ends the process with the signal's code."""
     script = f"""
