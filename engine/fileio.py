@@ -33,6 +33,16 @@ class DiskFullError(OSError):
         self.path = path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: what ``open()`` would give a new file: 0666 less the umask (group-readable with the usual 022 or 002)
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def _disk_full_error(path: str, code: int, free: int) -> DiskFullError:
     kept = "the previous version is unchanged" if os.path.exists(path) else "nothing was written"
     return DiskFullError(f"cannot write {path}: {os.strerror(code).lower()} ({_size(free)} free there); {kept}. "
@@ -51,6 +61,7 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], Any]) -> str:
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="-" + os.path.basename(path), dir=directory)
     try:
+        os.fchmod(fd, _FILE_MODE)  # mkstemp's 0600 would make run files private to their writer
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
