@@ -12,9 +12,10 @@ reports:
 - buffers that differ between ranks (batch-norm statistics: DDP broadcasts rank 0's at each forward and
   never averages them).
 
-Exact agreement is expected for a loss that is a mean over the batch with no randomness (DQN). A loss that
-normalises within its batch (PPO's advantage normalisation) or draws random numbers (SAC's sampled
-actions) differs from one process by design; the other findings still hold.
+Exact agreement is expected for a loss that is a mean over the batch with no randomness (DQN), and for PPO,
+whose advantages are normalised with the statistics of every rank's minibatch together
+(``policies.ppo.normalise_advantages``). A loss that draws random numbers (SAC's sampled actions) differs
+from one process by design; the other findings still hold.
 """
 from __future__ import annotations
 
@@ -53,9 +54,9 @@ class DDPCheckReport(dict):
         if self["ok"]:
             lines.append("OK: the data-parallel update equals the one-process update")
         else:
-            lines.append("NOT EQUAL: see above. A loss that normalises within each rank's batch (PPO's advantage "
-                         "normalisation) or draws random numbers (SAC) differs by design; unsynchronised or "
-                         "unused parameters and differing buffers are problems of the model")
+            lines.append("NOT EQUAL: see above. A loss that draws random numbers (SAC) or normalises within each "
+                         "rank's batch differs by design; unsynchronised or unused parameters and differing "
+                         "buffers are problems of the model")
         return "\n".join(lines)
 
 

@@ -22,13 +22,14 @@ import numpy as np
 import torch
 from torch.distributions import Categorical, Normal
 
+from engine.distributed import allreduce_data, is_distributed
 from engine.registry import POLICY_REGISTRY
 
 from .base import (Policy, check_finite, common_config, evaluator_config, make_adam, resolve_shape, space_dims,
                    to_numpy)
 from .models import ActorCritic
 
-__all__ = ["PPOPolicy", "A2CPolicy"]
+__all__ = ["PPOPolicy", "A2CPolicy", "normalise_advantages"]
 
 
 @POLICY_REGISTRY.register("ppo")
@@ -57,7 +58,9 @@ class PPOPolicy(Policy):
                 clip_ratio=0.2,
                 value_weight=0.5,
                 entropy_weight=0.0,
-                adv_norm=True,
+                adv_norm=True,          # normalise each minibatch's advantages; under DDP with the mean and
+                                        # standard deviation of all ranks' minibatches (one small all-reduce),
+                                        # so data-parallel PPO is single-process PPO on the joined batch
                 value_clip=False,       # clip the value update around the collected value (PPO2's variant); the range
                                         # is clip_ratio in return units: for returns of order 1 only
                 grad_clip_value=0.5,    # max gradient norm; 0 disables clipping
@@ -121,6 +124,8 @@ class PPOPolicy(Policy):
         obs = self._obs(batch.obs)
         action = batch.raw_action.to(dev).float() if self.continuous else batch.action.to(dev).long()
         adv = batch.adv.to(dev).float()
+        if self._adv_norm and len(adv) > 1:
+            adv = normalise_advantages(adv)
         returns = batch.returns.to(dev).float()
         logp_old = batch.logp.to(dev).float()
         value_old = batch.value.to(dev).float() if self._value_clip else None
@@ -133,9 +138,9 @@ class PPOPolicy(Policy):
 
     def _loss(self, obs: torch.Tensor, action: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor,
               logp_old: torch.Tensor, value_old: Optional[torch.Tensor]) -> tuple:
-        """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``."""
-        if self._adv_norm and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``; the
+        advantages arrive normalised (``normalise_advantages``: its collective stays out of the compiled
+        graph)."""
         head, value = self._learn_model(obs)
         dist = self._dist(head)
         logp = self._log_prob(dist, action)
@@ -198,6 +203,19 @@ class PPOPolicy(Policy):
     # ---- state -----------------------------------------------------------------------------------
     def _optimizer_settings(self) -> List[Dict[str, float]]:
         return [dict(lr=self.cfg["learn"]["learning_rate"])]
+
+
+def normalise_advantages(adv: torch.Tensor) -> torch.Tensor:
+    """``(adv - mean) / (std + 1e-8)`` over the minibatch; under DDP over every rank's minibatch together
+    (count, sum and sum of squares all-reduced), as one process would normalise the joined batch, where
+    each rank's own statistics made data-parallel PPO another algorithm (``baton check-ddp``: 9e-4 off)."""
+    if not is_distributed():
+        return (adv - adv.mean()) / (adv.std() + 1e-8)
+    moments = allreduce_data(torch.stack([adv.new_tensor(float(len(adv))), adv.sum(), (adv * adv).sum()]).double())
+    count, total, squares = moments[0], moments[1], moments[2]
+    mean = total / count
+    std = ((squares - count * mean * mean).clamp_min(0) / (count - 1)).sqrt()  # unbiased, as Tensor.std
+    return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + 1e-8)
 
 
 @POLICY_REGISTRY.register("a2c")
