@@ -16,8 +16,9 @@ The CartPole teacher is the dizoo CartPole PPO config trained to an evaluation m
 greedy 500 within 80k env steps here (best evaluations 300-400), while PPO does in seconds; acting greedily
 (argmax of its logits) it is as much an expert. The Pendulum teacher is the dizoo Pendulum SAC config
 stopped at its first evaluation (10 episodes, every 100 updates) at or above -700 (about 1,100 updates, a
-matter of seconds). Each teacher is trained once (``--work``/<name>_teacher, reused when its
-checkpoint exists), each dataset is recorded with ``baton record``'s code (``pipelines.record``), and an
+matter of seconds). Each teacher is trained once per call, in a temporary directory removed at the end;
+``--work DIR`` keeps the teachers' runs in ``DIR/<name>_teacher`` instead (checkpoints, logs), and a later
+call with the same ``--work`` reuses a teacher whose checkpoint is there. Each dataset is recorded with ``baton record``'s code (``pipelines.record``), and an
 existing dataset is left as it is (``--overwrite`` to record it again). The root is ``--root``, else
 ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``. Each step's figures (training time, dataset returns)
 are printed.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import tempfile
 import time
 from typing import Any, Dict, Optional
 
@@ -119,13 +121,19 @@ def make(root: Optional[str], work: str, seed: int, only: Optional[str] = None, 
 def main(argv: Optional[list] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=None, help="dataset root (default $MINARI_DATASETS_PATH or ~/.minari/datasets)")
-    parser.add_argument("--work", default="offline_teachers", help="where the teacher runs are trained")
+    parser.add_argument("--work", default=None, metavar="DIR",
+                        help="keep the teachers' runs in DIR (reused by a later call); default: a temporary "
+                             "directory, removed at the end")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", default=None, help="only datasets whose name starts with this (cartpole, pendulum)")
     parser.add_argument("--overwrite", action="store_true", help="record existing datasets again")
     args = parser.parse_args(argv)
     print(f"dataset root: {dataset_root(args.root)}", flush=True)
-    make(args.root, args.work, args.seed, args.only, args.overwrite)
+    if args.work is not None:
+        make(args.root, args.work, args.seed, args.only, args.overwrite)
+        return
+    with tempfile.TemporaryDirectory(prefix="baton-teachers-") as work:
+        make(args.root, work, args.seed, args.only, args.overwrite)
 
 
 if __name__ == "__main__":

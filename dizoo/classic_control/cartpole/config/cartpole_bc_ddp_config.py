@@ -4,8 +4,9 @@ dataset's episodes (docs/offline.md)::
     python dizoo/classic_control/cartpole/config/cartpole_bc_ddp_config.py --nproc 2
     torchrun --nproc_per_node=2 dizoo/classic_control/cartpole/config/cartpole_bc_ddp_config.py
 
-The hyperparameters are those of cartpole_bc_config.py, per rank; DDP averages the gradients, so one
-update sees ``batch_size * world_size`` transitions.
+Scales the data per update: the hyperparameters are those of cartpole_bc_config.py, per rank; DDP averages
+the gradients, so one update sees ``batch_size * world_size`` transitions, at the single-process learning rate
+(no scaling rule: an epoch over the dataset then makes ``1 / world_size`` as many updates).
 """
 import copy
 

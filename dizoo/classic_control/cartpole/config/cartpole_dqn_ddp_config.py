@@ -7,8 +7,8 @@ Each rank collects ``n_sample`` transitions into its own buffer and updates on i
 the gradients, so the global batch is ``batch_size * world_size``. Alone (no launcher) it runs as one
 process, with a warning.
 
-The hyperparameters are those of cartpole_dqn_config.py, per rank, except the learning rate: with 2 ranks
-the global batch doubles and the rate doubles with it (the linear scaling rule). With it each rank needs
+Scales the data per update: the hyperparameters are those of cartpole_dqn_config.py, per rank, except the
+learning rate: with 2 ranks the global batch doubles and the rate doubles with it (the linear scaling rule). With it each rank needs
 fewer env steps to solve than one process.
 """
 import copy

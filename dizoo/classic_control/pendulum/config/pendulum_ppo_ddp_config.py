@@ -3,10 +3,12 @@
     baton train -c dizoo/classic_control/pendulum/config/pendulum_ppo_ddp_config.py --nproc 2
     torchrun --nproc_per_node=2 dizoo/classic_control/pendulum/config/pendulum_ppo_ddp_config.py
 
-pendulum_ppo_config.py split over 2 ranks: each rank steps 2 envs x 1,024 steps per collect and runs the
-10 epochs over its 2,048 transitions in minibatches of 32; DDP averages the gradients, so each update sees
-a global minibatch of 64 and each collect is 4,096 transitions, as in one process. With more ranks, divide
-``collector_env_num``, ``n_sample`` and ``batch_size`` by the world size to keep those figures.
+Keeps the single-process data per update: pendulum_ppo_config.py split over 2 ranks. Each rank steps 2 envs
+x 1,024 steps per collect and runs the 10 epochs over its 2,048 transitions in minibatches of 32; DDP
+averages the gradients (the advantages are normalised over both ranks' minibatches), so each update sees a
+global minibatch of 64 and each collect is 4,096 transitions, as in one process, at the same learning rate.
+With more ranks, divide ``collector_env_num``, ``n_sample`` and ``batch_size`` by the world size to keep
+those figures.
 """
 import copy
 

@@ -2,8 +2,11 @@
 
     torchrun --nproc_per_node=2 dizoo/classic_control/pendulum/config/pendulum_sac_ddp_config.py
 
-pendulum_sac_config.py per rank. The actor, twin critic and temperature are one module trained by one
-backward per update, so the ddp middleware wraps all of them; each rank keeps its own replay buffer.
+Scales the data per update: pendulum_sac_config.py per rank, so each update averages the gradients of
+``batch_size * world_size`` transitions and the ranks together collect ``world_size`` times as much per
+iteration, at the single-process learning rates (no scaling rule). The actor, twin critic and temperature
+are one module trained by one backward per update, so the ddp middleware wraps all of them; each rank keeps
+its own replay buffer.
 """
 import copy
 

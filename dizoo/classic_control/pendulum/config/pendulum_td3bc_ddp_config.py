@@ -4,8 +4,9 @@ episodes (docs/offline.md)::
     python dizoo/classic_control/pendulum/config/pendulum_td3bc_ddp_config.py --nproc 2
     torchrun --nproc_per_node=2 dizoo/classic_control/pendulum/config/pendulum_td3bc_ddp_config.py
 
-The hyperparameters are those of pendulum_td3bc_config.py, per rank; DDP averages the gradients, so one
-update sees ``batch_size * world_size`` transitions. The actor and the twin critic are one module trained by
+Scales the data per update: the hyperparameters are those of pendulum_td3bc_config.py, per rank; DDP
+averages the gradients, so one update sees ``batch_size * world_size`` transitions, at the single-process
+learning rates (no scaling rule). The actor and the twin critic are one module trained by
 one backward per update (the actor's loss weighted 0 on the updates TD3 skips), so the ddp middleware
 wraps both.
 """

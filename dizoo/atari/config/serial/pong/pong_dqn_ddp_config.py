@@ -3,7 +3,9 @@
     python -m torch.distributed.launch --nproc_per_node=2 ./dizoo/atari/config/serial/pong/pong_dqn_ddp_config.py
     torchrun --nproc_per_node=2 dizoo/atari/config/serial/pong/pong_dqn_ddp_config.py
 
-pong_dqn_8env_config.py (8 envs, DI-engine's settings) per rank; on GPUs each rank uses cuda:LOCAL_RANK and nccl.
+Scales the data per update: pong_dqn_8env_config.py (8 envs, DI-engine's settings) per rank, so each update
+averages the gradients of ``batch_size * world_size`` transitions, at the single-process learning rate (no
+scaling rule, as DI-engine's example). On GPUs each rank uses cuda:LOCAL_RANK and nccl.
 """
 import copy
 
