@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from engine.context import OnlineRLContext, StopReason
+from engine.distributed import get_world_size
 
 __all__ = ["termination_checker"]
 
@@ -11,13 +12,23 @@ __all__ = ["termination_checker"]
 def termination_checker(max_env_step: Optional[int] = None,
                         max_train_iter: Optional[int] = None) -> Callable[[OnlineRLContext], None]:
     """Middleware that finishes the task once ``ctx.env_step >= max_env_step`` or
-    ``ctx.train_iter >= max_train_iter`` (``ctx.stop_reason`` says which)."""
+    ``ctx.train_iter >= max_train_iter`` (``ctx.stop_reason`` says which).
+
+    Under DDP ``ctx.env_step`` holds, until the ddp middleware sums the ranks' counts at the end of the
+    iteration, the global count before it plus this rank's own collection: the budget would be seen an
+    iteration late, and every rank would collect once more. Every rank collects as much per iteration
+    (``ctx.collect_stats``), so the global count after the iteration is this one plus the other ranks' equal
+    share; the run stops in the iteration that reaches the budget, overshooting it by less than the ranks'
+    share of one iteration."""
     for name, value in (("max_env_step", max_env_step), ("max_train_iter", max_train_iter)):
         if value is not None and (not isinstance(value, int) or value < 0):
             raise ValueError(f"{name} must be a non-negative int or None, got {value!r}")
+    others = get_world_size() - 1
 
     def _termination_checker(ctx: OnlineRLContext) -> None:
-        if max_env_step is not None and ctx.env_step >= max_env_step:
+        stats = getattr(ctx, "collect_stats", None) if others else None
+        env_step = ctx.env_step + (others * stats.get("env_steps", 0) if stats else 0)
+        if max_env_step is not None and env_step >= max_env_step:
             ctx.finish = True
             ctx.stop_reason = ctx.stop_reason or StopReason.MAX_ENV_STEP
         if max_train_iter is not None and ctx.train_iter >= max_train_iter:
