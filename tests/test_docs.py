@@ -50,6 +50,22 @@ def test_distributed_doc_launch_example_runs(tmp_path, monkeypatch):
 
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
+def test_distributed_doc_mp_spawn_recipe_runs(tmp_path):
+    """docs/distributed.md's ``torch.multiprocessing.spawn`` recipe, as a script: two spawned ranks train one
+    run together."""
+    import subprocess
+    import sys
+    [code] = [c for c in _python_blocks(os.path.join(ROOT, "docs", "distributed.md")) if "mp.spawn(" in c]
+    script = tmp_path / "spawn_recipe.py"
+    script.write_text(code)
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=200,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 ranks, " in proc.stdout and (tmp_path / "spawned_run" / "summary.json").is_file()
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
 def test_middleware_doc_synced_field_example_runs_under_torchrun(tmp_path):
     """docs/middleware.md's custom context field and middleware, in the standard pipeline, as a script
     under ``torchrun --nproc_per_node=2``: both ranks must see the field summed over ranks."""
