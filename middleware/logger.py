@@ -12,6 +12,7 @@ from engine.profile import StageProfile
 import numpy as np
 
 from .progress_csv import ProgressCSV
+from .summary import RunClock
 
 __all__ = ["online_logger", "OnlineLogger"]
 
@@ -32,8 +33,10 @@ class OnlineLogger:
     Train and speed scalars are written every ``train_show_freq`` train iterations (and at least every 50
     iterations of the loop) and at the end of the run, evaluation scalars whenever an evaluation happened.
     The scalars of one iteration go to both sinks from one dict, so the CSV holds exactly what TensorBoard
-    shows: one row per iteration that logged anything, with ``env_step``, ``train_iter`` and
-    ``wall_time_s`` (seconds since the logger's first iteration, continued across a resume).
+    shows: one row per iteration that logged anything, with ``env_step``, ``train_iter``, ``wall_time_s``
+    and ``elapsed_s`` when the row was written (the run's clocks, ``middleware.summary.RunClock``: the
+    pipeline gives the logger its clock, ``logger.clock = ...``; without one, the logger's own trains from its
+    first iteration, on from a resumed ``progress.csv``'s last kept row).
     ``print_freq > 0`` also logs a line through ``logging`` every that many train iterations.
 
     Args:
@@ -57,18 +60,32 @@ class OnlineLogger:
         self._returns: list = []
         self._step_outputs: Any = (None, None)  # (eps, train_output) of the latest iteration, for on_finish
         self._logged_eval_iter = -1  # ctx.last_eval_iter of the evaluation logged last
-        self._start: Optional[float] = None
-        self._wall_offset = 0.0
+        self._clock = RunClock()
+        self._resumed_wall_s: Optional[float] = None  # the last kept row's wall_time_s, after resume()
         self._last = None  # (time, env_step, train_iter, loop step) at the last write
         self._last_print_iter = 0
 
     def resume(self, env_step: int, last_eval_iter: int) -> None:
         """Continue a run restored from a checkpoint taken at ``env_step``: the CSV keeps its rows up to
-        there and its wall clock, and the checkpoint's evaluation (already logged) is not logged again."""
+        there and its ``wall_time_s`` goes on from them, and the checkpoint's evaluation (already logged) is
+        not logged again."""
         self._logged_eval_iter = last_eval_iter
         if self._csv_path:
             self._csv = ProgressCSV(self._csv_path, resume_env_step=env_step)
-            self._wall_offset = self._csv.resumed_wall_time_s
+            self._resumed_wall_s = self._csv.resumed_wall_time_s
+            self._clock.carry(self._resumed_wall_s)
+
+    @property
+    def clock(self) -> RunClock:
+        """The run's clocks that the rows' ``wall_time_s`` and ``elapsed_s`` read."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: RunClock) -> None:
+        """Share the run's clock (the summary starts and stops it). A resumed run's clock goes on from the
+        later of the checkpoint's record and the last kept row, so the column never steps back."""
+        clock.carry(self._resumed_wall_s)
+        self._clock = clock
 
     @property
     def writer(self) -> Any:
@@ -82,23 +99,23 @@ class OnlineLogger:
     def __call__(self, ctx: OnlineRLContext) -> None:
         now = time.perf_counter()
         if self._last is None:
-            self._start = now
+            self._clock.start()  # its own clock only: a shared one started with the run
             self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
         if ctx.episode_returns:
             self._returns.extend(ctx.episode_returns)
         # per-step fields are gone by on_finish (renewed): keep references to this iteration's
         self._step_outputs = (ctx.collect_kwargs.get("eps"), ctx.train_output)
-        scalars = self._evaluation_scalars(ctx, now)
+        scalars = self._evaluation_scalars(ctx)
         last_time, last_env, last_iter, last_loop = self._last
         if ctx.train_iter - last_iter >= self._show_freq or ctx.total_step - last_loop >= 50:
             scalars.update(self._interval_scalars(ctx, now))
-        self._write(ctx.env_step, ctx.train_iter, scalars, now)
+        self._write(ctx.env_step, ctx.train_iter, scalars)
         if self._print_freq and ctx.train_iter - self._last_print_iter >= self._print_freq:
             self._last_print_iter = ctx.train_iter
             logger.info("env_step=%d train_iter=%d eval=%.2f train=%s", ctx.env_step, ctx.train_iter,
                         ctx.eval_value, ctx.train_output)
 
-    def _evaluation_scalars(self, ctx: OnlineRLContext, now: float) -> Dict[str, float]:
+    def _evaluation_scalars(self, ctx: OnlineRLContext) -> Dict[str, float]:
         """A new evaluation's scalars, for this iteration's row; a background evaluation's result (of weights
         some iterations old) gets a row of its own, at the env_step, train_iter and wall time of its snapshot."""
         output = ctx.eval_output
@@ -111,7 +128,7 @@ class OnlineLogger:
         # arrives at the end), while an evaluation reads the agreed count at the start
         at = (output.get("env_step", ctx.env_step), output.get("train_iter", ctx.train_iter))
         if at != (ctx.env_step, ctx.train_iter):
-            self._write(at[0], at[1], scalars, now - output.get("lag_s", 0.0))
+            self._write(at[0], at[1], scalars, lag_s=output.get("lag_s", 0.0))
             return {}
         return scalars
 
@@ -137,24 +154,25 @@ class OnlineLogger:
         self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
         return scalars
 
-    def _write(self, env_step: int, train_iter: int, scalars: Dict[str, float], now: float) -> None:
-        """One iteration's scalars to TensorBoard and as one CSV row."""
+    def _write(self, env_step: int, train_iter: int, scalars: Dict[str, float], lag_s: float = 0.0) -> None:
+        """One iteration's scalars to TensorBoard and as one CSV row, whose clocks read ``lag_s`` ago."""
         if not scalars:
             return
         if self._tensorboard:
             for tag, value in scalars.items():
                 self.writer.add_scalar(tag, value, env_step)
         if self._csv is not None:
-            wall = self._wall_offset + now - (self._start if self._start is not None else now)
-            self._csv.write({"env_step": env_step, "train_iter": train_iter, "wall_time_s": wall, **scalars})
+            self._csv.write({"env_step": env_step, "train_iter": train_iter,
+                             "wall_time_s": self._clock.wall_time_s() - lag_s,
+                             "elapsed_s": self._clock.elapsed_s() - lag_s, **scalars})
 
     def on_finish(self, ctx: OnlineRLContext) -> None:
         # the last evaluation (in an iteration an error cut short) and the last, partial interval
         now = time.perf_counter()
-        scalars = self._evaluation_scalars(ctx, now)
+        scalars = self._evaluation_scalars(ctx)
         if self._last is not None and ctx.env_step > self._last[1]:
             scalars.update(self._interval_scalars(ctx, now))
-        self._write(ctx.env_step, ctx.train_iter, scalars, now)
+        self._write(ctx.env_step, ctx.train_iter, scalars)
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()

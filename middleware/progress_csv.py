@@ -1,11 +1,12 @@
 """``<exp_name>/progress.csv``: the logged scalars of a run as one CSV row per logging event.
 
-Columns: ``env_step``, ``train_iter``, ``wall_time_s`` and then the TensorBoard tags
-(``eval/episode_return_mean``, ``train/loss``, ...) in the order they were first logged. A row leaves
-empty the tags not logged at that step (an interval row has no evaluation, an evaluation row may have no
-speed). A tag first seen after rows were written widens the header: the file is rewritten (atomically)
-with the new column, earlier rows empty in it, so no value is ever dropped. Each row is flushed as it is
-written, so a killed run keeps every row it logged.
+Columns: ``env_step``, ``train_iter``, ``wall_time_s``, then, as the logger writes them, ``elapsed_s`` (the
+run's two clocks, ``middleware.summary``) and the TensorBoard tags (``eval/episode_return_mean``,
+``train/loss``, ...) in the order they were first logged. A row leaves empty the tags not logged at that
+step (an interval row has no evaluation, an evaluation row may have no speed). A tag first seen after rows
+were written widens the header: the file is rewritten (atomically) with the new column, earlier rows empty
+in it, so no value is ever dropped. Each row is flushed as it is written, so a killed run keeps every row
+it logged.
 
 Readers: ``read_progress`` (used by ``baton plot``), or any CSV reader (``pandas.read_csv``).
 """

@@ -5,7 +5,7 @@ The stages, in order (one iteration); (0) marks rank 0 only under DDP::
 
     shards       (DDP, every rank but 0) its RNG state beside each checkpoint rank 0 writes
     ddp          the same ddp middleware as online: DDP-wrapped learner; declared fields agreed once per iteration
-    summary      wall clock; summary.json at finish
+    summary      the clocks (wall_time_s, elapsed_s); summary.json at finish
     evaluator    (0) every eval_freq updates, greedy episodes on the real env; stops at env.stop_value
     fetcher      this rank's shard, read once into the replay storage; update_per_iter batches per iteration
     learner      one update per batch
@@ -35,11 +35,12 @@ from engine.distributed import DDPContext
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from middleware import DDPMiddleware, InteractionEvaluator, RunSummary, progress_bar, termination_checker
 from middleware.offline import OfflineDataFetcher, OfflineLearner
+from middleware.summary import RunClock
 from policies.base import SpaceMismatchError
 
 from . import stages
 from .pipeline import Pipeline
-from .resume import resume_run
+from .resume import resume_run, warn_config_changes
 from .serial import _join_and_build, _run_dir, _seed_everything, rank_seed
 
 __all__ = ["build_offline_pipeline", "offline_pipeline", "is_offline_config"]
@@ -100,6 +101,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
            resources: contextlib.ExitStack) -> Pipeline:
     rank, world_size = ddp_ctx.rank, ddp_ctx.world_size
     main = rank == 0
+    clock = RunClock()  # elapsed_s counts from here; wall_time_s from the first iteration (middleware.summary)
     cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=False)
     policy_cls = POLICY_REGISTRY.get(cfg.policy.type)
     if getattr(policy_cls, "pipeline", None) != "offline":
@@ -119,6 +121,8 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
 
     cfg.exp_name, resume = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
     if main:
+        if resume:
+            warn_config_changes(cfg)
         save_config(cfg)
     size_torch_threads(cfg.torch_threads)
     seed_r = rank_seed(cfg.seed, rank)
@@ -147,14 +151,16 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     ctx = context()
     saver = stages.checkpoint_saver(cfg, policy, None, world_size) if main else None
     if resume:
-        resume_run(cfg, policy, ctx, None, saver, rank, world_size, empty_buffer=lambda: None)
+        resume_run(cfg, policy, ctx, None, saver, rank, world_size, empty_buffer=lambda: None,
+                   max_env_step=max_env_step, max_train_iter=max_train_iter)
     ddp = DDPMiddleware(policy.learn_mode)
     summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {
         "run_dir": cfg.exp_name, "dataset": cfg.dataset.name, "dataset_episodes": dataset.n_episodes,
         "dataset_transitions": dataset.total_steps, "train_epoch": ctx.train_epoch,
         "shard_transitions": fetcher.loaded, "load_seconds": fetcher.load_seconds,
         **({"world_size": world_size, "rank": rank, "ddp_collective_s": ddp.collective_time}
-           if world_size > 1 else {})})
+           if world_size > 1 else {})}, clock=clock)
+    resources.callback(summary.close)  # elapsed_s to the end: after the final checkpoint, before envs close
 
     pipeline = Pipeline(ctx, rank=rank, result=lambda: summary.result, resources=resources)
     pipeline.append(stages.preemption(cfg, rank, world_size, resources), name="preemption")  # first: after ddp's sync
@@ -176,5 +182,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
                         main_only=True)
     pipeline.append(termination_checker(max_env_step, max_train_iter), name="termination")
     if cfg.log.progress if progress is None else progress:
-        pipeline.append(progress_bar(max_env_step) if main else None, name="progress", main_only=True)
+        pipeline.append(progress_bar(max_env_step, clock) if main else None, name="progress", main_only=True)
+    if "logger" in pipeline and pipeline["logger"] is not None:
+        pipeline["logger"].clock = clock  # progress.csv's wall_time_s and elapsed_s: the summary's
     return pipeline

@@ -7,29 +7,47 @@ buffer from the saved shards its rank takes (``data.replay.reshard``: the same s
 ranks, merged or dealt out on another) and takes back the RNG state its rank saved, if that rank existed.
 Rank 0's shard is inside the checkpoint; rank r's is ``<checkpoint>.rank<r>.pth.tar`` beside it (on a
 filesystem every node sees when the number of ranks changes across nodes).
+
+What the run summary counts goes on too: the best evaluation (the checkpoint's ``best_eval_value``, what
+``best.pth.tar`` holds), the evaluations and the training time (``middleware.summary.restore_record``).
+
+Two warnings, one line each: a config that differs from the run's ``config.json`` (``warn_config_changes``:
+the dotted keys, old -> new), and a run that has nothing left to train, which then stops at once without an
+iteration: its checkpoint is at or past the budget given now, or it stopped at its stop value or its budget
+and no larger budget is given (``finished_reason``). A run that reached its stop value, resumed with a budget
+above its counters, trains on to that budget without stopping at the stop value again.
 """
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from data.replay.reshard import load_shards, shard_plan
-from engine.context import OnlineRLContext
+from engine.context import OnlineRLContext, StopReason
 from engine.distributed import broadcast_object
 from engine.rng import set_rng_state
 from middleware.checkpoint import CheckpointError, load_checkpoint, load_newest_checkpoint, load_shard, shard_path
+from middleware.summary import restore_record
 
 from . import stages
 
-__all__ = ["resume_run"]
+__all__ = ["resume_run", "warn_config_changes", "config_changes", "finished_reason", "QUIET_KEYS"]
 
 logger = logging.getLogger(__name__)
 
 
 def resume_run(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer: Any, saver: Any, rank: int,
-               world_size: int, empty_buffer: Callable[[], Any]) -> None:
+               world_size: int, empty_buffer: Callable[[], Any], *, max_env_step: Optional[int] = None,
+               max_train_iter: Optional[int] = None) -> None:
     """Continue the run of ``cfg.exp_name`` (see the module docstring); call it on every rank.
+
+    ``max_env_step``, ``max_train_iter``: this process's budgets. When the run has nothing left to train
+    (``finished_reason``), ``ctx.finish`` is set with the reason, so the loop makes no iteration. When it
+    reached its stop value and a larger budget is given, ``cfg.env.stop_value`` is turned off (inf) in
+    ``cfg`` for this process, so that it trains on to the budget.
 
     Raises:
         CheckpointError: no loadable checkpoint, or one written by another policy, env or model.
@@ -38,7 +56,7 @@ def resume_run(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer
     error: Optional[str] = None
     if rank == 0:
         try:
-            found = _load_learn_state(cfg, policy, ctx, saver)
+            found = _load_learn_state(cfg, policy, ctx, saver, max_env_step, max_train_iter)
         except CheckpointError as err:
             error = str(err)
     if world_size > 1:  # every rank fails alike, or every rank learns what rank 0 read
@@ -47,9 +65,9 @@ def resume_run(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer
             else (error, None, None, None), src=0)
         if error is not None:
             raise CheckpointError(error)
-        if rank != 0:
+        if rank != 0:  # rank 0's state after its decision: go on, or stop at once for the reason it gave
             ctx.load_persistent_state(persistent)
-            ctx.finish, ctx.stop_reason, ctx.stop_detail = False, None, None
+            ctx.stop_reason = StopReason(ctx.stop_reason) if ctx.stop_reason else None
     else:
         if error is not None:
             raise CheckpointError(error)
@@ -58,8 +76,8 @@ def resume_run(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer
     _restore_shards(path, int(saved_ranks), main_state, ctx.train_iter, rank, world_size, buffer, empty_buffer)
 
 
-def _load_learn_state(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext,
-                      saver: Any) -> Tuple[str, Dict[str, Any]]:
+def _load_learn_state(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, saver: Any,
+                      max_env_step: Optional[int], max_train_iter: Optional[int]) -> Tuple[str, Dict[str, Any]]:
     ckpt_dir = os.path.join(cfg["exp_name"], "ckpt")
     path, state = load_newest_checkpoint(ckpt_dir)
     wrote, wants = state.get("meta") or {}, stages.checkpoint_meta(cfg)
@@ -75,12 +93,131 @@ def _load_learn_state(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext,
         raise CheckpointError(f"{path} does not fit this config's model ({str(err).splitlines()[0]}): resume with "
                               f"the config that wrote it, or start a new run under another --exp-name") from err
     ctx.load_persistent_state(state["ctx"])
+    saved_reason = ctx.stop_reason
     ctx.finish, ctx.stop_reason, ctx.stop_detail = False, None, None  # a resumed run goes on
+    best = state.get("best_eval_value", float("-inf"))
     if saver is not None:
-        saver.restore_best(state.get("best_eval_value", float("-inf")))
+        saver.restore_best(best)
+    restore_record(ctx, best)  # the summary's best, evaluations and training time go on from the checkpoint
     logger.info("resumed from %s at env_step=%d train_iter=%d (saved by %d rank(s))", path, ctx.env_step,
                 ctx.train_iter, state.get("world_size", 1))
+    _stop_if_finished(cfg, ctx, saved_reason, max_env_step, max_train_iter)
     return path, state
+
+
+def _stop_if_finished(cfg: Mapping[str, Any], ctx: OnlineRLContext, saved_reason: Optional[str],
+                      max_env_step: Optional[int], max_train_iter: Optional[int]) -> None:
+    """Finish ``ctx`` before its first iteration when the run has nothing left to train, saying so; or turn
+    the stop value off when a run that reached it is given a larger budget."""
+    stop_value = float(cfg["env"]["stop_value"])
+    reason, why = finished_reason(ctx, saved_reason, stop_value, max_env_step, max_train_iter)
+    run = cfg["exp_name"]
+    if reason is not None:
+        logger.warning("the run in %s has nothing left to train: %s; stopping without training", run, why)
+        ctx.finish, ctx.stop_reason = True, reason
+    elif saved_reason == StopReason.STOP_VALUE and ctx.eval_value >= stop_value:
+        logger.warning("the run in %s reached its stop value (evaluation %.1f >= env.stop_value %g); training on "
+                       "to the budget given (%s) without stopping at it", run, ctx.eval_value, stop_value,
+                       _budgets(max_env_step, max_train_iter))
+        cfg["env"]["stop_value"] = math.inf
+
+
+def finished_reason(ctx: OnlineRLContext, saved_reason: Optional[str], stop_value: float,
+                    max_env_step: Optional[int], max_train_iter: Optional[int]
+                    ) -> Tuple[Optional[StopReason], str]:
+    """Why a run restored into ``ctx`` has nothing left to train, as ``(reason, words)``; ``(None, "")`` when
+    it has. ``saved_reason``: the stop reason its checkpoint holds.
+
+    Nothing is left when a budget given now is met already, or when the run stopped at its stop value (still
+    met by its last evaluation under the ``stop_value`` of this config) or at its budget, and no budget is
+    given now: a budget above the counters (``max_env_step`` or ``max_train_iter``) trains on.
+
+    Examples:
+        >>> ctx = OnlineRLContext(env_step=1000, train_iter=80, eval_value=200.0)
+        >>> finished_reason(ctx, "stop_value", 195.0, None, None)[0]
+        <StopReason.STOP_VALUE: 'stop_value'>
+        >>> finished_reason(ctx, "stop_value", 195.0, 5000, None)      # a larger budget: train on
+        (None, '')
+        >>> finished_reason(ctx, "stop_value", 250.0, None, None)      # a higher stop value: not reached yet
+        (None, '')
+        >>> finished_reason(ctx, "interrupted", 195.0, 1000, None)[1]
+        'it is at env_step 1000, which meets max_env_step 1000 (--max-env-step): give a larger one to train on'
+    """
+    if max_env_step is not None and ctx.env_step >= max_env_step:
+        return StopReason.MAX_ENV_STEP, (f"it is at env_step {ctx.env_step}, which meets max_env_step {max_env_step} "
+                                         f"(--max-env-step): give a larger one to train on")
+    if max_train_iter is not None and ctx.train_iter >= max_train_iter:
+        return StopReason.MAX_TRAIN_ITER, (f"it is at train_iter {ctx.train_iter}, which meets max_train_iter "
+                                           f"{max_train_iter} (--max-train-iter): give a larger one to train on")
+    if max_env_step is not None or max_train_iter is not None:
+        return None, ""
+    more = (f"give a budget above its counters (--max-env-step above {ctx.env_step}, or --max-train-iter above "
+            f"{ctx.train_iter}) to train on")
+    if saved_reason == StopReason.STOP_VALUE and ctx.eval_value >= stop_value:
+        return StopReason.STOP_VALUE, (f"it reached its stop value at env_step {ctx.env_step} (evaluation "
+                                       f"{ctx.eval_value:.1f} >= env.stop_value {stop_value:g}); {more}")
+    if saved_reason in (StopReason.MAX_ENV_STEP, StopReason.MAX_TRAIN_ITER):
+        return StopReason(saved_reason), (f"it stopped at its budget ({saved_reason}) at env_step {ctx.env_step}, "
+                                          f"train_iter {ctx.train_iter}; {more}")
+    return None, ""
+
+
+def _budgets(max_env_step: Optional[int], max_train_iter: Optional[int]) -> str:
+    return ", ".join(f"{name} {value}" for name, value in (("max_env_step", max_env_step),
+                                                            ("max_train_iter", max_train_iter)) if value is not None)
+
+
+#: keys left out of ``warn_config_changes``: the run directory itself, how this invocation shows its
+#: progress (``--no-progress``, ``--profile``), and the stop value, a goal like the budgets (which are no
+#: config keys): changing it is how a finished run is trained further, and it is logged, at info level
+QUIET_KEYS = ("exp_name", "log.progress", "log.profile", "env.stop_value")
+
+
+def config_changes(saved: Mapping[str, Any], now: Mapping[str, Any]) -> Dict[str, Tuple[Any, Any]]:
+    """The dotted keys whose values differ between two configs, as ``{key: (saved, now)}`` (a key only one
+    of them has: ``"(absent)"`` on the other side).
+
+    Examples:
+        >>> config_changes({"env": {"n": 8, "id": "a"}, "seed": 0}, {"env": {"n": 4, "id": "a"}, "lr": 1})
+        {'env.n': (8, 4), 'lr': ('(absent)', 1), 'seed': (0, '(absent)')}
+    """
+    flat_saved, flat_now = _flatten(saved), _flatten(now)
+    absent = "(absent)"
+    return {key: (flat_saved.get(key, absent), flat_now.get(key, absent))
+            for key in sorted(set(flat_saved) | set(flat_now))
+            if key not in flat_saved or key not in flat_now or flat_saved[key] != flat_now[key]}
+
+
+def _flatten(cfg: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    flat: Dict[str, Any] = {}
+    for key, value in cfg.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(_flatten(value, path + "."))
+        else:  # JSON's view, so a list and a tuple, 1 and 1.0, inf and Infinity compare as config.json has them
+            flat[path] = json.loads(json.dumps(value, default=str))
+    return flat
+
+
+def warn_config_changes(cfg: Mapping[str, Any]) -> Dict[str, Tuple[Any, Any]]:
+    """Before a resumed run writes its config: one warning line listing the keys (dotted, old -> new) in
+    which ``cfg`` differs from the run's ``config.json``, leaving out ``QUIET_KEYS`` (a changed stop value
+    is logged at info level). Returns every difference, quiet keys included (none when there is no
+    ``config.json`` to compare with)."""
+    path = os.path.join(cfg["exp_name"], "config.json")
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    changes = config_changes(saved, cfg)
+    loud = [f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items() if key not in QUIET_KEYS]
+    if loud:
+        logger.warning("resuming %s with a config that differs from its config.json in %d key(s): %s", cfg["exp_name"],
+                       len(loud), "; ".join(loud))
+    if "env.stop_value" in changes:
+        logger.info("resuming %s with env.stop_value %r -> %r", cfg["exp_name"], *changes["env.stop_value"])
+    return changes
 
 
 def _restore_shards(path: str, saved_ranks: int, main_state: Optional[Dict[str, Any]], train_iter: int, rank: int,

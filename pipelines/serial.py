@@ -5,7 +5,7 @@ The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [
 
     shards           (DDP, every rank but 0) its replay shard and RNG beside each checkpoint rank 0 writes
     ddp              DDP-wrapped learner; the context's declared fields agreed once per iteration (no-op alone)
-    summary          wall clock from the start of the first iteration; summary.json at finish
+    summary          the clocks (wall_time_s: training; elapsed_s: since the build); summary.json at finish
     evaluator        (0) every eval_freq updates; stops the run at env.stop_value (background: in a process)
     exploration      epsilon of ctx.env_step (policies with other.eps)
     random_collect   random actions below policy.random_collect_size env steps (when > 0)
@@ -38,11 +38,12 @@ from engine.profile import StageProfile
 from engine.distributed import DDPContext, broadcast_object, launched_world_size, is_distributed
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from middleware import DDPMiddleware, RunSummary, actor_refresher, data_pusher, progress_bar, termination_checker
+from middleware.summary import RunClock
 from policies.base import SpaceMismatchError
 
 from . import stages
 from .pipeline import Pipeline
-from .resume import resume_run
+from .resume import resume_run, warn_config_changes
 from .run_dir import RunDirError, check_same_task, claim_run_dir
 
 __all__ = ["build_pipeline", "serial_pipeline", "rank_seed", "RANK_SEED_OFFSET"]
@@ -142,9 +143,12 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
            resources: contextlib.ExitStack) -> Pipeline:
     rank, world_size = ddp_ctx.rank, ddp_ctx.world_size
     main = rank == 0
+    clock = RunClock()  # elapsed_s counts from here; wall_time_s from the first iteration (middleware.summary)
     cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=False)
     cfg.exp_name, resume = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
     if main:
+        if resume:
+            warn_config_changes(cfg)
         save_config(cfg)
     size_torch_threads(cfg.torch_threads)  # this process's share of the cores, unless OMP_NUM_THREADS says
     seed_r = rank_seed(cfg.seed, rank)
@@ -173,13 +177,16 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     saver = stages.checkpoint_saver(cfg, policy, buffer, world_size) if main else None
     if resume:  # rank 0 reads the learn state (the ddp middleware shares it); every rank its replay and RNG
         resume_run(cfg, policy, ctx, buffer, saver, rank, world_size, empty_buffer=lambda: stages.replay_buffer(
-            cfg.policy, frame_stack=frame_stack, num_envs=cfg.env.collector_env_num, learn_device=policy.device))
+            cfg.policy, frame_stack=frame_stack, num_envs=cfg.env.collector_env_num, learn_device=policy.device),
+            max_env_step=max_env_step, max_train_iter=max_train_iter)
     evaluator = stages.evaluator(cfg, policy, evaluator_env, saver, world_size) if main else None
     ddp = DDPMiddleware(policy.learn_mode)
     profile = StageProfile() if cfg.log.profile else None  # where the time goes (--profile, engine.profile)
     summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {"run_dir": cfg.exp_name, **(
         {"world_size": world_size, "rank": rank, "ddp_collective_s": ddp.collective_time} if world_size > 1 else {}),
-        **({"profile": profile.as_dict()} if profile is not None else {}), **stages.evaluator_report(evaluator)})
+        **({"profile": profile.as_dict()} if profile is not None else {}), **stages.evaluator_report(evaluator)},
+        clock=clock)
+    resources.callback(summary.close)  # elapsed_s to the end: after the final checkpoint, before envs close
 
     pipeline = Pipeline(ctx, rank=rank, result=lambda: summary.result, resources=resources)
     pipeline.append(stages.preemption(cfg, rank, world_size, resources), name="preemption")  # first: after ddp's sync
@@ -208,7 +215,9 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
                         main_only=True)
     pipeline.append(termination_checker(max_env_step, max_train_iter), name="termination")
     if cfg.log.progress if progress is None else progress:
-        pipeline.append(progress_bar(max_env_step) if main else None, name="progress", main_only=True)
+        pipeline.append(progress_bar(max_env_step, clock) if main else None, name="progress", main_only=True)
+    if "logger" in pipeline and pipeline["logger"] is not None:
+        pipeline["logger"].clock = clock  # progress.csv's wall_time_s and elapsed_s: the summary's
     if profile is not None and "logger" in pipeline and pipeline["logger"] is not None:
         pipeline["logger"].profile = profile  # its profile/<stage>_share scalars
     return pipeline

@@ -61,10 +61,10 @@ def test_progress_csv_rows_match_the_scalars_sent_to_tensorboard(tmp_path):
         task.use(logger)
         task.run(max_step=8)
     header, rows = _rows(path)
-    assert header[:3] == list(LEADING_COLUMNS)
-    assert set(header[3:]) == set(writer.scalars)  # every tag a column, no column without a tag
+    assert header[:4] == list(LEADING_COLUMNS) + ["elapsed_s"]
+    assert set(header[4:]) == set(writer.scalars)  # every tag a column, no column without a tag
     assert "train/note" not in header
-    from_csv = {tag: [(int(r["env_step"]), float(r[tag])) for r in rows if r[tag] != ""] for tag in header[3:]}
+    from_csv = {tag: [(int(r["env_step"]), float(r[tag])) for r in rows if r[tag] != ""] for tag in header[4:]}
     assert from_csv == writer.scalars  # the same values at the same env steps, none dropped
     assert [int(r["env_step"]) for r in rows] == sorted({step for points in writer.scalars.values()
                                                           for step, _ in points})  # one row per logging step
