@@ -27,8 +27,6 @@ import time
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from .devices import local_world_size, rank_device, resolve_backend, visible_gpu_count
 from .slurm import SlurmLayout, adopt_slurm_env, slurm_layout
 
@@ -193,6 +191,7 @@ def _collective(name: str, desc: str, call: Optional[Callable[[], Any]] = None,
 
     Returns ``call()``'s result, or every rank's payload when there is no ``call``.
     """
+    import numpy as np  # with torch: not loaded by what only launches (baton --help)
     import torch
     import torch.distributed as dist
 

@@ -29,10 +29,10 @@ from data.envs import GymEnvType
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from policies.base import SpaceMismatchError
 
-__all__ = ["AlgoEnvError", "build_config", "algo_support", "describe_algos", "describe_envs", "GYM_TYPE"]
+from .catalog import ATARI_TYPE, GYM_TYPE
 
-GYM_TYPE = "gym"
-ATARI_TYPE = "atari"
+__all__ = ["AlgoEnvError", "build_config", "algo_support", "GYM_TYPE"]
+
 _PROBE_OBS = gym.spaces.Box(-1.0, 1.0, (4,))
 _PROBE_ACTIONS = {"discrete": gym.spaces.Discrete(2), "continuous": gym.spaces.Box(-1.0, 1.0, (1,))}
 
@@ -61,8 +61,9 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
     """
     algos = POLICY_REGISTRY.names()
     if algo not in algos:
+        close = difflib.get_close_matches(algo.lower(), algos, n=1, cutoff=0.6)
         raise AlgoEnvError(f"--algo {algo!r} is not a registered algorithm; choose one of {', '.join(algos)} "
-                           f"(baton train --list-algos)")
+                           f"{f'(did you mean {close[0]!r}?) ' if close else ''}(baton train --list-algos)")
     env_type, observation_space, action_space, stop_value = _resolve_env(env_id)
     misfit = _misfit(algo, observation_space, action_space)
     if misfit is not None:
@@ -83,36 +84,6 @@ def algo_support(algo: str) -> Dict[str, bool]:
     """``{"discrete": bool, "continuous": bool}``: whether ``algo`` builds on a flat observation with
     Discrete / Box actions (asked of the policy itself, so a newly registered one is described truly)."""
     return {kind: _misfit(algo, _PROBE_OBS, space) is None for kind, space in _PROBE_ACTIONS.items()}
-
-
-def describe_algos() -> str:
-    """The ``--list-algos`` table: each registered algorithm, its action spaces and pipeline."""
-    lines = ["algo      discrete  continuous  pipeline"]
-    for algo in POLICY_REGISTRY.names():
-        support = algo_support(algo)
-        lines.append(f"{algo:<9} {'yes' if support['discrete'] else 'no':<9} "
-                     f"{'yes' if support['continuous'] else 'no':<11} "
-                     f"{POLICY_REGISTRY.get(algo).pipeline.replace('_', '-')}")
-    return "\n".join(lines)
-
-
-def describe_envs() -> str:
-    """The ``--list-envs`` text: env families with their ids, then the gymnasium ids ``gym`` can take."""
-    lines = ["env families (--env ID uses the family whose id it is):"]
-    for name in ENV_REGISTRY.names():
-        if name == GYM_TYPE:
-            continue
-        if name == ATARI_TYPE:
-            ids = "any ale-py game: ALE/<Game>-v5 or <Game>NoFrameskip-v4, e.g. ALE/Pong-v5 (extra: .[atari])"
-        else:
-            ids = getattr(ENV_REGISTRY.get(name), "env_id", None) or \
-                ENV_REGISTRY.get(name).default_config().get("env_id", "?")
-        lines.append(f"  {name:<12} {ids}")
-    lines.append(f"  {GYM_TYPE:<12} any other gymnasium id with a flat Box observation and Discrete or Box "
-                 f"actions; stop value: the id's reward_threshold")
-    known = sorted(i for i in gym.registry if not i.startswith("ALE/") and "NoFrameskip" not in i)
-    lines.append(f"gymnasium ids registered here ({len(known)}; not all have flat observations): {', '.join(known)}")
-    return "\n".join(lines)
 
 
 # ---- helpers ---------------------------------------------------------------------------------------

@@ -20,23 +20,36 @@ keys (``policy.learn.batch_size=128 env.stop_value=none``; engine/overrides.py);
 --env ENV_ID`` trains without a config file: the algorithm's and the env family's defaults, the model sized
 from the env's spaces, ``exp_name`` ``<algo>_<env id>`` (pipelines/algo_env.py). An unknown key, a value of
 the wrong type, or an unknown algo or env ends with one line on stderr and exit status 2.
+
+What trains nothing imports neither torch nor gymnasium: ``--help`` (of every command), ``--list-algos`` and
+``--list-envs`` (from the table of pipelines/catalog.py) and the argument errors answer at once; the modules
+that train are imported by the functions that use them, and ``record``'s and ``plot``'s options are added to
+the parser only when that command is the one given.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import runpy
 import sys
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from engine.overrides import apply_overrides
 from engine.registry import UnknownTypeError
 
 from .options import configure_logging, add_train_options, check_launch_options, run_from_args, take_overrides
-from .plot import add_plot_options, plot_main
-from .record import add_record_options, record_main
 
 __all__ = ["main", "load_config_file"]
+
+#: commands whose options are defined by a module that imports torch (record) or middleware (plot):
+#: name -> (module, its function adding the options, the command's help)
+_COMMAND_MODULES = {
+    # a Minari dataset from a trained checkpoint (pipelines/record.py)
+    "record": ("record", "add_record_options", "record episodes of a trained checkpoint as a dataset"),
+    # evaluation curves of runs (their progress.csv); matplotlib is imported only when plotting
+    "plot": ("plot", "add_plot_options", "draw the evaluation return of runs (seeds grouped) to a PNG"),
+}
 
 
 def load_config_file(path: str) -> Tuple[Any, Any]:
@@ -62,7 +75,8 @@ def load_config_file(path: str) -> Tuple[Any, Any]:
     return namespace["main_config"], namespace["create_config"]
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The ``baton`` parser; ``command`` (the word after ``baton``) also gets the options of its module."""
     parser = argparse.ArgumentParser(prog="baton", description="Train RL pipelines from dizoo-style configs.")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train the pipeline of a config file, or of --algo on --env")
@@ -79,22 +93,30 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--nproc", type=int, default=2, help="processes to compare (default 2, gloo on CPU)")
     check.add_argument("-s", "--seed", type=int, default=0)
     check.add_argument("--tolerance", type=float, default=1e-5, help="largest parameter difference accepted")
-    # a Minari dataset from a trained checkpoint (pipelines/record.py)
-    add_record_options(sub.add_parser("record", help="record episodes of a trained checkpoint as a dataset"))
-    # evaluation curves of runs (their progress.csv); matplotlib is imported only when plotting
-    add_plot_options(sub.add_parser("plot", help="draw the evaluation return of runs (seeds grouped) to a PNG"))
+    for name, (module, add_options, help_text) in _COMMAND_MODULES.items():
+        command_parser = sub.add_parser(name, help=help_text)
+        if name == command:
+            getattr(importlib.import_module(f".{module}", __package__), add_options)(command_parser)
     return parser
 
 
+def _command(argv: Optional[Sequence[str]]) -> Optional[str]:
+    """The command word of ``argv`` (``baton`` itself takes no option but ``--help``, so the first word
+    that is not an option), or None."""
+    return next((word for word in (sys.argv[1:] if argv is None else argv) if not word.startswith("-")), None)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = _parser()
+    parser = _parser(_command(argv))
     args, extras = parser.parse_known_args(argv)
     take_overrides(args, extras, parser.error)
     if args.command == "plot":
+        from .plot import plot_main
+
         return plot_main(args)
     if args.command == "train":
         if args.list_algos or args.list_envs:
-            from .algo_env import describe_algos, describe_envs
+            from .catalog import describe_algos, describe_envs
 
             print("\n\n".join(text() for wanted, text in ((args.list_algos, describe_algos),
                                                          (args.list_envs, describe_envs)) if wanted))
@@ -109,6 +131,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"baton: {err}", file=sys.stderr)
         return 2
     if args.command == "record":
+        from .record import record_main
+
         return record_main(input_cfg, args)
     if args.command == "check-ddp":
         from .check_ddp import check_ddp

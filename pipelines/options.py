@@ -24,8 +24,6 @@ from engine.slurm import srun_task_count
 from engine.registry import UnknownTypeError
 
 from .pipeline import RunInterrupted, RunPreempted
-from .serial import serial_pipeline
-from .user_errors import USER_ERRORS, exit_on_user_error, reported_once
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +172,8 @@ def _launch_ranks(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> None:
         main_config.setdefault("policy", {})["cuda"] = cuda = True
     else:
         nprocs = args.nproc or 1
+    from .user_errors import reported_once  # torch: imported when training (baton --help loads none)
+
     backend = main_config.get("ddp", {}).get("backend", "auto")
     logger.info("starting %d process(es) on node %d of %d (%s)", nprocs, args.node_rank, args.nnodes,
                 "GPUs" if cuda else "CPU")
@@ -185,6 +185,9 @@ def _launch_ranks(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> None:
 
 def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
     """One process's run, and its one-line result (an application's output, not library logging)."""
+    from .serial import serial_pipeline  # torch: imported when training (baton --help loads none)
+    from .user_errors import USER_ERRORS, exit_on_user_error
+
     configure_logging()  # a process --nproc started begins with no logging configuration
     if args.profile:
         input_cfg = _with_profile(input_cfg)

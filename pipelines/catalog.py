@@ -1,0 +1,116 @@
+"""What ``baton train --list-algos`` and ``--list-envs`` print, without importing a policy or an env.
+
+Asking the registries would import every policy (torch) and env family (gymnasium) for a table of names:
+seconds on a busy machine. The facts are kept here instead, one row per name that setup.py declares in the
+``baton.policies`` / ``baton.envs`` entry-point groups, and tests/pipelines/test_catalog.py checks each row
+against the registered class itself (the action spaces an algorithm builds on, its pipeline, an env family's
+id) and the gymnasium ids against gymnasium's registry, so a change on either side fails there.
+
+A name another installed package declares in those groups, without a row here, is listed too, with what
+the entry point says (its module) and ``?`` for what only importing it would tell.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
+
+__all__ = ["AlgoRow", "EnvFamilyRow", "ALGOS", "ENV_FAMILIES", "GYM_TYPE", "ATARI_TYPE", "GYM_IDS",
+           "describe_algos", "describe_envs"]
+
+#: the generic env type of ``--env`` (any gymnasium id with flat observations; pipelines/algo_env.py)
+GYM_TYPE = "gym"
+#: the env type of ale-py's games
+ATARI_TYPE = "atari"
+
+
+class AlgoRow(NamedTuple):
+    discrete: bool    # builds on a flat observation with Discrete actions
+    continuous: bool  # ... with Box actions
+    pipeline: str     # the policy class's ``pipeline``: on_policy, off_policy or offline
+
+
+class EnvFamilyRow(NamedTuple):
+    ids: str              # the gymnasium id of the family (its ``env_id``), or what ids it takes
+    extra: Optional[str]  # the setup.py extra it needs, if any
+
+
+ALGOS: Dict[str, AlgoRow] = {
+    "a2c": AlgoRow(True, True, "on_policy"),     # advantage actor-critic
+    "bc": AlgoRow(True, True, "offline"),        # behaviour cloning
+    "cql": AlgoRow(True, False, "offline"),      # conservative Q-learning, discrete
+    "dqn": AlgoRow(True, False, "off_policy"),
+    "ppo": AlgoRow(True, True, "on_policy"),
+    "sac": AlgoRow(False, True, "off_policy"),
+    "td3bc": AlgoRow(False, True, "offline"),
+}
+
+ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
+    ATARI_TYPE: EnvFamilyRow("any ale-py game: ALE/<Game>-v5 or <Game>NoFrameskip-v4, e.g. ALE/Pong-v5", "atari"),
+    "cartpole": EnvFamilyRow("CartPole-v1", None),
+    "lunarlander": EnvFamilyRow("LunarLander-v3", "box2d"),
+    "pendulum": EnvFamilyRow("Pendulum-v1", None),
+}
+
+#: gymnasium ids ``--env`` takes (flat Box observations, Discrete or Box actions), newest version of each,
+#: by the extra they need
+GYM_IDS: Dict[Optional[str], List[str]] = {
+    None: ["Acrobot-v1", "CartPole-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"],
+    "box2d": ["BipedalWalker-v3", "BipedalWalkerHardcore-v3", "LunarLander-v3", "LunarLanderContinuous-v3"],
+    "mujoco": ["Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Humanoid-v5", "HumanoidStandup-v5",
+               "InvertedDoublePendulum-v5", "InvertedPendulum-v5", "Pusher-v5", "Reacher-v5", "Swimmer-v5",
+               "Walker2d-v5"],
+}
+#: the module each extra installs (looked up, not imported, to say whether it is there)
+_EXTRA_PROVIDES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py"}
+
+
+def describe_algos() -> str:
+    """The ``--list-algos`` table: each algorithm, the action spaces it takes and its pipeline."""
+    lines = ["algo      discrete  continuous  pipeline"]
+    for name, module in _declared("baton.policies", ALGOS):
+        row = ALGOS.get(name)
+        if row is None:
+            lines.append(f"{name:<9} {'?':<9} {'?':<11} ? ({module})")
+            continue
+        lines.append(f"{name:<9} {_yes(row.discrete):<9} {_yes(row.continuous):<11} {row.pipeline.replace('_', '-')}")
+    return "\n".join(lines)
+
+
+def describe_envs() -> str:
+    """The ``--list-envs`` text: env families with their ids, then the gymnasium ids ``gym`` takes."""
+    lines = ["env families (--env ID uses the family whose id it is):"]
+    for name, module in _declared("baton.envs", ENV_FAMILIES):
+        row = ENV_FAMILIES.get(name)
+        ids = f"? ({module})" if row is None else f"{row.ids}{_extra_note(row.extra)}"
+        lines.append(f"  {name:<12} {ids}")
+    lines.append(f"  {GYM_TYPE:<12} any other gymnasium id with a flat Box observation and Discrete or Box "
+                 f"actions; stop value: the id's reward_threshold")
+    lines.append("gymnasium ids that fit --env, newest versions (older ones, and other packages' ids with flat "
+                 "observations, fit too):")
+    for extra, ids in GYM_IDS.items():
+        lines.append(f"  {', '.join(ids)}{_extra_note(extra)}")
+    lines.append("every gymnasium id: python -c \"import gymnasium; gymnasium.pprint_registry()\"")
+    return "\n".join(lines)
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+def _declared(group: str, rows: Mapping[str, object]) -> List[Tuple[str, Optional[str]]]:
+    """``(name, module)`` of each entry point of ``group`` (read from the installed metadata, nothing
+    imported) and of each row, sorted by name; the module is None for a row no entry point declares."""
+    from importlib import metadata
+
+    modules: Dict[str, Optional[str]] = {name: None for name in rows}
+    for ep in metadata.entry_points(group=group):
+        modules.setdefault(ep.name, ep.value)
+    return sorted(modules.items())
+
+
+def _extra_note(extra: Optional[str]) -> str:
+    if extra is None:
+        return ""
+    installed = importlib.util.find_spec(_EXTRA_PROVIDES[extra]) is not None
+    return f" (extra: .[{extra}]{'' if installed else ', not installed'})"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
