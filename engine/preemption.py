@@ -70,6 +70,7 @@ class PreemptionGuard:
     """
 
     def __init__(self, signals: Sequence[str] = DEFAULT_SIGNALS, grace_s: float = 20.0, describe: str = "") -> None:
+        self.signals = [signal.Signals(signal_number(s)).name for s in signals]
         self._numbers = [signal_number(s) for s in signals]
         self.default_signum = self._numbers[0] if self._numbers else int(signal.SIGTERM)
         if grace_s < 0:

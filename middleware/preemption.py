@@ -9,19 +9,31 @@ left waiting, and the checkpoint stage writes ``latest`` at finish as for any ot
 """
 from __future__ import annotations
 
+import logging
+
 from engine.context import Context, StopReason
 from engine.preemption import PreemptionGuard
 
 __all__ = ["PreemptionStop"]
 
+logger = logging.getLogger(__name__)
+
 
 class PreemptionStop:
-    """See the module docstring. ``guard``: the process's installed ``PreemptionGuard``."""
+    """See the module docstring. ``guard``: the process's ``PreemptionGuard``, installed at this stage's
+    first call (a pipeline built and never run changes no signal handler); whoever built the stage
+    uninstalls it when the run ends (the standard pipelines: when they close)."""
 
     def __init__(self, guard: PreemptionGuard) -> None:
         self.guard = guard
+        self._armed = False
 
     def __call__(self, ctx: Context):
+        if not self._armed:
+            self._armed = True
+            if not self.guard.install() and self.guard.signals:
+                logger.warning("not in the main thread: %s will end this run without a checkpoint (catching "
+                               "signals needs the main thread)", ", ".join(self.guard.signals))
         if self.guard.requested is not None:
             ctx.preempt = True
         yield

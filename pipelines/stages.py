@@ -6,7 +6,6 @@ Each function takes the compiled config (``engine.compile_config``) and the obje
 """
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
@@ -186,16 +185,12 @@ def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None) ->
 
 def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: Any) -> PreemptionStop:
     """The preemption stage (``preempt.signals``, ``preempt.grace_s``): its guard catches the signals from
-    now until the pipeline closes (``resources``), so a signal during the final checkpoint write waits for
-    it. Registered first in a pipeline (``middleware.preemption``)."""
+    the run's first iteration until the pipeline closes (``resources``), so a signal during the final
+    checkpoint write waits for it. Registered first in a pipeline (``middleware.preemption``)."""
     try:
         guard = PreemptionGuard(list(cfg.preempt.signals), float(cfg.preempt.grace_s),
                                 describe=f"rank {rank} of {world_size}" if world_size > 1 else "")
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if not guard.install() and cfg.preempt.signals:
-        logging.getLogger(__name__).warning(
-            "not in the main thread: %s will end this run without a checkpoint (preempt.signals needs the main "
-            "thread to catch signals)", ", ".join(cfg.preempt.signals))
     resources.callback(guard.uninstall)
     return PreemptionStop(guard)

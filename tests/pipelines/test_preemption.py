@@ -44,7 +44,9 @@ def _small_dqn(run_dir):
 def test_sigterm_ends_the_iteration_writes_latest_and_raises_run_preempted(tmp_path):
     from pipelines import RunPreempted, build_pipeline
 
+    before = signal.getsignal(signal.SIGTERM)
     pipeline = build_pipeline(_small_dqn(tmp_path), max_env_step=10**8, exp_name=str(tmp_path / "run"))
+    assert signal.getsignal(signal.SIGTERM) is before  # a pipeline that is only built changes nothing
     pipeline.append(_signal_at(5), name="signal")
     with pytest.raises(RunPreempted) as caught:
         pipeline.run()
@@ -54,7 +56,7 @@ def test_sigterm_ends_the_iteration_writes_latest_and_raises_run_preempted(tmp_p
     assert pipeline.ctx.total_step == 7  # the signal came in iteration 5; iteration 6 saw it and was the last
     latest = load_checkpoint(str(tmp_path / "run" / "ckpt" / "latest.pth.tar"))
     assert latest["ctx"]["env_step"] == summary["env_step"] and latest["ctx"]["train_iter"] == summary["train_iter"]
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back when the pipeline closed
+    assert signal.getsignal(signal.SIGTERM) is before  # given back when the pipeline closed
 
 
 def test_a_resumed_preempted_run_continues_where_it_stopped(tmp_path):
