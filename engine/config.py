@@ -12,7 +12,7 @@ import copy
 import difflib
 import math
 import os
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from easydict import EasyDict
 
@@ -127,23 +127,29 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     return cfg
 
 
-def deep_merge(defaults: Mapping[str, Any], user: Mapping[str, Any], path: str = "") -> Dict[str, Any]:
-    """Return ``defaults`` updated by ``user``, recursively; unknown keys and wrong types raise ConfigError."""
+def deep_merge(defaults: Mapping[str, Any], user: Mapping[str, Any], path: str = "", *,
+               root: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """Return ``defaults`` updated by ``user``, recursively; unknown keys and wrong types raise ConfigError.
+
+    ``root``: the whole tree ``path`` lies in (default: ``defaults`` itself when ``path`` is empty), searched
+    for a key misplaced at another depth (``batch_size`` at the top: did you mean ``policy.learn.batch_size``).
+    """
     result = copy.deepcopy(dict(defaults))
     free_form = len(defaults) == 0
+    root = defaults if root is None and not path else root
     for key, value in user.items():
         key_path = f"{path}.{key}" if path else str(key)
         if key not in defaults:
             if free_form:
                 result[key] = copy.deepcopy(value)
                 continue
-            raise ConfigError(_unknown_key_message(key_path, key, defaults))
+            raise ConfigError(_unknown_key_message(key_path, key, defaults, root=root))
         default = defaults[key]
         if isinstance(default, Mapping):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"config key {key_path!r} must be a dict (type dict), got "
                                   f"{type(value).__name__}: {value!r}")
-            result[key] = deep_merge(default, value, key_path)
+            result[key] = deep_merge(default, value, key_path, root=root)
         else:
             _check_type(key_path, default, value)
             result[key] = copy.deepcopy(value)
@@ -160,12 +166,15 @@ _AT_LEAST_ONE = ("env.collector_env_num", "env.evaluator_env_num", "env.n_evalua
                  "policy.collect.n_sample", "policy.learn.batch_size", "policy.learn.update_per_collect",
                  "policy.learn.epoch_per_collect", "policy.learn.target_update_freq",
                  "policy.eval.evaluator.eval_freq", "policy.other.replay_buffer.replay_buffer_size",
-                 "policy.device.refresh_every")
+                 "policy.device.refresh_every", "policy.learn.actor_update_freq", "policy.other.eps.decay")
 _POSITIVE = ("policy.learn.learning_rate", "policy.learn.learning_rate_q", "policy.learn.learning_rate_policy",
              "policy.learn.learning_rate_alpha")
 _NOT_NEGATIVE = ("ckpt.save_freq", "ckpt.latest_every_s", "log.print_freq", "policy.random_collect_size",
-                 "torch_threads")
-_UNIT_INTERVAL = ("policy.discount_factor", "policy.collect.gae_lambda")
+                 "torch_threads", "policy.learn.cql_alpha", "policy.learn.policy_noise", "policy.learn.noise_clip")
+_UNIT_INTERVAL = ("policy.discount_factor", "policy.collect.gae_lambda", "policy.learn.target_theta")
+# Words a key takes, checked here with a "did you mean" rather than where the policy or the env is built
+_CHOICES = {"policy.learn.td_loss": ("huber", "mse"), "policy.other.eps.type": ("exp", "linear"),
+            "env.manager.type": ("sync", "async", "subprocess")}
 
 
 def _lookup(cfg: Mapping[str, Any], path: str) -> Any:
@@ -201,9 +210,7 @@ def accel_modes(cfg: Mapping[str, Any]) -> Tuple[str, str]:
         value = cfg.get(key, "none")
         value = "none" if value is None else value
         if value not in choices:
-            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.4)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"policy.{key}={value!r} is not one of {', '.join(map(repr, choices))}{hint}")
+            raise ConfigError(_not_one_of(f"policy.{key}", value, choices))
         modes.append(value)
     return modes[0], modes[1]
 
@@ -233,6 +240,13 @@ def check_values(cfg: Mapping[str, Any]) -> None:
         value = _lookup(cfg, path)
         if value is not None and not 0.0 <= value <= 1.0:
             raise ConfigError(f"config key {path!r} is {value!r}: it must lie in [0, 1]")
+    for path, choices in _CHOICES.items():
+        value = _lookup(cfg, path)
+        if value is not None and value not in choices:
+            raise ConfigError(_not_one_of(path, value, choices))
+    if _lookup(cfg, "policy.model.encoder_hidden_size_list") == []:
+        raise ConfigError("config key 'policy.model.encoder_hidden_size_list' is []: name at least one layer, "
+                          "e.g. [64, 64]")
     if isinstance(cfg.get("policy"), Mapping):
         accel_modes(cfg["policy"])
     backend = _lookup(cfg, "ddp.backend")
@@ -246,6 +260,12 @@ def check_values(cfg: Mapping[str, Any]) -> None:
         raise ConfigError(f"policy.other.replay_buffer.replay_buffer_size={size} is smaller than "
                           f"policy.learn.batch_size={batch}: the learner would never start. Make the buffer larger "
                           f"or the batch smaller")
+
+
+def _not_one_of(path: str, value: Any, choices: Tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.4)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{path}={value!r} is not one of {', '.join(map(repr, choices))}{hint}"
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
@@ -311,13 +331,41 @@ def _check_type(key_path: str, default: Any, value: Any) -> None:
         raise ConfigError(f"config key {key_path!r} is NaN")
 
 
-def _unknown_key_message(key_path: str, key: Any, valid: Mapping[str, Any]) -> str:
+def _unknown_key_message(key_path: str, key: Any, valid: Mapping[str, Any], *, root: Optional[Mapping[str, Any]] = None,
+                         rest: Optional[str] = None) -> str:
+    """``key`` is not among ``valid`` (the keys at ``key_path``'s depth): the message names the full path and
+    the key meant. That is the same key at another depth of ``root`` (the whole tree) when there is one
+    (``batch_size`` -> ``policy.learn.batch_size``; ``rest``: the dotted words from ``key`` on, as typed), else
+    the closest key at this depth.
+
+    Examples:
+        >>> tree = {"seed": 0, "policy": {"learn": {"batch_size": 64}}}
+        >>> _unknown_key_message("batch_size", "batch_size", tree, root=tree)
+        "unknown config key 'batch_size'; did you mean 'policy.learn.batch_size'? Valid keys: policy, seed"
+    """
     candidates = [str(k) for k in valid]
-    close = difflib.get_close_matches(str(key), candidates, n=1, cutoff=0.5)
     parent = key_path.rsplit(".", 1)[0] if "." in key_path else ""
+    elsewhere = _paths_ending(root, rest or str(key)) if root is not None else []
+    close = difflib.get_close_matches(str(key), candidates, n=1, cutoff=0.5)
     msg = f"unknown config key {key_path!r}"
-    if close:
+    if elsewhere:
+        msg += f"; did you mean {' or '.join(map(repr, elsewhere[:3]))}?"
+    elif close:
         suggestion = f"{parent}.{close[0]}" if parent else close[0]
         msg += f"; did you mean {suggestion!r}?"
     msg += f" Valid keys{' under ' + repr(parent) if parent else ''}: {', '.join(sorted(candidates))}"
     return msg
+
+
+def _paths_ending(tree: Mapping[str, Any], suffix: str) -> List[str]:
+    """The dotted paths of ``tree`` (sections and values) that end in the words of ``suffix``, shortest first."""
+    found, stack = [], [("", tree)]
+    while stack:
+        prefix, node = stack.pop()
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if path == suffix or path.endswith(f".{suffix}"):
+                found.append(path)
+            if isinstance(value, Mapping):
+                stack.append((path, value))
+    return sorted(found, key=lambda p: (p.count("."), p))

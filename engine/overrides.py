@@ -156,7 +156,8 @@ def _field(defaults: Mapping[str, Any], key: str) -> Any:
         if part not in node:
             if not node:  # a free-form section ({}) takes any key, as compile_config does
                 return _ANY
-            raise ConfigError(_unknown_key_message(".".join(parts[:i + 1]), part, node))
+            raise ConfigError(_unknown_key_message(".".join(parts[:i + 1]), part, node, root=defaults,
+                                                   rest=".".join(parts[i:])))
         node = node[part]
     return node
 

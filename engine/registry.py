@@ -6,6 +6,7 @@ loaded the first time an unknown name is asked for. The second keeps ``import en
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 
 from typing import Any, Dict, Iterable, List
@@ -51,7 +52,9 @@ class Registry:
         if name not in self._items:
             self._load_all_entry_points()
             known = ", ".join(sorted(self.names())) or "none"
-            raise UnknownTypeError(f"unknown {self.kind} type {name!r}; registered {self.kind} types: {known}")
+            close = difflib.get_close_matches(str(name), self.names(), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UnknownTypeError(f"unknown {self.kind} type {name!r}{hint}; registered {self.kind} types: {known}")
         return self._items[name]
 
     def names(self) -> List[str]:

@@ -39,6 +39,7 @@ from engine.overrides import apply_overrides
 from engine.registry import UnknownTypeError
 
 from .options import configure_logging, add_train_options, check_launch_options, run_from_args, take_overrides
+from .user_errors import close_path_hint, config_load_error, print_user_error
 
 __all__ = ["main", "load_config_file"]
 
@@ -57,10 +58,10 @@ def load_config_file(path: str) -> Tuple[Any, Any]:
 
     Raises:
         FileNotFoundError: naming the path.
-        ValueError: when the file does not define both names.
+        ValueError: when the file does not define both names, or its own code fails (naming its line).
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"config file not found: {path}")
+        raise FileNotFoundError(f"config file not found: {path}{close_path_hint(path)}")
     if not path.endswith(".py"):
         raise ValueError(f"config file {path}: a config is a Python file defining main_config and create_config "
                          f"(see dizoo/**/config/*_config.py); {os.path.splitext(path)[1] or 'this'} files are not read")
@@ -69,9 +70,14 @@ def load_config_file(path: str) -> Tuple[Any, Any]:
     except SyntaxError as err:
         raise ValueError(f"config file {path}, line {err.lineno}: {err.msg} (a config is Python: main_config and "
                          f"create_config as dicts)") from err
+    except Exception as err:  # the file's own code failed (an import, a name): the line in it, in one line
+        raise ValueError(config_load_error(path, err)) from err
     missing = [name for name in ("main_config", "create_config") if name not in namespace]
     if missing:
         raise ValueError(f"config file {path} does not define {' and '.join(missing)}")
+    for name in ("main_config", "create_config"):
+        if not isinstance(namespace[name], dict):  # EasyDict is one
+            raise ValueError(f"config file {path}: {name} must be a dict, got {type(namespace[name]).__name__}")
     return namespace["main_config"], namespace["create_config"]
 
 
@@ -128,7 +134,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         input_cfg = _input_config(args)
     except (FileNotFoundError, ValueError, UnknownTypeError) as err:
-        print(f"baton: {err}", file=sys.stderr)
+        print_user_error(err)  # after its traceback under --debug
         return 2
     if args.command == "record":
         from .record import record_main

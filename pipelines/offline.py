@@ -119,11 +119,6 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     dataset.check_spaces(obs_space, action_space, f"env {cfg.env.env_id!r} (type {cfg.env.type!r})")
     plan = ShardPlan(dataset.n_episodes, world_size, dataset=f"dataset {cfg.dataset.name!r}")
 
-    cfg.exp_name, resume = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
-    if main:
-        if resume:
-            warn_config_changes(cfg)
-        save_config(cfg)
     size_torch_threads(cfg.torch_threads)
     seed_r = rank_seed(cfg.seed, rank)
     _seed_everything(seed_r)
@@ -137,6 +132,14 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
         policy = policy_cls(cfg.policy, obs_space, action_space, device=device)
     except SpaceMismatchError as err:
         raise SpaceMismatchError(f"env {cfg.env.env_id!r} (type {cfg.env.type!r}): {err}") from err
+    except ValueError as err:  # a value of its config the policy refuses: the user's to fix
+        raise ConfigError(f"policy {cfg.policy.type!r}: {err}") from err
+    # the inputs are checked: only now the run directory (a failed start leaves none, pipelines.run_dir)
+    cfg.exp_name, resume = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
+    if main:
+        if resume:
+            warn_config_changes(cfg)
+        save_config(cfg)
 
     episodes = plan.episodes(rank)
     capacity = int(dataset.episode_lengths[episodes].sum())

@@ -24,6 +24,7 @@ from engine.slurm import srun_task_count
 from engine.registry import UnknownTypeError
 
 from .pipeline import RunInterrupted, RunPreempted
+from .user_errors import DEBUG_ENV, print_user_error  # stdlib only: its USER_ERRORS are imported on first use
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument("--profile", action="store_true",
                         help="report each stage's share of the iteration time (log.profile): a table at the end, "
                              "summary.json 'profile', TensorBoard profile/<stage>_share")
+    parser.add_argument("--debug", action=_Debug,
+                        help=f"show the traceback of a user error too, before its one baton: line ({DEBUG_ENV}=1 "
+                             f"does the same)")
     parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="set config keys, typed and checked like the file's: policy.learn.batch_size=128 "
                              "env.stop_value=none (engine/overrides.py)")
@@ -66,6 +70,19 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     parser.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, default=None,
                         help=argparse.SUPPRESS)
     return parser
+
+
+class _Debug(argparse.Action):
+    """``--debug``: sets ``BATON_DEBUG=1`` as it is parsed, for this process and those it starts
+    (``pipelines.user_errors``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        setattr(namespace, self.dest, True)
+        os.environ[DEBUG_ENV] = "1"
 
 
 def parse_train_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
@@ -237,6 +254,6 @@ def cli_main(input_cfg: Tuple[Any, Any], argv: Optional[List[str]] = None) -> Op
         try:
             input_cfg = apply_overrides(input_cfg[0], input_cfg[1], args.overrides)
         except (ConfigError, UnknownTypeError) as err:
-            print(f"baton: {err}", file=sys.stderr, flush=True)
+            print_user_error(err)
             raise SystemExit(2) from None
     return run_from_args(input_cfg, args)

@@ -18,9 +18,17 @@ included): a lock is never stale. Processes forked from the holder (env workers,
 close their copy, so they never keep it. On NFS the lock is shared with the server (Linux maps ``flock`` to
 NFS locks), so it excludes other hosts too, and a crashed host's lock ends with its lease; filesystems
 whose locks are per host only (some network and FUSE filesystems) exclude processes of this host alone.
+
+Nothing is left by a run that never ran. The pipelines claim the directory only once the run's inputs are
+checked (config compiled, envs and policy built), and a new run's directory that holds nothing but what its
+start wrote (``config.json``, empty directories) when its lock is released is removed: a start that failed
+after the claim, and a pipeline built but closed without ``run()`` (``close()``, ``with``, or the process's
+normal exit), leave no directory, and the next run of the config takes the unnumbered name. A run that
+ran keeps its directory, however it ended (``summary.json`` is written at its finish).
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import errno
 import fcntl
@@ -33,12 +41,14 @@ import time
 import weakref
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Union
 
-__all__ = ["RunDirError", "RunLock", "RunClaim", "LOCK_NAME", "claim_run_dir", "resolve_run_dir",
+__all__ = ["RunDirError", "RunLock", "RunClaim", "LOCK_NAME", "START_FILES", "claim_run_dir", "resolve_run_dir",
            "default_run_name", "check_same_task"]
 
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
+#: what a start writes before the run runs: a new run's directory holding nothing else never ran
+START_FILES = frozenset({"config.json"})
 
 
 class RunDirError(ValueError):
@@ -54,11 +64,14 @@ def default_run_name(exp_name: str, seed: int) -> str:
 
 class RunLock:
     """The exclusive lock of a run directory, ``<dir>/.lock``, held from ``acquire`` until ``release``
-    (or the holder's death). ``holder``: what the lock file says (pid, host, started)."""
+    (or the holder's death). ``holder``: what the lock file says (pid, host, started). ``fresh``: the
+    directory held no run when it was claimed (``claim_run_dir`` of a new run): released holding nothing
+    but ``START_FILES`` and empty directories, the run never ran, and they are removed."""
 
     def __init__(self, directory: str, fd: Optional[int], holder: Dict[str, Any], created: bool) -> None:
         self.directory, self.holder = directory, holder
         self._fd, self._created = fd, created
+        self.fresh = False
 
     @property
     def held(self) -> bool:
@@ -74,11 +87,16 @@ class RunLock:
         created = not os.path.isdir(directory)
         path = os.path.join(directory, LOCK_NAME)
         for _ in range(100):  # the file opened can be unlinked or moved aside before it is locked: reopen
-            os.makedirs(directory, exist_ok=True)
+            try:
+                os.makedirs(directory, exist_ok=True)
+            except OSError as err:  # not writable, a file in the way, a read-only filesystem
+                raise RunDirError(_cannot_create(directory, err.strerror or str(err))) from None
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except FileNotFoundError:  # the directory was removed by a holder releasing it: make it again
                 continue
+            except OSError as err:
+                raise RunDirError(_cannot_create(directory, err.strerror or str(err))) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
@@ -112,12 +130,14 @@ class RunLock:
 
     def release(self) -> None:
         """Give the lock up and remove the lock file (and the directory, when the lock made it and it is
-        empty). Idempotent."""
+        empty); a ``fresh`` run that never ran first loses what its start wrote. Idempotent."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
         _HELD.discard(self)
         path = os.path.join(self.directory, LOCK_NAME)
+        if self.fresh:
+            _remove_if_never_ran(self.directory)
         try:
             if os.path.samestat(os.fstat(fd), os.stat(path)):
                 os.unlink(path)  # while still locked: whoever opened it before retries (acquire's check)
@@ -165,6 +185,36 @@ def _close_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_close_in_child)
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    """A pipeline built and never run nor closed: its lock released as ``close()`` would (a run that ran
+    released its lock when it ended)."""
+    for lock in list(_HELD):
+        lock.release()
+
+
+def _remove_if_never_ran(directory: str) -> None:
+    """Remove ``START_FILES`` and the empty directories of ``directory`` when it holds nothing else (the lock
+    file aside): a run that never ran. Anything else in it (a checkpoint, ``summary.json``) keeps it all."""
+    walk = list(os.walk(directory, topdown=False))
+    if any(name for top, _, files in walk for name in files
+           if not (top == directory and (name in START_FILES or name == LOCK_NAME))):
+        return
+    try:
+        for top, dirs, _ in walk:
+            for name in dirs:
+                os.rmdir(os.path.join(top, name))
+        for name in START_FILES:
+            if os.path.isfile(os.path.join(directory, name)):
+                os.unlink(os.path.join(directory, name))
+    except OSError as err:  # written to meanwhile, or not ours to remove: leave it
+        logger.debug("left %s as it is: %s", directory, err)
+
+
+def _cannot_create(directory: str, why: str) -> str:
+    return f"cannot write the run directory {directory}: {why}; give --exp-name a directory you can write"
 
 
 def _read_holder(path: str) -> Dict[str, Any]:
@@ -240,6 +290,7 @@ def claim_run_dir(exp_name: str, seed: int, *, explicit: bool, resume: Union[boo
             except RunDirError:  # a run starting there now
                 continue
             if not _holds_files(candidate):
+                lock.fresh = True
                 return RunClaim(candidate, lock)
             lock.release()  # it wrote a run and ended between the check and the lock
     raise RunDirError(f"no free run directory {base}_<n> could be locked: other runs of this config keep taking "
@@ -274,6 +325,7 @@ def _claim(path: str, resume: bool, force: bool) -> RunClaim:
                           f"directory with --exp-name")
     lock = RunLock.acquire(path)
     if resume or not _holds_files(path):
+        lock.fresh = not resume
         return RunClaim(path, lock, resumed=bool(resume))
     if not force:
         lock.release()
@@ -284,6 +336,7 @@ def _claim(path: str, resume: bool, force: bool) -> RunClaim:
         os.replace(path, aside)  # with its lock: nobody claims the old run meanwhile
         lock.moved_to(aside)
         claim = RunClaim(path, RunLock.acquire(path))
+        claim.lock.fresh = True
     finally:
         lock.release()
     print(f"baton: moved the earlier run {path} aside to {aside}", flush=True)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from data.envs import make_vector_env
-from engine.config import compile_config, save_config
+from engine.config import ConfigError, compile_config, save_config
 from engine.context import OnlineRLContext
 from engine.devices import size_torch_threads
 from engine.profile import StageProfile
@@ -79,7 +79,9 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
             ``env.stop_value``.
         exp_name: the run directory, used as given. Without it the run writes to
             ``<config exp_name>_seed<seed>``, or ``..._seed<seed>_<n>`` when that holds a run already
-            (``pipelines.run_dir``); ``pipeline.cfg.exp_name`` and the summary's ``run_dir`` say which.
+            (``pipelines.run_dir``); ``pipeline.cfg.exp_name`` and the summary's ``run_dir`` say which. It
+            is claimed (``config.json`` written) once the envs and the policy are built; a pipeline closed
+            without ``run()`` removes it again, and a build that fails leaves none.
         resume: continue the run of that directory (without ``exp_name``: the newest run of this config and
             seed) from its newest loadable checkpoint; ``"auto"``: continue it if there is one, else start
             it (a requeued job). A worker group torchrun restarted continues its run without being told.
@@ -145,11 +147,6 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     main = rank == 0
     clock = RunClock()  # elapsed_s counts from here; wall_time_s from the first iteration (middleware.summary)
     cfg = compile_config(main_config, create_config, seed=seed, exp_name=exp_name, save=False)
-    cfg.exp_name, resume = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
-    if main:
-        if resume:
-            warn_config_changes(cfg)
-        save_config(cfg)
     size_torch_threads(cfg.torch_threads)  # this process's share of the cores, unless OMP_NUM_THREADS says
     seed_r = rank_seed(cfg.seed, rank)
     _seed_everything(seed_r)
@@ -169,10 +166,18 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
                             device=device)
     except SpaceMismatchError as err:  # say which env, beside the policy and the space
         raise SpaceMismatchError(f"env {cfg.env.env_id!r} (type {cfg.env.type!r}): {err}") from err
+    except ValueError as err:  # a value of its config the policy refuses: the user's to fix
+        raise ConfigError(f"policy {cfg.policy.type!r}: {err}") from err
     frame_stack = cfg.env.get("frame_stack") if len(collector_env.single_observation_space.shape) == 3 else None
     buffer = None if on_policy else stages.replay_buffer(cfg.policy, seed=seed_r, frame_stack=frame_stack,
                                                          num_envs=cfg.env.collector_env_num,
                                                          learn_device=policy.device)
+    # the inputs are checked: only now the run directory (a failed start leaves none, pipelines.run_dir)
+    cfg.exp_name, resume = _run_dir(cfg, exp_name is not None, resume, force, main, world_size, resources)
+    if main:
+        if resume:
+            warn_config_changes(cfg)
+        save_config(cfg)
     ctx = context()
     saver = stages.checkpoint_saver(cfg, policy, buffer, world_size) if main else None
     if resume:  # rank 0 reads the learn state (the ddp middleware shares it); every rank its replay and RNG

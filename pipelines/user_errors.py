@@ -6,41 +6,77 @@ How the line gets out of a rank: ``reported_once`` (around ``engine.launch``) na
 environment the ranks start with (``BATON_ERROR_REPORTS``); a rank that stops on such an error writes its line
 there instead of printing it and exits with status 2, and the launching process prints each distinct line
 once. Under torchrun, or in one process, the line is printed where the error is caught.
+
+A traceback is for bugs. To see one for a user error too (where in baton the input was refused), run with
+``--debug`` or ``BATON_DEBUG=1`` in the environment (``--debug`` sets it, so the processes a run starts see
+it): the traceback comes before the ``baton:`` line, and the exit status stays 2.
+
+This module imports nothing heavy until ``USER_ERRORS`` is first read: the command line's own errors (a
+config path that does not exist) use it without importing torch.
 """
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import sys
 import tempfile
 import time
-from typing import Iterator, List, NoReturn
+import traceback
+from typing import Any, Iterator, List, NoReturn, Tuple
 
-from data.offline import DatasetError, EmptyShardError
-from engine.config import ConfigError
-from engine.distributed import DistributedError
-from engine.fileio import DiskFullError
-from engine.registry import UnknownTypeError
-from engine.slurm import SlurmEnvError
-from middleware.checkpoint import CheckpointError
-from policies.base import SpaceMismatchError
+__all__ = ["USER_ERRORS", "USER_ERROR_EXIT", "DEBUG_ENV", "debugging", "exit_on_user_error", "print_user_error",
+           "reported_once", "close_path_hint", "config_load_error"]
 
-from .run_dir import RunDirError
-
-__all__ = ["USER_ERRORS", "USER_ERROR_EXIT", "exit_on_user_error", "reported_once"]
-
-#: the errors fixed in the input, not in the code; each message names what is wrong and the fix
-USER_ERRORS = (ConfigError, UnknownTypeError, RunDirError, CheckpointError, DiskFullError, DatasetError,
-               EmptyShardError, SpaceMismatchError, SlurmEnvError)
 USER_ERROR_EXIT = 2
+DEBUG_ENV = "BATON_DEBUG"
 _REPORTS = "BATON_ERROR_REPORTS"
+
+
+def _user_errors() -> Tuple[type, ...]:
+    """The errors fixed in the input, not in the code; each message names what is wrong and the fix."""
+    from data.envs import UnknownEnvIdError
+    from data.offline import DatasetError, EmptyShardError
+    from engine.config import ConfigError
+    from engine.devices import DeviceError
+    from engine.fileio import DiskFullError
+    from engine.registry import UnknownTypeError
+    from engine.slurm import SlurmEnvError
+    from middleware.checkpoint import CheckpointError
+    from policies.base import SpaceMismatchError
+
+    from .run_dir import RunDirError
+
+    return (ConfigError, UnknownTypeError, RunDirError, CheckpointError, DiskFullError, DatasetError,
+            EmptyShardError, SpaceMismatchError, SlurmEnvError, UnknownEnvIdError, DeviceError)
+
+
+def __getattr__(name: str) -> Any:  # USER_ERRORS on first use (PEP 562): its classes import torch
+    if name == "USER_ERRORS":
+        globals()[name] = errors = _user_errors()
+        return errors
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def debugging() -> bool:
+    """Whether user errors show their traceback too (``--debug``, ``BATON_DEBUG=1``)."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def print_user_error(err: BaseException) -> None:
+    """``err``'s ``baton:`` line on stderr, after its traceback when ``debugging()``."""
+    if debugging():
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    print(f"baton: {err}", file=sys.stderr, flush=True)
 
 
 def exit_on_user_error(err: BaseException) -> NoReturn:
     """End this process on ``err``, one of ``USER_ERRORS``: its ``baton:`` line (printed here, or left for the
-    process that launched this rank) and exit status 2."""
+    process that launched this rank) and exit status 2; its traceback first when ``debugging()``."""
     line = f"baton: {err}"
+    if debugging():
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
     reports = os.environ.get(_REPORTS)
     if reports and os.path.isdir(reports):
         path = os.path.join(reports, f"rank{os.environ.get('RANK', '0')}.json")
@@ -62,7 +98,11 @@ def reported_once() -> Iterator[None]:
         os.environ[_REPORTS] = reports  # the ranks start with the launcher's environment at the call
         try:
             yield
-        except DistributedError:
+        except Exception as err:
+            from engine.distributed import DistributedError
+
+            if not isinstance(err, DistributedError):
+                raise
             lines = _lines(reports)
             if not lines:
                 raise
@@ -83,3 +123,44 @@ def _lines(reports: str) -> List[str]:
             with open(os.path.join(reports, name)) as f:
                 found.append(json.load(f))
     return list(dict.fromkeys(r["line"] for r in sorted(found, key=lambda r: r["time"])))
+
+
+def close_path_hint(path: str) -> str:
+    """``"; did you mean 'X'?"`` for a path that does not exist, where each missing part of it has one close
+    name in its directory and the path so corrected is a file; ``""`` otherwise.
+
+    Examples:
+        >>> import os, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> open(os.path.join(root, "cartpole_dqn_config.py"), "w").close()
+        >>> close_path_hint(os.path.join(root, "cartpole_dqn_cofig.py")).replace(root, "ROOT")
+        "; did you mean 'ROOT/cartpole_dqn_config.py'?"
+    """
+    head, parts = path, []
+    while head and not os.path.exists(head):
+        head, tail = os.path.split(head)
+        if not tail:
+            break
+        parts.append(tail)
+    fixed = head
+    for part in reversed(parts):
+        try:
+            names = os.listdir(fixed or ".")
+        except OSError:
+            return ""
+        close = difflib.get_close_matches(part, names, n=1, cutoff=0.75)
+        if not close:
+            return ""
+        fixed = os.path.join(fixed, close[0])
+    return f"; did you mean {fixed!r}?" if parts and os.path.isfile(fixed) else ""
+
+
+def config_load_error(path: str, err: BaseException) -> str:
+    """One line for a config file whose own code failed as it ran (an import, a name): the file, the line
+    in it, and the error."""
+    here = os.path.realpath(path)
+    lines = [frame.lineno for frame in traceback.extract_tb(err.__traceback__)
+             if os.path.realpath(frame.filename) == here]
+    where = f", line {lines[-1]}" if lines else ""
+    return (f"config file {path}{where}: {type(err).__name__}: {err} (a config is a Python file defining "
+            f"main_config and create_config; it is run to read them)")

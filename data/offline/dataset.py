@@ -26,6 +26,7 @@ Examples:
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shutil
@@ -312,8 +313,10 @@ def open_dataset(name: str, root: Optional[str] = None) -> OfflineDataset:
     if not os.path.isfile(meta_file):
         where = dataset_root(root)
         have = _local_names(where) if os.path.isdir(where) else []
+        close = difflib.get_close_matches(name, have, n=1, cutoff=0.6)
         raise DatasetNotFoundError(
-            f"dataset {name!r} not found: looked for {meta_file} (dataset root {where}, from "
+            f"dataset {name!r} not found{f' (did you mean {close[0]!r}?)' if close else ''}: looked for {meta_file} "
+            f"(dataset root {where}, from "
             f"{'dataset.root' if root else '$MINARI_DATASETS_PATH' if os.environ.get('MINARI_DATASETS_PATH') else 'the default ~/.minari/datasets'}"
             f"). That root holds {', '.join(have) if have else 'no datasets'}. To make it, {MAKE_HINT}")
     try:

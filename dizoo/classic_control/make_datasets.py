@@ -16,10 +16,11 @@ The CartPole teacher is the dizoo CartPole PPO config trained to an evaluation m
 greedy 500 within 80k env steps here (best evaluations 300-400), while PPO does in seconds; acting greedily
 (argmax of its logits) it is as much an expert. The Pendulum teacher is the dizoo Pendulum SAC config
 stopped at its first evaluation (10 episodes, every 100 updates) at or above -700 (about 1,100 updates, a
-matter of seconds). Each teacher is trained once per call, in a temporary directory removed at the end;
-``--work DIR`` keeps the teachers' runs in ``DIR/<name>_teacher`` instead (checkpoints, logs), and a later
-call with the same ``--work`` reuses a teacher whose checkpoint is there. Each dataset is recorded with ``baton record``'s code (``pipelines.record``), and an
-existing dataset is left as it is (``--overwrite`` to record it again). The root is ``--root``, else
+matter of seconds). Each teacher is trained once per call, in a temporary directory removed at the end:
+the datasets are all the script leaves. ``--work DIR`` keeps the teachers' runs in ``DIR/<name>_teacher``
+instead (checkpoints, logs), and a later call with the same ``--work`` reuses a teacher whose checkpoint is
+there. Each dataset is recorded with ``baton record``'s code (``pipelines.record``), and an existing dataset
+is left as it is (``--overwrite`` to record it again). The root is ``--root``, else
 ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``. Each step's figures (training time, dataset returns)
 are printed.
 """

@@ -125,3 +125,32 @@ def test_engine_import_is_light():
     code = "import engine, sys; print(any(m in sys.modules for m in ('torch', 'gymnasium', 'tensorboardX')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("main,meant", [
+    (dict(batch_size=64), "did you mean 'policy.learn.batch_size'"),  # at the top: the key one level down
+    (dict(policy=dict(batch_size=64)), "did you mean 'policy.learn.batch_size'"),
+    (dict(learn=dict(batch_size=64)), "did you mean 'policy.learn'"),
+    (dict(env=dict(seed=1)), "did you mean 'seed'"),
+])
+def test_a_key_at_the_wrong_depth_names_its_full_path(main, meant, tmp_path):
+    with pytest.raises(ConfigError, match=meant):
+        compile_config(dict(main, exp_name=str(tmp_path)), CREATE, save=False)
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (("policy", "learn", "td_loss"), "foo", r"policy.learn.td_loss='foo' is not one of 'huber', 'mse'$"),
+    (("policy", "learn", "td_loss"), "hubber", r"is not one of 'huber', 'mse' \(did you mean 'huber'\?\)"),
+    (("policy", "other", "eps", "type"), "linar", r"policy.other.eps.type='linar'.*did you mean 'linear'"),
+    (("env", "manager", "type"), "asyn", r"env.manager.type='asyn'.*did you mean 'async'"),
+    (("policy", "model", "encoder_hidden_size_list"), [], r"encoder_hidden_size_list' is \[\]: name at least one"),
+    (("policy", "other", "eps", "decay"), 0, r"'policy.other.eps.decay' is 0: it must be at least 1"),
+])
+def test_a_value_the_policy_or_env_would_refuse_is_refused_at_compile_time(path, value, message, tmp_path):
+    main = dict(exp_name=str(tmp_path))
+    node = main
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+    with pytest.raises(ConfigError, match=message):
+        compile_config(main, CREATE, save=False)

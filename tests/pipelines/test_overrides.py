@@ -123,3 +123,14 @@ def test_dizoo_script_takes_overrides(tmp_path):
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((exp / "config.json").read_text())["policy"]["learn"]["batch_size"] == 48
+
+
+@pytest.mark.parametrize("override,meant", [
+    ("batch_size=128", "did you mean 'policy.learn.batch_size'"),
+    ("learn.batch_size=128", "did you mean 'policy.learn.batch_size'"),
+    ("policy.batch_size=128", "did you mean 'policy.learn.batch_size'"),
+    ("learning_rate=0.1", "did you mean 'policy.learn.learning_rate'"),
+])
+def test_an_override_at_the_wrong_depth_names_the_full_path(cartpole, override, meant):
+    with pytest.raises(ConfigError, match=meant):
+        apply_overrides(*cartpole, [override])

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -85,3 +87,84 @@ def test_a_config_run_twice_keeps_both_runs(tmp_path, monkeypatch, capsys):
               "--no-progress"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("baton: cartpole_dqn_seed0 already holds a run")
+
+
+def test_a_new_run_that_never_ran_leaves_no_directory(tmp_path):
+    """Released holding only what its start wrote (config.json, empty directories), a new run's directory
+    goes; anything a run writes keeps all of it; a resumed run's directory is never touched."""
+    from pipelines.run_dir import claim_run_dir
+
+    base = str(tmp_path / "exp")
+    claim = claim_run_dir(base, 0, explicit=False)
+    open(os.path.join(claim.path, "config.json"), "w").close()
+    os.makedirs(os.path.join(claim.path, "log", "empty"))
+    claim.lock.release()
+    assert os.listdir(tmp_path) == []
+    claim = claim_run_dir(base, 0, explicit=False)  # the unnumbered name again
+    assert claim.path == base + "_seed0"
+    open(os.path.join(claim.path, "config.json"), "w").close()
+    open(os.path.join(claim.path, "summary.json"), "w").close()
+    claim.lock.release()
+    assert sorted(os.listdir(claim.path)) == ["config.json", "summary.json"]
+    resumed = claim_run_dir(base, 0, explicit=False, resume=True)
+    os.remove(os.path.join(claim.path, "summary.json"))  # a run holding config.json alone: still a run
+    resumed.lock.release()
+    assert os.listdir(claim.path) == ["config.json"]
+
+
+def test_an_empty_directory_named_explicitly_stays_but_loses_the_start_files(tmp_path):
+    from pipelines.run_dir import claim_run_dir
+
+    path = tmp_path / "mine"
+    path.mkdir()
+    claim = claim_run_dir(str(path), 0, explicit=True)
+    (path / "config.json").write_text("{}")
+    claim.lock.release()
+    assert path.is_dir() and os.listdir(path) == []
+
+
+def test_a_process_that_ends_holding_a_run_that_never_ran_removes_it(tmp_path):
+    """A pipeline built and never run nor closed: the lock is released as the process exits (atexit)."""
+    script = ("import importlib.util, os, sys\n"
+              "spec = importlib.util.spec_from_file_location('run_dir', sys.argv[1])\n"
+              "run_dir = importlib.util.module_from_spec(spec)\n"
+              "spec.loader.exec_module(run_dir)\n"
+              "claim = run_dir.claim_run_dir(sys.argv[2], 0, explicit=True)\n"
+              "open(os.path.join(claim.path, 'config.json'), 'w').close()\n")
+    subprocess.run([sys.executable, "-c", script, os.path.join(ROOT, "pipelines", "run_dir.py"),
+                    str(tmp_path / "run")], check=True, timeout=60)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_run_directory_that_cannot_be_made_is_a_run_dir_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(RunDirError, match=r"cannot write the run directory .*file/run: .*give --exp-name a "
+                                          r"directory you can write"):
+        resolve_run_dir(str(tmp_path / "file" / "run"), 0, explicit=True)
+
+
+def test_a_pipeline_closed_without_running_leaves_no_directory(quick_cartpole_config, tmp_path, monkeypatch):
+    """build_pipeline claims the directory once the envs and the policy are built; close() without run()
+    removes it, and so does a build that fails after the claim: the next run takes the unnumbered name."""
+    from pipelines import build_pipeline, stages
+
+    main_cfg, create_cfg = quick_cartpole_config
+    main_cfg.exp_name = str(tmp_path / "exp")
+    pipeline = build_pipeline((main_cfg, create_cfg), max_env_step=64)
+    assert sorted(os.listdir(pipeline.cfg.exp_name)) == [".lock", "config.json"]
+    pipeline.close()
+    assert os.listdir(tmp_path) == []
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a stage that fails to build")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(stages, "evaluator", broken)
+        with pytest.raises(RuntimeError, match="a stage that fails to build"):
+            build_pipeline((main_cfg, create_cfg), max_env_step=64)
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(ValueError, match="policy.learn.td_loss='foo' is not one of"):  # refused before a build
+        build_pipeline((dict(main_cfg, policy=dict(main_cfg.policy, learn=dict(td_loss="foo"))), create_cfg))
+    assert os.listdir(tmp_path) == []
+    summary = build_pipeline((main_cfg, create_cfg), max_env_step=64).run()
+    assert summary["run_dir"] == str(tmp_path / "exp_seed0")
