@@ -35,6 +35,7 @@ class StopReason(str, Enum):
     FINISHED = "finished"              # a middleware set ctx.finish without naming a reason
     INTERRUPTED = "interrupted"        # KeyboardInterrupt
     PREEMPTED = "preempted"            # SIGTERM or another preempt.signals signal (engine.preemption)
+    PLATEAU = "plateau"                # policy.eval.evaluator.patience evaluations in a row without a new best
     ERROR = "error"                    # an exception; ctx.stop_detail holds it
 
     def __str__(self) -> str:

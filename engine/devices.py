@@ -18,7 +18,7 @@ import re
 from typing import Any, Optional
 
 __all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device",
-           "DeviceError", "size_torch_threads"]
+           "DeviceError", "size_torch_threads", "usable_cores"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +120,11 @@ def parse_device(spec: Any, key: str, gpus: Optional[int] = None) -> str:
     return spec
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a Slurm task's or a container's share)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def size_torch_threads(requested: int = 0, local_world: Optional[int] = None) -> int:
     """Size torch's intra-op thread pool for this process, and say so once in the log.
 
@@ -145,7 +150,7 @@ def size_torch_threads(requested: int = 0, local_world: Optional[int] = None) ->
         # runtime the server loaded, which read the server's environment
         count, why = int(value), "OMP_NUM_THREADS"
     else:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = usable_cores()
         local = local_world if local_world is not None else local_world_size()
         share = max(1, cores // max(1, local))
         count = share - 1 if share > 1 else 1  # one core of the share stays with the env and the Python loop

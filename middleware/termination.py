@@ -1,4 +1,4 @@
-"""Stopping by budget: env steps or train iterations."""
+"""Stopping by budget (env steps or train iterations) or when evaluations stop improving."""
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -9,10 +9,12 @@ from engine.distributed import get_world_size
 __all__ = ["termination_checker"]
 
 
-def termination_checker(max_env_step: Optional[int] = None,
-                        max_train_iter: Optional[int] = None) -> Callable[[OnlineRLContext], None]:
+def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Optional[int] = None,
+                        patience: int = 0) -> Callable[[OnlineRLContext], None]:
     """Middleware that finishes the task once ``ctx.env_step >= max_env_step`` or
-    ``ctx.train_iter >= max_train_iter`` (``ctx.stop_reason`` says which).
+    ``ctx.train_iter >= max_train_iter``, or after ``patience`` evaluations in a row that did not beat the
+    best one (``patience`` > 0; the evaluation fields are rank 0's on every rank) (``ctx.stop_reason`` says
+    which).
 
     Under DDP ``ctx.env_step`` holds, until the ddp middleware sums the ranks' counts at the end of the
     iteration, the global count before it plus this rank's own collection: the budget would be seen an
@@ -23,7 +25,20 @@ def termination_checker(max_env_step: Optional[int] = None,
     for name, value in (("max_env_step", max_env_step), ("max_train_iter", max_train_iter)):
         if value is not None and (not isinstance(value, int) or value < 0):
             raise ValueError(f"{name} must be a non-negative int or None, got {value!r}")
+    if not isinstance(patience, int) or patience < 0:
+        raise ValueError(f"policy.eval.evaluator.patience must be a non-negative int (0: off), got {patience!r}")
     others = get_world_size() - 1
+    plateau = {"best": float("-inf"), "since": 0, "seen": -1}
+
+    def _no_better_evaluation(ctx: OnlineRLContext) -> bool:
+        if ctx.last_eval_iter < 0 or ctx.last_eval_iter == plateau["seen"]:
+            return False
+        plateau["seen"] = ctx.last_eval_iter
+        if ctx.eval_value > plateau["best"]:
+            plateau["best"], plateau["since"] = ctx.eval_value, 0
+        else:
+            plateau["since"] += 1
+        return plateau["since"] >= patience
 
     def _termination_checker(ctx: OnlineRLContext) -> None:
         stats = getattr(ctx, "collect_stats", None) if others else None
@@ -34,5 +49,8 @@ def termination_checker(max_env_step: Optional[int] = None,
         if max_train_iter is not None and ctx.train_iter >= max_train_iter:
             ctx.finish = True
             ctx.stop_reason = ctx.stop_reason or StopReason.MAX_TRAIN_ITER
+        if patience and _no_better_evaluation(ctx):
+            ctx.finish = True
+            ctx.stop_reason = ctx.stop_reason or StopReason.PLATEAU
 
     return _termination_checker

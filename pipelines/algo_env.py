@@ -18,6 +18,7 @@ and the algorithms that do fit.
 from __future__ import annotations
 
 import difflib
+import logging
 import math
 import re
 from typing import Any, Dict, Optional, Tuple
@@ -31,7 +32,9 @@ from policies.base import SpaceMismatchError
 
 from .catalog import ATARI_TYPE, GYM_TYPE
 
-__all__ = ["AlgoEnvError", "build_config", "algo_support", "GYM_TYPE"]
+__all__ = ["AlgoEnvError", "build_config", "algo_support", "default_budget", "GYM_TYPE"]
+
+logger = logging.getLogger(__name__)
 
 _PROBE_OBS = gym.spaces.Box(-1.0, 1.0, (4,))
 _PROBE_ACTIONS = {"discrete": gym.spaces.Discrete(2), "continuous": gym.spaces.Box(-1.0, 1.0, (1,))}
@@ -78,6 +81,16 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
         create["env"]["import_names"] = [__name__]
     exp_name = f"{algo}_{re.sub(r'[^A-Za-z0-9._-]+', '_', env_id)}"
     return dict(exp_name=exp_name, env=env, policy=dict()), create
+
+
+def default_budget(algo: str) -> Optional[int]:
+    """The env-step budget of an ``--algo/--env`` run given none: the algorithm family's
+    (``Policy.default_env_steps``: DQN 500k, PPO, A2C and SAC 1M); None for algorithms that learn from a
+    dataset, whose pipeline has an update budget of its own. Logged, so the end is never a surprise."""
+    steps = getattr(POLICY_REGISTRY.get(algo), "default_env_steps", None)
+    if steps is not None:
+        logger.info("--algo %s sets a budget of %s env steps (--max-env-step N to choose)", algo, f"{steps:,}")
+    return steps
 
 
 def algo_support(algo: str) -> Dict[str, bool]:

@@ -167,9 +167,11 @@ def _input_config(args: argparse.Namespace) -> Tuple[Any, Any]:
         FileNotFoundError, ValueError (ConfigError, AlgoEnvError), UnknownTypeError: each names what to fix.
     """
     if args.config is None:
-        from .algo_env import build_config
+        from .algo_env import build_config, default_budget
 
         input_cfg = build_config(args.algo, args.env)
+        if args.max_env_step is None and args.max_train_iter is None:  # every run has an end (docs: --algo)
+            args.max_env_step = default_budget(args.algo)
     else:
         input_cfg = load_config_file(args.config)
     overrides = getattr(args, "overrides", None)

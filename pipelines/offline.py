@@ -33,7 +33,7 @@ from engine.context import OfflineRLContext
 from engine.devices import size_torch_threads
 from engine.distributed import DDPContext
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
-from middleware import DDPMiddleware, InteractionEvaluator, RunSummary, progress_bar, termination_checker
+from middleware import DDPMiddleware, InteractionEvaluator, RunSummary, progress_bar
 from middleware.offline import OfflineDataFetcher, OfflineLearner
 from middleware.summary import RunClock
 from policies.base import SpaceMismatchError
@@ -183,7 +183,8 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     if cfg.log.tensorboard or cfg.log.csv:
         pipeline.append(stages.logger(cfg, ctx if resume else None) if main else None, name="logger",
                         main_only=True)
-    pipeline.append(termination_checker(max_env_step, max_train_iter), name="termination")
+    pipeline.append(stages.termination(cfg, max_env_step, max_train_iter, main, offline=True),
+                    name="termination")
     if cfg.log.progress if progress is None else progress:
         pipeline.append(progress_bar(max_env_step, clock) if main else None, name="progress", main_only=True)
     if "logger" in pipeline and pipeline["logger"] is not None:

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
-from engine.devices import visible_gpu_count
+from engine.devices import usable_cores, visible_gpu_count
 from engine.config import ConfigError
 from engine.launcher import check_rendezvous, launch
 from engine.overrides import apply_overrides
@@ -194,6 +194,11 @@ def _launch_ranks(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> None:
     backend = main_config.get("ddp", {}).get("backend", "auto")
     logger.info("starting %d process(es) on node %d of %d (%s)", nprocs, args.node_rank, args.nnodes,
                 "GPUs" if cuda else "CPU")
+    cores = usable_cores()
+    if nprocs > cores:
+        logger.warning("%d processes on %d usable CPU cores: each gets one torch thread and they take turns on "
+                       "the cores, so the job runs slower than with --nproc %d (results are the same)", nprocs,
+                       cores, cores)
     with reported_once():  # a rank's bad input: its one line, once for the job (pipelines.user_errors)
         launch(_train, nprocs, args=((main_config, create_config), args), backend=backend, cuda=cuda,
                nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
@@ -233,7 +238,7 @@ def _report(summary: dict) -> None:
     print(f"baton: {where}{summary['stop_reason']}: eval_return={summary['eval_return']} "
           f"best_eval_return={summary['best_eval_return']} env_step={summary['env_step']} "
           f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f} "
-          f"run_dir={summary['run_dir']}", flush=True)
+          f"elapsed_s={summary.get('elapsed_s', float('nan')):.2f} run_dir={summary['run_dir']}", flush=True)
     if "profile" in summary and summary.get("rank", 0) == 0:
         print(f"baton: where the time went\n{profile_table(summary['profile'])}", flush=True)
 

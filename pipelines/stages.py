@@ -6,6 +6,8 @@ Each function takes the compiled config (``engine.compile_config``) and the obje
 """
 from __future__ import annotations
 
+import logging
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
@@ -24,6 +26,7 @@ from engine.registry import ENV_REGISTRY
 from middleware.background_eval import BackgroundEvaluator
 from middleware.checkpoint import ShardSaver
 from middleware.preemption import PreemptionStop
+from middleware.termination import termination_checker
 from middleware import (CkptSaver, InteractionEvaluator, OffPolicyLearner, OnlineLogger, OnPolicyLearner,
                         StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator, online_logger,
                         random_collect_handler)
@@ -32,7 +35,12 @@ from policies.base import Policy
 
 __all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration", "random_collect",
            "off_policy_learner", "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logger",
-           "preemption"]
+           "preemption", "termination", "OFFLINE_DEFAULT_UPDATES"]
+
+logger_ = logging.getLogger(__name__)
+
+#: the update budget of an offline run given none (it also stops when its evaluations stop improving)
+OFFLINE_DEFAULT_UPDATES = 100_000
 
 
 def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, frame_stack: Optional[int] = None,
@@ -194,3 +202,29 @@ def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: An
         raise ConfigError(str(err)) from None
     resources.callback(guard.uninstall)
     return PreemptionStop(guard)
+
+
+def termination(cfg: Mapping[str, Any], max_env_step: Optional[int], max_train_iter: Optional[int], main: bool,
+                offline: bool = False) -> Callable[[Any], None]:
+    """The termination stage: the budgets given, ``policy.eval.evaluator.patience``, and no run without an
+    end that does not say so. An offline run given no budget stops at ``OFFLINE_DEFAULT_UPDATES`` updates
+    (a dataset's policy may never reach ``env.stop_value``); an online run with no budget, no reachable stop
+    value and no patience says on rank 0 that it runs until stopped."""
+    patience = int(cfg.policy.eval.evaluator.get("patience", 0))
+    stop_value = cfg.env.get("stop_value")
+    if max_env_step is None and max_train_iter is None:
+        if offline:
+            max_train_iter = OFFLINE_DEFAULT_UPDATES
+            if main:
+                logger_.warning("no budget given: this offline run stops at %s updates%s, or at env.stop_value "
+                                "(--max-train-iter N to choose)", f"{OFFLINE_DEFAULT_UPDATES:,}",
+                                f" or after {patience} evaluations in a row without a new best "
+                                f"(policy.eval.evaluator.patience)" if patience else "")
+        elif (stop_value is None or math.isinf(stop_value)) and not patience and main:
+            logger_.warning("this run has no end: no --max-env-step or --max-train-iter, env.stop_value is none and "
+                            "policy.eval.evaluator.patience is 0; it trains until stopped (Ctrl-C, which keeps "
+                            "latest); give --max-env-step N")
+    try:
+        return termination_checker(max_env_step, max_train_iter, patience=patience)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None

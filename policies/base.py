@@ -70,6 +70,7 @@ def evaluator_config(eval_freq: int) -> Dict[str, Any]:
     return dict(evaluator=dict(
         eval_freq=eval_freq,        # learner updates between evaluations
         background=False,           # evaluate a snapshot in another process while training goes on (docs/middleware.md)
+        patience=0,                 # stop after this many evaluations in a row without a new best (0: never)
     ))
 
 
@@ -151,6 +152,9 @@ class Policy:
 
     #: "off_policy" (replay buffer) or "on_policy" (learn on what was just collected)
     pipeline: str = "off_policy"
+    #: the env-step budget of a run built from defaults (``baton train --algo ... --env ...``) when none is
+    #: given; None: the algorithm learns from a dataset (the offline pipeline's update budget applies)
+    default_env_steps: Optional[int] = 1_000_000
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:

@@ -31,6 +31,7 @@ class BCPolicy(Policy):
     """Behaviour cloning for discrete or continuous actions (``create_config.policy.type='bc'``)."""
 
     pipeline = "offline"
+    default_env_steps = None
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -48,7 +49,7 @@ class BCPolicy(Policy):
                 weight_decay=0.0,
                 grad_clip_norm=0.0,     # > 0: clip the gradient norm
             ),
-            eval=dict(evaluator=dict(eval_freq=500)),
+            eval=dict(evaluator=dict(eval_freq=500, patience=10)),  # patience: evaluations without a new best
         )
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,

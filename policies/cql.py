@@ -50,6 +50,7 @@ class DiscreteCQLPolicy(QValuePolicy):
     acting, target update and learn state (``policies.dqn.QValuePolicy``), its own update."""
 
     pipeline = "offline"
+    default_env_steps = None
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -74,7 +75,7 @@ class DiscreteCQLPolicy(QValuePolicy):
                 grad_clip_norm=0.0,      # > 0: clip the gradient norm
                 weight_decay=0.0,
             ),
-            eval=dict(evaluator=dict(eval_freq=500)),
+            eval=dict(evaluator=dict(eval_freq=500, patience=10)),  # patience: evaluations without a new best
         )
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,

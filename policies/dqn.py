@@ -81,6 +81,7 @@ class DQNPolicy(QValuePolicy):
     """Deep Q-learning for discrete actions (``create_config.policy.type='dqn'``)."""
 
     pipeline = "off_policy"
+    default_env_steps = 500_000
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:

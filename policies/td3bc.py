@@ -87,6 +87,7 @@ class TD3BCPolicy(Policy):
     """TD3+BC for continuous actions (``create_config.policy.type='td3bc'``)."""
 
     pipeline = "offline"
+    default_env_steps = None
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -110,7 +111,7 @@ class TD3BCPolicy(Policy):
                 policy_noise=0.2,        # target policy smoothing: std of the noise on pi_targ(s') ...
                 noise_clip=0.5,          # ... clipped to +-noise_clip (both in units of half the action range)
             ),
-            eval=dict(evaluator=dict(eval_freq=500)),
+            eval=dict(evaluator=dict(eval_freq=500, patience=10)),  # patience: evaluations without a new best
         )
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,

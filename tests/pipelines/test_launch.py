@@ -81,6 +81,19 @@ def test_gpus_all_without_a_gpu_says_to_use_nproc(capsys, monkeypatch):
     assert "no CUDA GPU is visible" in err and "use --nproc N" in err
 
 
+def test_more_processes_than_cores_is_said_before_they_start(monkeypatch, caplog):
+    launched = []
+    monkeypatch.setattr("pipelines.options.usable_cores", lambda: 2)
+    monkeypatch.setattr("pipelines.options.launch", lambda *a, **k: launched.append(a[1]))
+    with caplog.at_level("WARNING", logger="pipelines.options"):
+        main(["train", "-c", CONFIG, "--nproc", "8"])
+    assert launched == [8]
+    assert "8 processes on 2 usable CPU cores" in caplog.text and "--nproc 2" in caplog.text
+    caplog.clear()
+    main(["train", "-c", CONFIG, "--nproc", "2"])
+    assert "usable CPU cores" not in caplog.text
+
+
 def test_launch_options_under_an_external_launcher_are_refused(capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit):

@@ -18,7 +18,7 @@ main_config.exp_name = "cartpole_ppo_ddp"
 main_config.policy.multi_gpu = True
 main_config.env.collector_env_num = 4
 main_config.policy.collect.n_sample = 128
-main_config.policy.learn.batch_size = 64
+main_config.policy.learn.pop("batch_size")  # 64 per rank: the default
 create_config = copy.deepcopy(base.create_config)
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""Every run has an end, or says that it has none: a budget per algorithm family for ``--algo/--env``, an
+update budget and a plateau stop for offline runs, a warning for an online run that can only be stopped."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from engine.context import OnlineRLContext, StopReason
+from middleware import termination_checker
+
+
+def _evaluated(ctx, iteration, value):
+    ctx.last_eval_iter, ctx.eval_value = iteration, value
+
+
+def test_patience_stops_after_that_many_evaluations_without_a_new_best():
+    check = termination_checker(patience=2)
+    ctx = OnlineRLContext()
+    for iteration, value in [(10, 1.0), (20, 3.0), (30, 2.0), (30, 2.0), (40, 3.5)]:  # 30 twice: one evaluation
+        _evaluated(ctx, iteration, value)
+        check(ctx)
+        assert not ctx.finish, iteration
+    _evaluated(ctx, 50, 3.5)  # as good as the best is not better
+    check(ctx)
+    assert not ctx.finish
+    _evaluated(ctx, 60, 0.5)
+    check(ctx)
+    assert ctx.finish and ctx.stop_reason == StopReason.PLATEAU
+
+
+def test_a_bad_patience_is_a_config_error(tmp_path):
+    from engine.config import ConfigError
+    from pipelines import build_pipeline
+
+    from dizoo.classic_control.cartpole.config.cartpole_dqn_config import create_config, main_config
+    main = copy.deepcopy(main_config)
+    main.policy.eval.evaluator.patience = -1
+    with pytest.raises(ConfigError, match="patience must be a non-negative int"):
+        build_pipeline((main, create_config), exp_name=str(tmp_path / "run"))
+
+
+def test_an_online_run_with_no_end_says_so(quick_cartpole_config, caplog):
+    from pipelines import build_pipeline
+
+    main, create = quick_cartpole_config
+    main.env.stop_value = float("inf")
+    with caplog.at_level("WARNING"):
+        build_pipeline((main, create)).close()
+    assert "this run has no end" in caplog.text and "--max-env-step N" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        build_pipeline((main, create), max_env_step=64).close()
+    assert "this run has no end" not in caplog.text
+
+
+def test_an_offline_run_given_no_budget_stops_at_a_plateau_or_the_default(tmp_path, caplog):
+    from pipelines import serial_pipeline
+    from pipelines.stages import OFFLINE_DEFAULT_UPDATES
+
+    from dizoo.classic_control.cartpole.config.cartpole_bc_config import create_config, main_config
+    main = copy.deepcopy(main_config)
+    main.exp_name, main.log = str(tmp_path / "run"), dict(progress=False)
+    main.env.stop_value = 1e9
+    main.policy.eval.evaluator.eval_freq = 5
+    main.policy.eval.evaluator.patience = 2
+    with caplog.at_level("WARNING"):
+        summary = serial_pipeline((main, create_config))
+    assert f"stops at {OFFLINE_DEFAULT_UPDATES:,} updates or after 2 evaluations in a row" in caplog.text
+    assert summary["stop_reason"] == "plateau" and summary["train_iter"] < OFFLINE_DEFAULT_UPDATES
+    assert json.load(open(f"{summary['run_dir']}/summary.json"))["stop_reason"] == "plateau"
+
+
+def test_algo_env_runs_get_their_familys_budget(tmp_path, monkeypatch, capsys):
+    from pipelines.algo_env import default_budget
+    from pipelines.cli import main
+
+    assert default_budget("dqn") == 500_000 and default_budget("ppo") == 1_000_000 and default_budget("bc") is None
+    seen = {}
+    monkeypatch.setattr("pipelines.cli.run_from_args", lambda cfg, args: seen.update(budget=args.max_env_step))
+    main(["train", "--algo", "dqn", "--env", "CartPole-v1"])
+    assert seen["budget"] == 500_000
+    main(["train", "--algo", "dqn", "--env", "CartPole-v1", "--max-train-iter", "10"])
+    assert seen["budget"] is None
