@@ -51,7 +51,12 @@ def base_config() -> Dict[str, Any]:
             signals=["SIGTERM", "SIGUSR1"],  # each: end the iteration, write latest, exit with 128 + its number
             grace_s=20.0,           # a process still running this long after the signal exits then; 0: never
         ),
-        ddp=dict(
+        ddp=dict(                   # docs/distributed.md, "Communication": when each of these helps
+            bucket_cap_mb=25.0,     # gradients per all-reduce bucket (torch's default); larger: fewer, bigger messages
+            static_graph=False,     # the same parameters take gradients in the same order every update
+            gradient_as_bucket_view=False,  # gradients alias the buckets: one copy less, less memory
+            comm_hook="none",       # gradient compression: "none" | "fp16" | "bf16" (nccl only) | "powersgd"
+            powersgd_rank=1,        # PowerSGD's matrix approximation rank (comm_hook="powersgd")
             backend="auto",         # "auto" | "nccl" | "gloo" (engine.devices: gloo lets processes share GPUs)
         ),
         dataset=dict(               # offline policies train from it (docs/offline.md); online ones ignore it
@@ -168,13 +173,14 @@ _AT_LEAST_ONE = ("env.collector_env_num", "env.evaluator_env_num", "env.n_evalua
                  "policy.eval.evaluator.eval_freq", "policy.other.replay_buffer.replay_buffer_size",
                  "policy.device.refresh_every", "policy.learn.actor_update_freq", "policy.other.eps.decay")
 _POSITIVE = ("policy.learn.learning_rate", "policy.learn.learning_rate_q", "policy.learn.learning_rate_policy",
-             "policy.learn.learning_rate_alpha")
+             "policy.learn.learning_rate_alpha", "ddp.bucket_cap_mb", "ddp.powersgd_rank")
 _NOT_NEGATIVE = ("ckpt.save_freq", "ckpt.latest_every_s", "log.print_freq", "policy.random_collect_size",
                  "torch_threads", "policy.learn.cql_alpha", "policy.learn.policy_noise", "policy.learn.noise_clip")
 _UNIT_INTERVAL = ("policy.discount_factor", "policy.collect.gae_lambda", "policy.learn.target_theta")
 # Words a key takes, checked here with a "did you mean" rather than where the policy or the env is built
 _CHOICES = {"policy.learn.td_loss": ("huber", "mse"), "policy.other.eps.type": ("exp", "linear"),
-            "env.manager.type": ("sync", "async", "subprocess")}
+            "env.manager.type": ("sync", "async", "subprocess"),
+            "ddp.comm_hook": ("none", "fp16", "bf16", "powersgd")}
 
 
 def _lookup(cfg: Mapping[str, Any], path: str) -> Any:

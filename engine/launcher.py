@@ -226,37 +226,50 @@ class _SignalForwarder:
     iteration boundary and writes ``latest``), remember it, and kill ranks still alive ``grace_s`` + 10 s
     later (their own deadline, ``preempt.grace_s``, should have ended them first)."""
 
-    def __init__(self, grace_s: float = 30.0) -> None:
+    def __init__(self, signals: Sequence[str] = DEFAULT_SIGNALS, grace_s: float = 20.0) -> None:
         self.processes: Sequence[Any] = ()
         self.signum: Optional[int] = None
+        self._signals = [signal_number(name) for name in signals]
         self._grace_s = grace_s
         self._previous: Dict[int, Any] = {}
+        self._deadline: Optional[threading.Timer] = None
 
     def install(self) -> "_SignalForwarder":
         if threading.current_thread() is threading.main_thread():
-            for name in DEFAULT_SIGNALS:
-                number = signal_number(name)
+            for number in self._signals:
                 self._previous[number] = signal.signal(number, self._received)
         return self
+
+    def started(self, processes: Sequence[Any]) -> None:
+        """The ranks exist now: pass on a signal that came while they were being started."""
+        self.processes = processes
+        if self.signum is not None:
+            signum, self.signum = self.signum, None
+            self._received(signum, None)
 
     def uninstall(self) -> None:
         for number, previous in self._previous.items():
             signal.signal(number, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
+        if self._deadline is not None:
+            self._deadline.cancel()
 
     def _received(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
             return
         self.signum = signum
+        if not self.processes:  # still starting them: passed on by started()
+            return
         alive = [p for p in self.processes if p.is_alive()]
         for p in alive:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signum)
         print(f"baton: {signal.Signals(signum).name}: waiting for {len(alive)} rank{'s' if len(alive) != 1 else ''} "
               f"to write {'their' if len(alive) != 1 else 'its'} checkpoint and stop", file=sys.stderr, flush=True)
-        timer = threading.Timer(self._grace_s + 10.0, lambda: [p.kill() for p in alive if p.is_alive()])
-        timer.daemon = True
-        timer.start()
+        if self._grace_s > 0:  # 0: the ranks have no deadline (preempt.grace_s), nor do they here
+            self._deadline = threading.Timer(self._grace_s + 10.0, lambda: [p.kill() for p in alive if p.is_alive()])
+            self._deadline.daemon = True
+            self._deadline.start()
 
 
 def _preempted(error_dir: str, forwarder: _SignalForwarder) -> Optional[Preempted]:
@@ -272,7 +285,8 @@ def _preempted(error_dir: str, forwarder: _SignalForwarder) -> Optional[Preempte
 def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, backend: str = "auto",
            cuda: bool = False, timeout: Optional[float] = None, nnodes: int = 1, node_rank: int = 0,
            master_addr: Optional[str] = None, master_port: Optional[int] = None,
-           rendezvous: Optional[str] = None) -> None:
+           rendezvous: Optional[str] = None, preempt_signals: Sequence[str] = DEFAULT_SIGNALS,
+           preempt_grace_s: float = 20.0) -> None:
     """Run ``fn(*args)`` on ``nprocs`` processes of this node, each inside a ``DDPContext``.
 
     ``fn`` must be importable (a module-level function): it is pickled by name, as are ``args``.
@@ -285,6 +299,8 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
         master_addr, master_port: where the nodes meet (node 0's address); on one node, default
             127.0.0.1 and a free port.
         rendezvous: ``file:///shared/path`` instead of an address.
+        preempt_signals, preempt_grace_s: the run's ``preempt`` settings: the signals passed on to the ranks
+            (which stop cleanly on them), and the grace after which ranks still alive are killed (plus 10 s).
 
     Raises:
         ValueError: an impossible layout (node_rank >= nnodes, no meeting point for several nodes, a
@@ -307,13 +323,13 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
         os.environ["MASTER_ADDR"] = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(master_port or _free_port())
     world = nnodes * nprocs
-    forwarder = _SignalForwarder().install()
+    forwarder = _SignalForwarder(preempt_signals, preempt_grace_s).install()
     with tempfile.TemporaryDirectory(prefix="baton-launch-") as error_dir, contextlib.ExitStack() as cleanup:
         cleanup.callback(forwarder.uninstall)
         context = mp.start_processes(_spawned, args=(fn, tuple(args), nprocs, node_rank, nnodes, rendezvous, backend,
                                                      cuda, timeout, error_dir, dict(os.environ), os.getpid()),
                                      nprocs=nprocs, join=False, start_method=_start_method())
-        forwarder.processes = context.processes
+        forwarder.started(context.processes)
         try:
             while not context.join():
                 pass

@@ -98,13 +98,14 @@ class PreemptionGuard:
         return True
 
     def uninstall(self) -> None:
-        """Give the signals back to their previous handlers and cancel the deadline (the run ended)."""
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        """Give the signals back to their previous handlers, then cancel the deadline (the run ended; in this
+        order, so a signal in between cannot arm a deadline that nothing cancels)."""
         for number, previous in self._previous.items():
             signal.signal(number, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def request(self, signum: int) -> None:
         """What a caught signal does (also for a stop decided without one: ``signum`` names the exit code)."""

@@ -32,8 +32,9 @@ from typing import Any, Dict, Optional
 import torch
 
 from engine.context import Context
-from engine.distributed import (DistributedError, all_gather_rows, broadcast_object, explain_failure, get_rank,
-                                get_world_size, is_communication_error, is_distributed, mark_progress)
+from engine.distributed import (DistributedError, all_gather_rows, broadcast_object, check_comm_hook,
+                                explain_failure, get_backend, get_rank, get_world_size, is_communication_error,
+                                is_distributed, mark_progress, register_comm_hook)
 from engine.protocols import ModelOwner, require
 from engine.sync import SyncPlan
 
@@ -48,9 +49,13 @@ class DDPMiddleware:
     Args:
         learn_mode: ``policy.learn_mode``; its ``model`` is wrapped in place.
         find_unused_parameters: passed to DDP (for models whose forward skips some parameters).
+        bucket_cap_mb, static_graph, gradient_as_bucket_view: passed to DDP (the config's ``ddp`` keys).
+        comm_hook, powersgd_rank: gradient compression (``engine.distributed.register_comm_hook``).
     """
 
-    def __init__(self, learn_mode: ModelOwner, find_unused_parameters: bool = False) -> None:
+    def __init__(self, learn_mode: ModelOwner, find_unused_parameters: bool = False, *,
+                 bucket_cap_mb: float = 25.0, static_graph: bool = False, gradient_as_bucket_view: bool = False,
+                 comm_hook: str = "none", powersgd_rank: int = 1) -> None:
         self.world_size = get_world_size()
         self.rank = get_rank()
         self.collective_time = 0.0
@@ -66,9 +71,12 @@ class DDPMiddleware:
             return
         module = learn_mode.model
         device = next(module.parameters()).device  # cuda:LOCAL_RANK under nccl; a shared GPU under gloo
+        check_comm_hook(comm_hook, get_backend())  # before anything is wrapped: a clear refusal, not torch's
         learn_mode.model = torch.nn.parallel.DistributedDataParallel(
             module, device_ids=[device.index] if device.type == "cuda" else None,
-            find_unused_parameters=find_unused_parameters)
+            find_unused_parameters=find_unused_parameters, bucket_cap_mb=bucket_cap_mb, static_graph=static_graph,
+            gradient_as_bucket_view=gradient_as_bucket_view)
+        self.comm_hook_state = register_comm_hook(learn_mode.model, comm_hook, powersgd_rank)
         # DDP syncs the wrapped module; target networks and optimizer state must match too
         state = broadcast_object(learn_mode.state_dict() if self.rank == 0 else None, src=0)
         learn_mode.load_state_dict(state)

@@ -12,9 +12,10 @@ Messages over one duplex pipe::
     child  -> parent   ("done", episodes, seconds)    or ("cancelled", None, seconds), ("error", traceback, seconds)
 
 Cancelling sets a shared event that the child checks between env steps (``evaluate_episodes``'s
-``should_stop``). The child ignores SIGINT (Ctrl-C reaches the whole process group: the parent decides),
-uses one torch thread (it acts on a handful of observations), and closes its envs when it exits. It is a
-daemon: it cannot outlive a parent that exits, and ``close`` terminates it when it does not end in time.
+``should_stop``). The child ignores SIGINT, SIGTERM and SIGUSR1 (Ctrl-C and a job's preemption signal reach
+every process: the parent decides), uses one torch thread (it acts on a handful of observations), and closes
+its envs when it exits. It is a daemon: it cannot outlive a parent that exits, and ``close`` kills it when it
+does not end in time.
 
 It runs at a lower scheduling priority (``NICENESS``): on a free core it evaluates at full speed, and where
 cores are short (other jobs, DDP ranks on every core) training keeps its share and the evaluation takes what
@@ -41,6 +42,7 @@ from enum import Enum
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from data.env_loop import EnvLoop
+from engine.preemption import DEFAULT_SIGNALS
 from engine.protocols import EvalPolicy, VectorEnv
 
 from .evaluator import EvaluationCancelled, evaluate_episodes
@@ -83,7 +85,8 @@ class EvalReply:
 
 def _serve(conn: Any, cancel: Any, build: WorkerSide, niceness: int) -> None:
     """The child: build, say ready, then run jobs until told to exit or the parent is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGINT", *DEFAULT_SIGNALS):  # the parent decides: Ctrl-C and a job's preemption signal
+        signal.signal(getattr(signal, name), signal.SIG_IGN)  # reach every process, the parent ends this one
     if niceness and hasattr(os, "nice"):
         os.nice(niceness)
     import torch
@@ -239,11 +242,7 @@ class EvalWorker:
             except (OSError, ValueError):
                 pass
             process.join(timeout)
-        if process.is_alive():
-            process.terminate()
-            process.join(timeout)
-        if process.is_alive():
-            logger.warning("the evaluation process (pid %d) did not end on SIGTERM: killed", process.pid)
+        if process.is_alive():  # it ignores SIGTERM (a job's preemption signal is its parent's to act on)
             process.kill()
             process.join(timeout)
         self._conn.close()

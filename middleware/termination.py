@@ -28,9 +28,14 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
     if not isinstance(patience, int) or patience < 0:
         raise ValueError(f"policy.eval.evaluator.patience must be a non-negative int (0: off), got {patience!r}")
     others = get_world_size() - 1
-    plateau = {"best": float("-inf"), "since": 0, "seen": -1}
+    plateau = {"best": float("-inf"), "since": 0, "seen": None}
 
     def _no_better_evaluation(ctx: OnlineRLContext) -> bool:
+        if plateau["seen"] is None:  # first call: a resumed run's restored evaluation is no new one
+            plateau["seen"] = ctx.last_eval_iter
+            if ctx.last_eval_iter >= 0:
+                plateau["best"] = ctx.eval_value
+            return False
         if ctx.last_eval_iter < 0 or ctx.last_eval_iter == plateau["seen"]:
             return False
         plateau["seen"] = ctx.last_eval_iter

@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Mapping, Tuple
 import torch
 from easydict import EasyDict
 
-from engine.config import compile_config, plain
+from engine.config import ConfigError, compile_config, plain
+from engine.distributed import DistributedError, check_comm_hook
 from engine.launcher import launch
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from data.batch import make_batch
@@ -149,6 +150,10 @@ def check_ddp(input_cfg: ConfigPair, nproc: int = 2, seed: int = 0, tolerance: f
     """Run the check (module docstring) on ``nproc`` local gloo processes and return the report."""
     if nproc < 2:
         raise ValueError(f"--nproc {nproc}: the check compares at least 2 ranks")
+    try:  # the check runs on gloo: a hook gloo cannot run is refused here, in one line
+        check_comm_hook(compile_config(*input_cfg, save=False).ddp.comm_hook, "gloo")
+    except DistributedError as err:
+        raise ConfigError(f"baton check-ddp runs on gloo: {err}") from None
     with tempfile.TemporaryDirectory(prefix="baton-check-ddp-") as tmp:
         pair = _learn_only(input_cfg, tmp)
         launch(_check_rank, nproc, args=(pair, seed, tmp), backend="gloo")

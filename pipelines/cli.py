@@ -6,7 +6,7 @@ Usage::
                 [--max-train-iter N] [--exp-name NAME] [--resume] [--no-progress] [--gpus all|N | --nproc N]
                 [--nnodes N --node-rank n (--master-addr HOST0 --master-port PORT | --rendezvous file:///shared/path)]
     baton train --list-algos | --list-envs
-    baton check-ddp -c CONFIG [--nproc 2] [--tolerance 1e-5]
+    baton check-ddp -c CONFIG [--nproc 2] [--tolerance 1e-5] [KEY=VALUE ...]
     baton record -c CONFIG --ckpt PATH --episodes N --dataset NAME [--eps E] [--root DIR]
     baton plot RUN_DIR... [-o out.png] [--x env_step|wall_time_s] [--label NAME]
 
@@ -38,7 +38,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 from engine.overrides import apply_overrides
 from engine.registry import UnknownTypeError
 
-from .options import configure_logging, add_train_options, check_launch_options, run_from_args, take_overrides
+from .options import (configure_logging, add_train_options, check_launch_options, resume_last, run_from_args,
+                      take_overrides)
 from .user_errors import close_path_hint, config_load_error, print_user_error
 
 __all__ = ["main", "load_config_file"]
@@ -99,6 +100,8 @@ def _parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     check.add_argument("--nproc", type=int, default=2, help="processes to compare (default 2, gloo on CPU)")
     check.add_argument("-s", "--seed", type=int, default=0)
     check.add_argument("--tolerance", type=float, default=1e-5, help="largest parameter difference accepted")
+    check.add_argument("overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                       help="set config keys as for train, e.g. ddp.comm_hook=fp16 ddp.static_graph=true")
     for name, (module, add_options, help_text) in _COMMAND_MODULES.items():
         command_parser = sub.add_parser(name, help=help_text)
         if name == command:
@@ -114,7 +117,7 @@ def _command(argv: Optional[Sequence[str]]) -> Optional[str]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser(_command(argv))
-    args, extras = parser.parse_known_args(argv)
+    args, extras = parser.parse_known_args(resume_last(argv))
     take_overrides(args, extras, parser.error)
     if args.command == "plot":
         from .plot import plot_main
@@ -145,7 +148,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         if args.nproc < 2:
             parser.error(f"--nproc {args.nproc}: the check compares at least 2 processes")
-        report = check_ddp(input_cfg, nproc=args.nproc, seed=args.seed, tolerance=args.tolerance)
+        try:
+            report = check_ddp(input_cfg, nproc=args.nproc, seed=args.seed, tolerance=args.tolerance)
+        except ValueError as err:  # a config the check cannot run (ConfigError): one line
+            print_user_error(err)
+            return 2
         print(report, flush=True)
         return 0 if report["ok"] else 1
     run_from_args(input_cfg, args)

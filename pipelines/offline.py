@@ -33,7 +33,7 @@ from engine.context import OfflineRLContext
 from engine.devices import size_torch_threads
 from engine.distributed import DDPContext
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
-from middleware import DDPMiddleware, InteractionEvaluator, RunSummary, progress_bar
+from middleware import InteractionEvaluator, RunSummary, progress_bar
 from middleware.offline import OfflineDataFetcher, OfflineLearner
 from middleware.summary import RunClock
 from policies.base import SpaceMismatchError
@@ -156,7 +156,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     if resume:
         resume_run(cfg, policy, ctx, None, saver, rank, world_size, empty_buffer=lambda: None,
                    max_env_step=max_env_step, max_train_iter=max_train_iter)
-    ddp = DDPMiddleware(policy.learn_mode)
+    ddp = stages.ddp(cfg, policy)
     summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {
         "run_dir": cfg.exp_name, "dataset": cfg.dataset.name, "dataset_episodes": dataset.n_episodes,
         "dataset_transitions": dataset.total_steps, "train_epoch": ctx.train_epoch,

@@ -18,7 +18,7 @@ from engine.devices import usable_cores, visible_gpu_count
 from engine.config import ConfigError
 from engine.launcher import check_rendezvous, launch
 from engine.overrides import apply_overrides
-from engine.preemption import Preempted
+from engine.preemption import DEFAULT_SIGNALS, Preempted
 from engine.profile import profile_table
 from engine.slurm import srun_task_count
 from engine.registry import UnknownTypeError
@@ -29,6 +29,7 @@ from .user_errors import DEBUG_ENV, print_user_error  # stdlib only: its USER_ER
 logger = logging.getLogger(__name__)
 
 __all__ = ["configure_logging", "add_train_options", "parse_train_args", "take_overrides", "check_launch_options",
+           "resume_last",
            "run_from_args",
            "cli_main"]
 
@@ -85,9 +86,21 @@ class _Debug(argparse.Action):
         os.environ[DEBUG_ENV] = "1"
 
 
+def resume_last(argv: Optional[Sequence[str]]) -> List[str]:
+    """``argv`` with a bare ``--resume`` followed by a ``KEY=VALUE`` word moved to the end, where it takes no
+    value: ``--resume`` takes an optional ``auto``, and argparse would otherwise take that word as its value
+    and the overrides would lose their order (the last of two for one key must win)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    for i, word in enumerate(words[:-1]):
+        following = words[i + 1]
+        if word == "--resume" and "=" in following and not following.startswith("-"):
+            return words[:i] + words[i + 1:] + ["--resume"]
+    return words
+
+
 def parse_train_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description="Train the pipeline of this config.")
-    args, extras = add_train_options(parser).parse_known_args(argv)
+    args, extras = add_train_options(parser).parse_known_args(resume_last(argv))
     take_overrides(args, extras, parser.error)
     check_launch_options(args, parser.error)
     return args
@@ -200,9 +213,11 @@ def _launch_ranks(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> None:
                        "the cores, so the job runs slower than with --nproc %d (results are the same)", nprocs,
                        cores, cores)
     with reported_once():  # a rank's bad input: its one line, once for the job (pipelines.user_errors)
+        preempt = main_config.get("preempt") or {}
         launch(_train, nprocs, args=((main_config, create_config), args), backend=backend, cuda=cuda,
                nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
-               master_port=args.master_port, rendezvous=args.rendezvous)
+               master_port=args.master_port, rendezvous=args.rendezvous,
+               preempt_signals=preempt.get("signals", DEFAULT_SIGNALS), preempt_grace_s=preempt.get("grace_s", 20.0))
 
 
 def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:

@@ -168,7 +168,6 @@ class Pipeline:
                         task.use(stage.middleware, name=stage.name)
                 task.run(max_step=max_step, profile=self.profile)
             result = self._result() if self._result is not None else self.ctx
-            preempted = self._preempted()
         except KeyboardInterrupt as err:
             self.close(err)
             if self._result is None or isinstance(err, RunInterrupted):
@@ -178,15 +177,20 @@ class Pipeline:
             self.close(err)
             raise
         self.close()
+        preempted = self._preempted()  # after close: a signal in the last iteration or the final write counts
         if preempted is not None:
             raise preempted
         return result
 
     def _preempted(self) -> Optional[RunPreempted]:
-        """The ``RunPreempted`` to raise when the preemption stage ended the run (None otherwise)."""
-        if getattr(self.ctx, "stop_reason", None) != StopReason.PREEMPTED or "preemption" not in self:
+        """The ``RunPreempted`` to raise when the preemption stage ended the run, or when a signal came as the
+        run was finishing anyway (its last iteration, the final checkpoint, the close): the process was asked
+        to stop, so a script or a sweep must not go on to its next run. None otherwise."""
+        stage = self["preemption"] if "preemption" in self else None
+        if stage is None or (getattr(self.ctx, "stop_reason", None) != StopReason.PREEMPTED
+                             and stage.guard.requested is None):
             return None
-        guard = self["preemption"].guard
+        guard = stage.guard
         signum = guard.signum or guard.default_signum
         return RunPreempted(self._result() if self._result is not None else self.ctx,
                             signal.Signals(signum).name, exit_code(signum))

@@ -267,14 +267,13 @@ def claim_run_dir(exp_name: str, seed: int, *, explicit: bool, resume: Union[boo
     """
     if resume and force:
         raise RunDirError("--resume continues a run and --force starts it over: give one of them")
-    if resume == "auto":
-        resume = _holds_files(exp_name) if explicit else any(
-            _holds_files(d) for d in _numbered(default_run_name(exp_name, seed)))
+    if resume == "auto":  # a directory a start left before its run ran (killed while building) is no run
+        resume = _ran(exp_name) if explicit else any(_ran(d) for d in _numbered(default_run_name(exp_name, seed)))
     if explicit:
         return _claim(exp_name, resume, force)
     base = default_run_name(exp_name, seed)
     if resume:
-        runs = [d for d in _numbered(base) if _holds_files(d)]
+        runs = [d for d in _numbered(base) if _ran(d)] or [d for d in _numbered(base) if _holds_files(d)]
         if not runs:
             raise RunDirError(f"--resume: no run to continue at {base} (nor {base}_<n>): start without --resume, "
                               f"or give the run's directory with --exp-name")
@@ -283,12 +282,13 @@ def claim_run_dir(exp_name: str, seed: int, *, explicit: bool, resume: Union[boo
         return _claim(base, resume, force)
     for _ in range(100):  # another run of this config may take a free name first: then the next one
         for candidate in _numbered(base, include_free=True):
-            if _holds_files(candidate):
+            if _ran(candidate):
                 continue
             try:
                 lock = RunLock.acquire(candidate)
             except RunDirError:  # a run starting there now
                 continue
+            _remove_if_never_ran(candidate)  # what a start killed before its run ran left (ours now: locked)
             if not _holds_files(candidate):
                 lock.fresh = True
                 return RunClaim(candidate, lock)
@@ -324,6 +324,8 @@ def _claim(path: str, resume: bool, force: bool) -> RunClaim:
         raise RunDirError(f"--resume: no run to continue at {path}: start without --resume, or give the run's "
                           f"directory with --exp-name")
     lock = RunLock.acquire(path)
+    if not resume:
+        _remove_if_never_ran(path)  # a start killed before its run ran left config.json: no run to protect
     if resume or not _holds_files(path):
         lock.fresh = not resume
         return RunClaim(path, lock, resumed=bool(resume))
@@ -350,6 +352,12 @@ def _entries(path: str) -> List[str]:
 
 def _holds_files(path: str) -> bool:
     return bool(_entries(path))
+
+
+def _ran(path: str) -> bool:
+    """Whether ``path`` holds a run that ran: anything beyond ``START_FILES``, the lock and empty folders."""
+    return any(name for top, _, files in os.walk(path)
+               for name in files if not (top == path and (name in START_FILES or name == LOCK_NAME)))
 
 
 def _numbered(base: str, include_free: bool = False) -> List[str]:

@@ -37,7 +37,7 @@ from engine.devices import size_torch_threads
 from engine.profile import StageProfile
 from engine.distributed import DDPContext, broadcast_object, launched_world_size, is_distributed
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
-from middleware import DDPMiddleware, RunSummary, actor_refresher, data_pusher, progress_bar
+from middleware import RunSummary, actor_refresher, data_pusher, progress_bar
 from middleware.summary import RunClock
 from policies.base import SpaceMismatchError
 
@@ -185,7 +185,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
             cfg.policy, frame_stack=frame_stack, num_envs=cfg.env.collector_env_num, learn_device=policy.device),
             max_env_step=max_env_step, max_train_iter=max_train_iter)
     evaluator = stages.evaluator(cfg, policy, evaluator_env, saver, world_size) if main else None
-    ddp = DDPMiddleware(policy.learn_mode)
+    ddp = stages.ddp(cfg, policy)
     profile = StageProfile() if cfg.log.profile else None  # where the time goes (--profile, engine.profile)
     summary = RunSummary(cfg.exp_name, write=main, extra=lambda: {"run_dir": cfg.exp_name, **(
         {"world_size": world_size, "rank": rank, "ddp_collective_s": ddp.collective_time} if world_size > 1 else {}),
@@ -239,8 +239,12 @@ def _run_dir(cfg: Mapping[str, Any], explicit: bool, resume: Union[bool, str], f
     attempt started, as ``resume="auto"`` does: from its newest loadable checkpoint, with the counters, the
     replay shards and the RNG state that checkpoint holds."""
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    if restart > 0 and not resume and not force:
-        resume = "auto"
+    if restart > 0:  # continue the first attempt's run: never start over (--force), never guess which run
+        if not explicit:
+            raise RunDirError(f"torchrun restarted this worker group (restart {restart}), and without --exp-name "
+                              f"the run it should continue cannot be told from other runs of this config: give "
+                              f"the run a directory with --exp-name DIR (restarts then continue it)")
+        resume, force = "auto", False
     choice: Tuple[Optional[str], bool, Optional[str]] = (None, False, None)
     if main:
         try:

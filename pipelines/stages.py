@@ -18,7 +18,7 @@ from data.envs import make_vector_env
 from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, RingStorage, Sampler, UniformSampler
 from data.replay.device import resolve_replay_device
 from engine.config import ConfigError, plain
-from engine.distributed import default_timeout
+from engine.distributed import DistributedError, default_timeout
 from engine.preemption import PreemptionGuard
 from engine.protocols import VectorEnv
 from engine.context import OnlineRLContext
@@ -27,15 +27,15 @@ from middleware.background_eval import BackgroundEvaluator
 from middleware.checkpoint import ShardSaver
 from middleware.preemption import PreemptionStop
 from middleware.termination import termination_checker
-from middleware import (CkptSaver, InteractionEvaluator, OffPolicyLearner, OnlineLogger, OnPolicyLearner,
-                        StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator, online_logger,
-                        random_collect_handler)
+from middleware import (CkptSaver, DDPMiddleware, InteractionEvaluator, OffPolicyLearner, OnlineLogger,
+                        OnPolicyLearner, StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator,
+                        online_logger, random_collect_handler)
 from middleware.progress_csv import PROGRESS_FILE
 from policies.base import Policy
 
 __all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration", "random_collect",
            "off_policy_learner", "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logger",
-           "preemption", "termination", "OFFLINE_DEFAULT_UPDATES"]
+           "preemption", "termination", "ddp", "OFFLINE_DEFAULT_UPDATES"]
 
 logger_ = logging.getLogger(__name__)
 
@@ -228,3 +228,18 @@ def termination(cfg: Mapping[str, Any], max_env_step: Optional[int], max_train_i
         return termination_checker(max_env_step, max_train_iter, patience=patience)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+def ddp(cfg: Mapping[str, Any], policy: Policy) -> DDPMiddleware:
+    """The ddp middleware with the config's communication settings (``ddp.bucket_cap_mb``, ``static_graph``,
+    ``gradient_as_bucket_view``, ``comm_hook``, ``powersgd_rank``; docs/distributed.md)."""
+    settings = cfg.ddp
+    try:
+        return DDPMiddleware(policy.learn_mode, bucket_cap_mb=float(settings.bucket_cap_mb),
+                             static_graph=bool(settings.static_graph),
+                             gradient_as_bucket_view=bool(settings.gradient_as_bucket_view),
+                             comm_hook=str(settings.comm_hook), powersgd_rank=int(settings.powersgd_rank))
+    except DistributedError as err:
+        if "ddp.comm_hook" in str(err):
+            raise ConfigError(str(err)) from None
+        raise

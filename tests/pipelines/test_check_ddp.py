@@ -55,3 +55,36 @@ def test_check_ddp_needs_two_processes(capsys):
     with pytest.raises(SystemExit):
         main(["check-ddp", "-c", DQN_DDP, "--nproc", "1"])
     assert "compares at least 2 processes" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("overrides,exact", [
+    (["ddp.static_graph=true", "ddp.gradient_as_bucket_view=true", "ddp.bucket_cap_mb=1", "ddp.comm_hook=powersgd"],
+     True),   # PowerSGD compresses from its third update: the check's one update is a plain all-reduce
+    (["ddp.comm_hook=fp16"], False),  # the gradients summed in fp16: close, not equal
+], ids=["knobs", "fp16"])
+def test_check_ddp_takes_the_communication_keys(overrides, exact, tmp_path, monkeypatch, capsys):
+    from pipelines.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BATON_DDP_TIMEOUT", "60")
+    rc = main(["check-ddp", "-c", DQN_DDP, "--nproc", "2", *overrides])
+    out = capsys.readouterr().out
+    difference = float(out.split("largest parameter difference: ")[1].split()[0])
+    assert (rc == 0) == exact and difference < (1e-5 if exact else 1e-3), out
+
+
+def test_a_compression_hook_the_backend_cannot_run_is_refused_before_training(capsys):
+    from engine.distributed import DistributedError, check_comm_hook
+    from pipelines.cli import main
+
+    with pytest.raises(DistributedError, match="needs the nccl backend on CUDA.*Use 'fp16' or 'powersgd' on gloo"):
+        check_comm_hook("bf16", "gloo")
+    check_comm_hook("bf16", "nccl")
+    check_comm_hook("fp16", "gloo")
+    assert main(["check-ddp", "-c", DQN_DDP, "ddp.comm_hook=bf16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("baton:") == 1 and "check-ddp runs on gloo: ddp.comm_hook='bf16' needs the nccl" in err
+    assert main(["check-ddp", "-c", DQN_DDP, "ddp.comm_hook=fp61"]) == 2
+    assert "did you mean 'fp16'" in capsys.readouterr().err

@@ -75,9 +75,10 @@ def test_a_resumed_preempted_run_continues_where_it_stopped(tmp_path):
 
 def test_sigterm_during_the_final_checkpoint_write_waits_for_it(tmp_path, monkeypatch):
     """The signal lands while ``latest`` is being written at the end of the run: the write completes (the
-    guard only records it), so ``latest`` is whole and holds the run's last iteration."""
+    guard only records it), so ``latest`` is whole and holds the run's last iteration; and the run still
+    reports the signal, so a script or a sweep stops instead of starting its next run."""
     import middleware.checkpoint as checkpoint
-    from pipelines import build_pipeline
+    from pipelines import RunPreempted, build_pipeline
 
     pipeline = build_pipeline(_small_dqn(tmp_path), max_env_step=512, exp_name=str(tmp_path / "run"))
     write = checkpoint.save_checkpoint
@@ -88,7 +89,9 @@ def test_sigterm_during_the_final_checkpoint_write_waits_for_it(tmp_path, monkey
         return write(path, state)
 
     monkeypatch.setattr(checkpoint, "save_checkpoint", signalled_write)
-    summary = pipeline.run()  # the run had finished: the signal stops nothing more
+    with pytest.raises(RunPreempted) as caught:
+        pipeline.run()  # the run had finished its budget: the signal stops nothing more in it
+    summary = caught.value.summary
     latest = load_checkpoint(str(tmp_path / "run" / "ckpt" / "latest.pth.tar"))
     assert latest["ctx"]["train_iter"] == summary["train_iter"] and summary["stop_reason"] == "max_env_step"
     assert not [name for name in os.listdir(tmp_path / "run" / "ckpt") if ".tmp" in name]
@@ -297,3 +300,69 @@ def test_a_rank_killed_under_torchrun_restarts_into_its_own_run_and_meets_its_bu
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     assert summary["stop_reason"] == "max_env_step" and budget <= summary["env_step"] < budget + 1000
     assert sorted(os.listdir(tmp_path)) == ["run"]  # no run started over beside it
+
+
+def test_resume_auto_starts_over_a_directory_whose_start_never_ran(tmp_path):
+    """A job killed while it started (before the guard: the signal's default action) left ``config.json``
+    and the lock file; its requeue with ``--resume auto`` starts the run instead of failing to resume it."""
+    from pipelines.run_dir import claim_run_dir
+
+    run = tmp_path / "run"
+    (run / "log").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / ".lock").write_text("{}")
+    claim = claim_run_dir(str(run), 0, explicit=True, resume="auto")
+    try:
+        assert not claim.resumed and not (run / "config.json").exists()
+    finally:
+        claim.lock.release()
+    (run / "ckpt").mkdir(exist_ok=True)
+    (run / "ckpt" / "latest.pth.tar").write_bytes(b"x")
+    claim = claim_run_dir(str(run), 0, explicit=True, resume="auto")
+    claim.lock.release()
+    assert claim.resumed
+
+
+def test_a_torchrun_restart_continues_its_named_run_and_refuses_to_guess(tmp_path, monkeypatch):
+    import contextlib
+
+    from pipelines.run_dir import RunDirError
+    from pipelines.serial import _run_dir
+
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    cfg = {"exp_name": str(tmp_path / "cfg_name"), "seed": 0}
+    with contextlib.ExitStack() as resources:
+        with pytest.raises(RunDirError, match="restarted this worker group .* give the run a directory with"):
+            _run_dir(cfg, False, False, False, True, 1, resources)
+        run = tmp_path / "run"
+        (run / "ckpt").mkdir(parents=True)
+        (run / "ckpt" / "latest.pth.tar").write_bytes(b"x")
+        # --force on the command line would start the run over at every restart: a restart continues it
+        assert _run_dir(dict(cfg, exp_name=str(run)), True, False, True, True, 1, resources) == (str(run), True)
+
+
+def test_the_launcher_passes_on_a_signal_that_came_while_it_started_the_ranks(monkeypatch):
+    from engine import launcher
+
+    sent = []
+    monkeypatch.setattr(launcher.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+
+    class Rank:
+        pid = 4242
+
+        def is_alive(self):
+            return True
+
+    forwarder = launcher._SignalForwarder(["SIGTERM"], grace_s=0)
+    forwarder._received(signal.SIGTERM, None)  # no ranks yet
+    assert sent == []
+    forwarder.started([Rank()])
+    assert sent == [(4242, signal.SIGTERM)] and forwarder.signum == signal.SIGTERM
+
+
+def test_resume_before_an_override_keeps_the_overrides_in_order():
+    from pipelines.options import parse_train_args
+
+    args = parse_train_args(["--resume", "seed=1", "seed=2"])
+    assert args.resume is True and args.overrides == ["seed=1", "seed=2"]
+    assert parse_train_args(["--resume", "auto", "seed=1"]).resume == "auto"

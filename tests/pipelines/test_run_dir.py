@@ -15,8 +15,10 @@ CARTPOLE_DQN = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "confi
 
 
 def _run(path):
+    """A directory holding a run that ran (config.json alone is what a start that never ran leaves)."""
     os.makedirs(path)
-    open(os.path.join(path, "config.json"), "w").close()
+    for name in ("config.json", "summary.json"):
+        open(os.path.join(path, name), "w").close()
 
 
 def test_default_name_carries_the_seed_and_a_counter_when_taken(tmp_path):
@@ -47,8 +49,8 @@ def test_an_explicit_directory_holding_a_run_is_refused_unless_resumed_or_forced
     path = str(tmp_path / "mine")
     assert resolve_run_dir(path, 0, explicit=True) == path  # as given: no seed suffix
     _run(path)
-    with pytest.raises(RunDirError, match=r"mine already holds a run \(config.json\): --resume to continue it, "
-                                          r"--force to start over"):
+    with pytest.raises(RunDirError, match=r"mine already holds a run \(config.json, summary.json\): --resume to "
+                                          r"continue it, --force to start over"):
         resolve_run_dir(path, 0, explicit=True)
     assert resolve_run_dir(path, 0, explicit=True, resume=True) == path
     with pytest.raises(RunDirError, match="give one of them"):
@@ -61,7 +63,7 @@ def test_force_moves_the_old_run_aside_and_deletes_nothing(tmp_path):
     assert resolve_run_dir(path, 0, explicit=True, force=True) == path
     assert not os.path.exists(path)
     aside = [name for name in os.listdir(tmp_path) if name.startswith("mine.old-")]
-    assert len(aside) == 1 and os.listdir(tmp_path / aside[0]) == ["config.json"]
+    assert len(aside) == 1 and sorted(os.listdir(tmp_path / aside[0])) == ["config.json", "summary.json"]
     _run(path)
     resolve_run_dir(path, 0, explicit=True, force=True)  # a second move in the same second gets its own name
     assert len([name for name in os.listdir(tmp_path) if name.startswith("mine.old-")]) == 2
