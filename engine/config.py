@@ -62,6 +62,7 @@ def base_config() -> Dict[str, Any]:
         dataset=dict(               # offline policies train from it (docs/offline.md); online ones ignore it
             name="",                # a Minari dataset id, e.g. "cartpole/expert-v0"
             root="",                # its dataset root; "": $MINARI_DATASETS_PATH, else ~/.minari/datasets
+            split="shard",          # under DDP: "shard" (each rank its own episodes) | "replicate" (all, own order)
         ),
     )
 
@@ -180,7 +181,7 @@ _UNIT_INTERVAL = ("policy.discount_factor", "policy.collect.gae_lambda", "policy
 # Words a key takes, checked here with a "did you mean" rather than where the policy or the env is built
 _CHOICES = {"policy.learn.td_loss": ("huber", "mse"), "policy.other.eps.type": ("exp", "linear"),
             "env.manager.type": ("sync", "async", "subprocess"),
-            "ddp.comm_hook": ("none", "fp16", "bf16", "powersgd")}
+            "ddp.comm_hook": ("none", "fp16", "bf16", "powersgd"), "dataset.split": ("shard", "replicate")}
 
 
 def _lookup(cfg: Mapping[str, Any], path: str) -> Any:

@@ -117,7 +117,8 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     obs_space, action_space = probe.single_observation_space, probe.single_action_space
     probe.close()
     dataset.check_spaces(obs_space, action_space, f"env {cfg.env.env_id!r} (type {cfg.env.type!r})")
-    plan = ShardPlan(dataset.n_episodes, world_size, dataset=f"dataset {cfg.dataset.name!r}")
+    plan = ShardPlan(dataset.n_episodes, world_size, dataset=f"dataset {cfg.dataset.name!r}",
+                     split=cfg.dataset.split)
 
     size_torch_threads(cfg.torch_threads)
     seed_r = rank_seed(cfg.seed, rank)

@@ -1,6 +1,7 @@
 """Offline datasets: Minari layout round trip, shards of whole episodes, the epoch sampler, bad input."""
 from __future__ import annotations
 
+import copy
 import os
 
 import gymnasium as gym
@@ -135,3 +136,26 @@ def test_offline_writing_an_existing_name_is_refused(root):
         write_dataset("toy/twice-v0", _episodes(2), OBS, ACT, root=root)
     write_dataset("toy/twice-v0", _episodes(3), OBS, ACT, root=root, overwrite=True)
     assert open_dataset("toy/twice-v0", root).n_episodes == 3
+
+
+def test_the_replicated_split_gives_every_rank_the_whole_dataset():
+    """ReAgent's other split (``dataset.split=replicate``): all episodes on every rank, each rank drawing them
+    in its own order (its epoch sampler is seeded per rank); more ranks than episodes is then no error."""
+    from data.offline.shard import ShardPlan
+
+    plan = ShardPlan(n_episodes=3, world_size=4, split="replicate")
+    assert [plan.episodes(r).tolist() for r in range(4)] == [[0, 1, 2]] * 4 and plan.even
+    assert "every rank holds them all" in plan.describe(1, [10, 20, 30])
+    with pytest.raises(ValueError, match="dataset.split='replica' is not one of 'shard', 'replicate'"):
+        ShardPlan(3, 2, split="replica")
+
+
+def test_the_split_is_a_checked_config_key():
+    from engine.config import ConfigError, compile_config
+
+    from dizoo.classic_control.cartpole.config.cartpole_bc_config import create_config, main_config
+    main = copy.deepcopy(main_config)
+    main.dataset.split = "replicated"
+    with pytest.raises(ConfigError, match="dataset.split='replicated' is not one of 'shard', 'replicate' \\(did you "
+                                          "mean 'replicate'\\?\\)"):
+        compile_config(main, create_config, save=False)
