@@ -139,6 +139,7 @@ class StepCollector:
         env_steps = steps * envs
         ctx.env_step += env_steps
         ctx.env_episode += len(returns)
+        ctx.episode_return_total += float(sum(returns))
         ctx.episode_returns = returns
         ctx.collect_stats = {"samples": samples, "env_steps": env_steps,
                              "episodes": len(returns), "duration": time.perf_counter() - start}
@@ -192,6 +193,7 @@ class EpisodeCollector:
                                                  "truncated", "discount")})
         ctx.env_step += env_steps
         ctx.env_episode += len(returns)
+        ctx.episode_return_total += float(sum(returns))
         ctx.episode_returns = returns
         ctx.collect_stats = {"samples": len(ctx.trajectories.reward), "env_steps": env_steps,
                              "episodes": len(returns), "duration": time.perf_counter() - start}

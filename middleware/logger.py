@@ -7,6 +7,7 @@ import time
 from typing import Any, Dict, Optional
 
 from engine.context import OnlineRLContext
+from engine.distributed import get_world_size
 from engine.profile import StageProfile
 
 import numpy as np
@@ -23,7 +24,8 @@ class OnlineLogger:
     """Log scalars against ``ctx.env_step`` to a tensorboardX event file in ``log_dir`` and/or as rows of
     ``csv_path`` (``middleware.progress_csv``; docs/logging.md lists the tags):
 
-    - ``collect/episode_return`` (mean of training episodes finished since the last write),
+    - ``collect/episode_return`` (mean of training episodes finished since the last write; under DDP of
+      every rank's, from the summed ``env_episode`` and ``episode_return_total``),
       ``collect/eps``, ``eval/episode_return_mean``/``_std`` (at every evaluation),
     - ``train/loss``, ``train/q_value`` and the policy's other scalar outputs,
     - ``speed/env_steps_per_s``, ``speed/train_iter_per_s`` over the interval since the last write,
@@ -58,6 +60,8 @@ class OnlineLogger:
         self._csv: Optional[ProgressCSV] = ProgressCSV(csv_path) if csv_path else None
         self._writer: Optional[Any] = None
         self._returns: list = []
+        self._ranks = get_world_size()
+        self._episodes_at_write = (0, 0.0)  # (env_episode, episode_return_total) at the last write
         self._step_outputs: Any = (None, None)  # (eps, train_output) of the latest iteration, for on_finish
         self._logged_eval_iter = -1  # ctx.last_eval_iter of the evaluation logged last
         self._clock = RunClock()
@@ -101,6 +105,8 @@ class OnlineLogger:
         if self._last is None:
             self._clock.start()  # its own clock only: a shared one started with the run
             self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
+            own = ctx.episode_returns or []  # the counters as agreed at the start of this first iteration
+            self._episodes_at_write = (ctx.env_episode - len(own), ctx.episode_return_total - float(sum(own)))
         if ctx.episode_returns:
             self._returns.extend(ctx.episode_returns)
         # per-step fields are gone by on_finish (renewed): keep references to this iteration's
@@ -137,7 +143,14 @@ class OnlineLogger:
         elapsed = max(now - last_time, 1e-9)
         scalars = {"speed/env_steps_per_s": (ctx.env_step - last_env) / elapsed,
                    "speed/train_iter_per_s": (ctx.train_iter - last_iter) / elapsed}
-        if self._returns:
+        if self._ranks > 1:  # every rank's episodes: the summed counters (rank 0's list holds its own alone)
+            episodes, total = ctx.env_episode, ctx.episode_return_total
+            last = self._episodes_at_write
+            if episodes > last[0]:
+                scalars["collect/episode_return"] = (total - last[1]) / (episodes - last[0])
+            self._episodes_at_write = (episodes, total)
+            self._returns = []
+        elif self._returns:
             scalars["collect/episode_return"] = float(np.mean(self._returns))
             self._returns = []
         eps, train_output = self._step_outputs
