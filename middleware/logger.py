@@ -105,8 +105,9 @@ class OnlineLogger:
         if self._last is None:
             self._clock.start()  # its own clock only: a shared one started with the run
             self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
-            own = ctx.episode_returns or []  # the counters as agreed at the start of this first iteration
-            self._episodes_at_write = (ctx.env_episode - len(own), ctx.episode_return_total - float(sum(own)))
+            own = getattr(ctx, "episode_returns", None) or []  # the counters as agreed when this iteration began
+            self._episodes_at_write = (getattr(ctx, "env_episode", 0) - len(own),
+                                       getattr(ctx, "episode_return_total", 0.0) - float(sum(own)))
         if ctx.episode_returns:
             self._returns.extend(ctx.episode_returns)
         # per-step fields are gone by on_finish (renewed): keep references to this iteration's
@@ -143,7 +144,7 @@ class OnlineLogger:
         elapsed = max(now - last_time, 1e-9)
         scalars = {"speed/env_steps_per_s": (ctx.env_step - last_env) / elapsed,
                    "speed/train_iter_per_s": (ctx.train_iter - last_iter) / elapsed}
-        if self._ranks > 1:  # every rank's episodes: the summed counters (rank 0's list holds its own alone)
+        if self._ranks > 1 and hasattr(ctx, "episode_return_total"):  # every rank's episodes: the summed counters
             episodes, total = ctx.env_episode, ctx.episode_return_total
             last = self._episodes_at_write
             if episodes > last[0]:
