@@ -198,10 +198,9 @@ def _release_at_exit() -> None:
 def _remove_if_never_ran(directory: str) -> None:
     """Remove ``START_FILES`` and the empty directories of ``directory`` when it holds nothing else (the lock
     file aside): a run that never ran. Anything else in it (a checkpoint, ``summary.json``) keeps it all."""
-    walk = list(os.walk(directory, topdown=False))
-    if any(name for top, _, files in walk for name in files
-           if not (top == directory and (name in START_FILES or name == LOCK_NAME))):
+    if _ran(directory):
         return
+    walk = list(os.walk(directory, topdown=False))
     try:
         for top, dirs, _ in walk:
             for name in dirs:
