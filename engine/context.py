@@ -173,7 +173,8 @@ class OnlineRLContext(Context):
 
     Persistent: ``env_step`` (env transitions collected; summed over ranks under DDP), ``env_episode``
     (finished episodes; summed), ``episode_return_total`` (the returns of those episodes added up; summed: the
-    logger's global mean training return), ``train_iter`` (learner updates), ``last_eval_iter``, ``last_eval_value``,
+    logger's global mean training return), ``collect_time_total`` (seconds the collectors took; summed over ranks: the
+    logger's global collection speed), ``train_iter`` (learner updates), ``last_eval_iter``, ``last_eval_value``,
     ``eval_value`` (latest evaluation return; ``last_eval_value`` holds the same, DI-engine's name),
     ``eval_output`` (latest evaluation details: returns, lengths; the evaluation fields are rank 0's under
     DDP), ``learn_gate`` (None in one process; under DDP the learner's readiness that all ranks agreed on
@@ -192,6 +193,7 @@ class OnlineRLContext(Context):
     env_step: int = persistent(0, sync=Sync.SUM)
     env_episode: int = persistent(0, sync=Sync.SUM)
     episode_return_total: float = persistent(0.0, sync=Sync.SUM)
+    collect_time_total: float = persistent(0.0, sync=Sync.SUM)
     train_iter: int = persistent(0)
     last_eval_iter: int = persistent(-1, sync=Sync.RANK0)
     last_eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)

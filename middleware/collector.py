@@ -141,8 +141,9 @@ class StepCollector:
         ctx.env_episode += len(returns)
         ctx.episode_return_total += float(sum(returns))
         ctx.episode_returns = returns
-        ctx.collect_stats = {"samples": samples, "env_steps": env_steps,
-                             "episodes": len(returns), "duration": time.perf_counter() - start}
+        duration = time.perf_counter() - start
+        ctx.collect_time_total += duration
+        ctx.collect_stats = {"samples": samples, "env_steps": env_steps, "episodes": len(returns), "duration": duration}
 
 
 class EpisodeCollector:
@@ -195,8 +196,10 @@ class EpisodeCollector:
         ctx.env_episode += len(returns)
         ctx.episode_return_total += float(sum(returns))
         ctx.episode_returns = returns
+        duration = time.perf_counter() - start
+        ctx.collect_time_total += duration
         ctx.collect_stats = {"samples": len(ctx.trajectories.reward), "env_steps": env_steps,
-                             "episodes": len(returns), "duration": time.perf_counter() - start}
+                             "episodes": len(returns), "duration": duration}
 
     def _to_episode(self, steps: List[Dict[str, Any]]) -> Any:
         data = {k: torch.as_tensor(np.stack([s[k] for s in steps])) for k in steps[0]}

@@ -29,6 +29,9 @@ class OnlineLogger:
       ``collect/eps``, ``eval/episode_return_mean``/``_std`` (at every evaluation),
     - ``train/loss``, ``train/q_value`` and the policy's other scalar outputs,
     - ``speed/env_steps_per_s``, ``speed/train_iter_per_s`` over the interval since the last write,
+    - ``collect/duration_s`` (seconds a rank spent collecting per iteration) and
+      ``speed/collect_env_steps_per_s`` (env steps per second of collecting), over that interval; under DDP
+      every rank's, from the summed ``collect_time_total`` and ``env_step``,
     - ``profile/<stage>_share``: each stage's share of the loop's time over that interval, with a
       ``profile`` (the ``engine.profile.StageProfile`` the loop fills; ``log.profile``).
 
@@ -62,6 +65,7 @@ class OnlineLogger:
         self._returns: list = []
         self._ranks = get_world_size()
         self._episodes_at_write = (0, 0.0)  # (env_episode, episode_return_total) at the last write
+        self._collect_at_write = (0.0, 0, 0)  # (collect_time_total, env_step, loop step) at the last write
         self._step_outputs: Any = (None, None)  # (eps, train_output) of the latest iteration, for on_finish
         self._logged_eval_iter = -1  # ctx.last_eval_iter of the evaluation logged last
         self._clock = RunClock()
@@ -108,6 +112,7 @@ class OnlineLogger:
             own = getattr(ctx, "episode_returns", None) or []  # the counters as agreed when this iteration began
             self._episodes_at_write = (getattr(ctx, "env_episode", 0) - len(own),
                                        getattr(ctx, "episode_return_total", 0.0) - float(sum(own)))
+            self._collect_at_write = (getattr(ctx, "collect_time_total", 0.0), ctx.env_step, ctx.total_step)
         if ctx.episode_returns:
             self._returns.extend(ctx.episode_returns)
         # per-step fields are gone by on_finish (renewed): keep references to this iteration's
@@ -154,6 +159,7 @@ class OnlineLogger:
         elif self._returns:
             scalars["collect/episode_return"] = float(np.mean(self._returns))
             self._returns = []
+        scalars.update(self._collect_scalars(ctx))
         eps, train_output = self._step_outputs
         if eps is not None:
             scalars["collect/eps"] = float(eps)
@@ -167,6 +173,20 @@ class OnlineLogger:
             self._profile_last = totals
         self._last = (now, ctx.env_step, ctx.train_iter, ctx.total_step)
         return scalars
+
+    def _collect_scalars(self, ctx: OnlineRLContext) -> Dict[str, float]:
+        """How long collection took since the last write: the summed seconds of every rank (under DDP)
+        divided by the ranks, so both figures describe the group, not rank 0 alone."""
+        if not hasattr(ctx, "collect_time_total"):
+            return {}
+        total, env_step, loop_step = self._collect_at_write
+        seconds = (ctx.collect_time_total - total) / self._ranks
+        iterations = ctx.total_step - loop_step
+        self._collect_at_write = (ctx.collect_time_total, ctx.env_step, ctx.total_step)
+        if seconds <= 0 or iterations <= 0:
+            return {}
+        return {"collect/duration_s": seconds / iterations,
+                "speed/collect_env_steps_per_s": (ctx.env_step - env_step) / seconds}
 
     def _write(self, env_step: int, train_iter: int, scalars: Dict[str, float], lag_s: float = 0.0) -> None:
         """One iteration's scalars to TensorBoard and as one CSV row, whose clocks read ``lag_s`` ago."""
