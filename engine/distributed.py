@@ -489,6 +489,11 @@ class DDPContext:
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
             self.backend = dist.get_backend()
             self.device = rank_device(self.backend, self.cuda, self.local_rank, gpus)
+            if self.backend == "nccl" and self.device.startswith("cuda"):
+                # a group joined from outside (a user's mp.spawn with init_process_group) may not have set the
+                # device: nccl's barrier and object collectives use the current device, which must be the
+                # one this rank's model is on
+                torch.cuda.set_device(self.device)
             return self
         if self.world_size <= 1 and self.init_method is None:
             self.device = rank_device("gloo", self.cuda, 0, gpus)

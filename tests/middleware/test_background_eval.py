@@ -305,6 +305,35 @@ def test_eval_side_pickles_and_evaluates_in_a_spawned_process(quick_cartpole_con
     assert worker._process is None
 
 
+def test_a_forked_evaluation_worker_never_initialises_cuda(quick_cartpole_config, monkeypatch):
+    """The default start on Linux is fork, from a trainer that may hold a CUDA context (issue 24): the child
+    must never initialise CUDA. The trap below is inherited by the forked child (CUDA initialises through
+    ``torch.cuda._lazy_init``, C++ allocations included), so a CUDA call anywhere on the worker's path (its
+    build, the weights it loads, the evaluation) fails the evaluation."""
+    from middleware.eval_worker import EvalWorker
+    from pipelines import build_pipeline
+    from pipelines.stages import EvalSide
+
+    def trap(*args, **kwargs):
+        raise RuntimeError("CUDA was initialised in the evaluation worker")
+
+    pipeline = build_pipeline(quick_cartpole_config)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", trap)
+    worker = EvalWorker(EvalSide.of(pipeline.cfg, pipeline.policy), start_method="fork")
+    try:
+        worker.start()
+        deadline = time.monotonic() + 60
+        while not worker.idle and time.monotonic() < deadline:
+            worker.poll(0.1)
+        assert worker.idle
+        worker.submit(pipeline.policy.acting_weights(), seed=0, n_episode=2)
+        reply = worker.poll(30)
+        assert reply is not None and not reply.cancelled and len(reply.episodes["returns"]) == 2
+    finally:
+        worker.close()
+        pipeline.close()
+
+
 def test_background_eval_doctests():
     assert doctest.testmod(middleware.background_eval).failed == 0
 
