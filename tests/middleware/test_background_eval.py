@@ -282,6 +282,18 @@ def test_acting_weights_are_a_copy_that_loads_into_another_policy(quick_cartpole
     assert not np.allclose(next(iter(weights.values())), next(trained._model.parameters()).detach().numpy())
 
 
+def _evaluate_once(worker, weights, n_episode):
+    """Start ``worker``, wait until it is ready, and check one evaluation of ``n_episode`` episodes."""
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not worker.idle and time.monotonic() < deadline:
+        worker.poll(0.1)
+    assert worker.idle
+    worker.submit(weights, seed=0, n_episode=n_episode)
+    reply = worker.poll(30)
+    assert reply is not None and not reply.cancelled and len(reply.episodes["returns"]) == n_episode
+
+
 def test_eval_side_pickles_and_evaluates_in_a_spawned_process(quick_cartpole_config):
     """The spawn path (a process acting on a GPU): the pipeline's EvalSide goes by pickle and builds there."""
     from middleware.eval_worker import EvalWorker
@@ -291,14 +303,8 @@ def test_eval_side_pickles_and_evaluates_in_a_spawned_process(quick_cartpole_con
     pipeline = build_pipeline(quick_cartpole_config)
     try:
         worker = EvalWorker(EvalSide.of(pipeline.cfg, pipeline.policy), start_method="spawn")
-        worker.start()
-        deadline = time.monotonic() + 60
-        while not worker.idle and time.monotonic() < deadline:
-            worker.poll(0.1)
-        assert worker.idle and worker.num_envs == pipeline.cfg.env.evaluator_env_num
-        worker.submit(pipeline.policy.acting_weights(), seed=0, n_episode=3)
-        reply = worker.poll(30)
-        assert reply is not None and not reply.cancelled and len(reply.episodes["returns"]) == 3
+        _evaluate_once(worker, pipeline.policy.acting_weights(), n_episode=3)
+        assert worker.num_envs == pipeline.cfg.env.evaluator_env_num
     finally:
         worker.close()
         pipeline.close()
@@ -321,14 +327,7 @@ def test_a_forked_evaluation_worker_never_initialises_cuda(quick_cartpole_config
     monkeypatch.setattr(torch.cuda, "_lazy_init", trap)
     worker = EvalWorker(EvalSide.of(pipeline.cfg, pipeline.policy), start_method="fork")
     try:
-        worker.start()
-        deadline = time.monotonic() + 60
-        while not worker.idle and time.monotonic() < deadline:
-            worker.poll(0.1)
-        assert worker.idle
-        worker.submit(pipeline.policy.acting_weights(), seed=0, n_episode=2)
-        reply = worker.poll(30)
-        assert reply is not None and not reply.cancelled and len(reply.episodes["returns"]) == 2
+        _evaluate_once(worker, pipeline.policy.acting_weights(), n_episode=2)
     finally:
         worker.close()
         pipeline.close()
