@@ -27,6 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import gymnasium as gym
 import torch
 
+from data.replay.device import DeferredCheck, host_path
+
 from .accel import HotPath, accel_modes, warn_once
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
@@ -185,6 +187,7 @@ class Policy:
         self._check_device = bool(cfg.get("check_device", False))
         self.compile_mode, self.amp = accel_modes(cfg)  # policy.compile / policy.amp, checked here at start
         self._hot_paths: Dict[tuple, HotPath] = {}  # by (mode, name)
+        self._finite_check: Optional[DeferredCheck] = None  # the loss check off the host (_check_finite)
         self._hot_modes: set = set()  # modes whose forward used a hot path, or chose a faster path on purpose
         self.observation_space = observation_space
         self.action_space = action_space
@@ -344,6 +347,27 @@ class Policy:
             return out
 
         return checked
+
+    def _check_finite(self, loss: torch.Tensor, algo: str) -> None:
+        """Keep a non-finite ``loss`` from reaching the parameters, and raise ``NonFiniteLossError``.
+
+        On the host: checked at once, before the step (``check_finite``). On a GPU without a host wait (a
+        read of the loss would stall every update): the flag stays on the device and tells the fused Adam to
+        skip the step (its ``found_inf``, as ``torch.amp.GradScaler`` uses it: parameters, moments and step
+        count unchanged), and the error is raised at the next update, when the device has long computed it
+        (``data.replay.device.DeferredCheck``). An optimizer that is not fused is checked at once, with the wait.
+        """
+        if host_path(loss.device) or not self._optimizer.defaults.get("fused"):
+            check_finite(loss, algo, self._updates)
+            return
+        if self._finite_check is None:
+            self._finite_check = DeferredCheck(loss.device, NonFiniteLossError)
+        bad = ~torch.isfinite(loss.detach())
+        self._finite_check.report(bad, f"{algo} loss is not finite (NaN or inf) at update {self._updates}, seen "
+                                       f"one update later on {loss.device}; that update's step was skipped, so "
+                                       f"the parameters are left at their last finite values. Lower "
+                                       f"policy.learn.learning_rate or clip gradients")
+        self._optimizer.found_inf = bad.float()
 
     def _optimize(self, loss: torch.Tensor, grad_clip: float = 0.0) -> None:
         """One optimizer step on ``loss``: backward, the gradient norm clipped to ``grad_clip`` (> 0), the step,

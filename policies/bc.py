@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, common_config, make_adam, resolve_shape, space_dims
+from .base import Policy, common_config, make_adam, resolve_shape, space_dims
 from .models import DeterministicActor, QNetwork
 
 __all__ = ["BCPolicy"]
@@ -85,7 +85,7 @@ class BCPolicy(Policy):
         else:
             target = batch.action.to(self.device).long()
         loss, stats = self._hot("loss", self._loss, "learn")(obs, target)
-        check_finite(loss, "BC", self._updates)
+        self._check_finite(loss, "BC")
         self._optimize(loss, self._grad_clip)
         return {"loss": loss.detach(), **stats}
 

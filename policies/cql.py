@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import check_finite, common_config, make_adam, resolve_shape, space_dims
+from .base import common_config, make_adam, resolve_shape, space_dims
 from .dqn import QValuePolicy
 from .models import QNetwork
 
@@ -115,7 +115,7 @@ class DiscreteCQLPolicy(QValuePolicy):
         not_done = (~batch.terminated.to(dev)).float()
 
         loss, stats = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, not_done)
-        check_finite(loss, "CQL", self._updates)
+        self._check_finite(loss, "CQL")
         self._step(loss)
         return {"loss": loss.detach(), **stats}
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, common_config, evaluator_config, make_adam, resolve_shape, space_dims
+from .base import Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims
 from .models import QNetwork
 
 __all__ = ["DQNPolicy"]
@@ -162,7 +162,7 @@ class DQNPolicy(QValuePolicy):
 
         loss, q, target = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, discount, not_done,
                                                                  weight)
-        check_finite(loss, "DQN", self._updates)
+        self._check_finite(loss, "DQN")
         self._step(loss)
         return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": (q - target).abs()}
 

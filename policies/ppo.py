@@ -25,7 +25,7 @@ from torch.distributions import Categorical, Normal
 from engine.distributed import allreduce_data, is_distributed
 from engine.registry import POLICY_REGISTRY
 
-from .base import (Policy, check_finite, common_config, evaluator_config, make_adam, resolve_shape, space_dims,
+from .base import (Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims,
                    to_numpy)
 from .models import ActorCritic
 
@@ -97,10 +97,12 @@ class PPOPolicy(Policy):
 
     # ---- distributions ---------------------------------------------------------------------------
     def _dist(self, head: Any) -> torch.distributions.Distribution:
+        # validate_args=False: torch's argument checks read values back to the host (two waits for a GPU per
+        # minibatch); the parameters come from our own network
         if self.continuous:
             mean, log_std = head
-            return Normal(mean, log_std.exp())
-        return Categorical(logits=head)
+            return Normal(mean, log_std.exp(), validate_args=False)
+        return Categorical(logits=head, validate_args=False)
 
     def _log_prob(self, dist: torch.distributions.Distribution, action: torch.Tensor) -> torch.Tensor:
         logp = dist.log_prob(action)
@@ -131,7 +133,7 @@ class PPOPolicy(Policy):
         value_old = batch.value.to(dev).float() if self._value_clip else None
 
         loss, stats = self._hot("loss", self._loss, "learn")(obs, action, adv, returns, logp_old, value_old)
-        check_finite(loss, self.algo, self._updates)
+        self._check_finite(loss, self.algo)
 
         self._optimize(loss, self._grad_clip)
         return {"loss": loss.detach(), **stats}

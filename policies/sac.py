@@ -30,7 +30,7 @@ from torch.func import functional_call
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, check_finite, common_config, evaluator_config, make_adam, resolve_shape, space_dims
+from .base import Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims
 from .models import SquashedGaussianActor, TwinQ
 
 __all__ = ["SACPolicy", "SACModel", "sac_target"]
@@ -154,7 +154,7 @@ class SACPolicy(Policy):
 
         loss, stats = self._hot("loss", self._loss, "learn")(obs, action, next_obs, reward, discount, terminated,
                                                              weight)
-        check_finite(loss, "SAC", self._updates)
+        self._check_finite(loss, "SAC")
 
         self._optimize(loss)
         with torch.no_grad():

@@ -42,7 +42,7 @@ from torch.func import functional_call
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, SpaceMismatchError, check_finite, common_config, make_adam, resolve_shape, space_dims
+from .base import Policy, SpaceMismatchError, common_config, make_adam, resolve_shape, space_dims
 from .models import DeterministicActor, TwinQ
 
 __all__ = ["TD3BCPolicy", "TD3BCModel", "td3bc_actor_loss"]
@@ -166,7 +166,7 @@ class TD3BCPolicy(Policy):
 
         loss, stats = self._hot("loss", self._loss, "learn")(obs, action, next_obs, reward, not_done,
                                                               1.0 if actor_step else 0.0)
-        check_finite(loss, "TD3+BC", self._updates)
+        self._check_finite(loss, "TD3+BC")
         self._optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if not actor_step:  # no gradient, no Adam step: the actor and its moments wait for an actor step

@@ -193,15 +193,16 @@ class DeferredCheck:
     call late, and the caller keeps its data valid meanwhile (e.g. the sum tree ignores bad priorities).
     """
 
-    def __init__(self, device: str | torch.device) -> None:
+    def __init__(self, device: str | torch.device, error: type = ValueError) -> None:
         self.device = as_device(device)
+        self.error = error  # the exception class raised
         self._pending: Optional[tuple] = None   # (host flag, event, message)
 
     def report(self, bad: torch.Tensor, message: str) -> None:
         """``bad``: a 0-d bool tensor on the device; ``message``: the error if it is true."""
         if host_path(self.device):
             if bool(bad):
-                raise ValueError(message)
+                raise self.error(message)
             return
         self.flush()
         if _can_pin(self.device):
@@ -222,4 +223,4 @@ class DeferredCheck:
         if event is not None:
             event.synchronize()
         if bool(flag):
-            raise ValueError(message)
+            raise self.error(message)

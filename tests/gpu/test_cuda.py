@@ -309,3 +309,29 @@ def test_bf16_dqn_on_cuda_stays_close_to_fp32():
         assert policy._hot_paths[("learn", "loss")].amp == "bf16"
         assert all(p.dtype == torch.float32 for p in policy._model.parameters())
         assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.05, abs=0.02)
+
+
+def test_a_nan_loss_on_cuda_skips_its_step_and_is_raised_one_update_later():
+    """The learner's loss check on a GPU waits for nothing (``Policy._check_finite``): the fused Adam skips
+    the NaN update on the device, and the error comes at the next update."""
+    import gymnasium as gym
+    import numpy as np
+    from easydict import EasyDict
+
+    from data.batch import make_batch
+    from engine.config import deep_merge
+    from policies import DQNPolicy, NonFiniteLossError
+
+    cfg = EasyDict(deep_merge(DQNPolicy.default_config(), dict(cuda=True)))
+    policy = DQNPolicy(cfg, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2))
+    assert policy._optimizer.defaults.get("fused")
+    n = 8
+    data = dict(obs=torch.randn(n, 3), next_obs=torch.randn(n, 3), action=torch.arange(n) % 2,
+                reward=torch.full((n,), float("nan")), terminated=torch.zeros(n, dtype=torch.bool),
+                truncated=torch.zeros(n, dtype=torch.bool), discount=torch.full((n,), 0.99), weight=torch.ones(n))
+    before = [p.detach().clone() for p in policy._model.parameters()]
+    policy.learn_mode.forward(make_batch(data))
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(before, policy._model.parameters()))
+    with pytest.raises(NonFiniteLossError, match="seen one update later on cuda"):
+        policy.learn_mode.forward(make_batch(data))
