@@ -27,6 +27,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import warnings
 from typing import Any, Dict, Iterator, Optional
 
@@ -156,7 +157,10 @@ def _check_file(module: torch.nn.Module, observation_space: gym.Space, path: str
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
+    """The first line of the root cause of ``err`` (the exporters wrap the reason in errors of their steps)."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()  # the exporter colours its messages
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
 
 
