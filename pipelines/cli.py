@@ -53,7 +53,7 @@ _COMMAND_MODULES = {
     # a Minari dataset from a trained checkpoint (pipelines/record.py)
     "record": ("record", "add_record_options", "record episodes of a trained checkpoint as a dataset"),
     # evaluation curves of runs (their progress.csv); matplotlib is imported only when plotting
-    "plot": ("plot", "add_plot_options", "draw the evaluation return of runs (seeds grouped: IQM and its 95% "
+    "plot": ("plot", "add_plot_options", "draw the evaluation return of runs (seeds grouped: IQM and its 95%% "
                                          "bootstrap CI) to a PNG"),
     # after training (docs/after_training.md): watch, ship and report a trained run
     "eval": ("evaluate", "add_eval_options", "greedy episodes of a trained run's checkpoint: return mean, std, "
@@ -61,7 +61,7 @@ _COMMAND_MODULES = {
     "export": ("export", "add_export_options", "the acting policy of a run's checkpoint as one TorchScript or ONNX "
                                                "file that runs without baton"),
     "report": ("report", "add_report_options", "a table of runs grouped over seeds: interquartile mean of their "
-                                               "scores with a 95% stratified-bootstrap CI"),
+                                               "scores with a 95%% stratified-bootstrap CI"),
 }
 #: commands that read run directories only: module -> its main function (they take no config)
 _RUN_COMMANDS = {"plot": ("plot", "plot_main"), "eval": ("evaluate", "eval_main"),
