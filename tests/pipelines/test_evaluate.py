@@ -158,3 +158,24 @@ def test_eval_video_of_an_env_without_rgb_rendering_says_so(cartpole_run, tmp_pa
     assert main(["eval", str(run), "--video", str(tmp_path / "v")]) == 2
     err = _one_error_line(capsys)
     assert "BatonNoRgb-v0" in err and "renders no RGB frames" in err and "'ansi'" in err
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_eval_of_a_run_trained_under_ddp(tmp_path):
+    """Rank 0 writes the checkpoints of a DDP run (the other ranks only their replay shards): eval reads them."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = os.path.join(root, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_ddp_config.py")
+    run = str(tmp_path / "ddp_run")
+    proc = subprocess.run([sys.executable, "-m", "pipelines", "train", "-c", config, "--nproc", "2", "--max-env-step",
+                           "512", "--exp-name", run, "--no-progress", "policy.eval.evaluator.eval_freq=2",
+                           "ckpt.save_replay_buffer=true"], cwd=root, capture_output=True, text=True, timeout=200,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any(".rank1." in name for name in os.listdir(os.path.join(run, "ckpt")))  # rank 1's shard beside them
+    result = evaluate_run(run, "latest", episodes=4, seed=0)
+    assert result["episodes"] == 4 and result["ckpt"].endswith("latest.pth.tar")
+    with open(os.path.join(run, "summary.json")) as f:
+        assert result["env_step"] == json.load(f)["env_step"]  # the whole job's counters
