@@ -25,10 +25,18 @@ setup(
     extras_require={
         # the box2d packages and ale-py are in the test extra so CI runs the LunarLander and Pong configs too
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto, capped in tests/conftest.py)
+        # imageio*, onnx*: baton eval --video and baton export --format onnx are tested, the exported file run
+        # back through onnxruntime
         "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "pygame>=2.1",
-                 "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5"],
+                 "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5", "imageio>=2.28", "imageio-ffmpeg>=0.4.9",
+                 "onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17"],
         # baton plot (evaluation curves from progress.csv)
         "plot": ["matplotlib>=3.5"],
+        # baton eval --video: mp4 through imageio-ffmpeg (a wheel with its own ffmpeg), GIF through imageio/pillow
+        "video": ["imageio>=2.28", "imageio-ffmpeg>=0.4.9"],
+        # baton export --format onnx: torch's torch.export-based ONNX exporter needs onnx and onnxscript (running
+        # the file needs onnxruntime only, not baton)
+        "export": ["onnx>=1.16", "onnxscript>=0.2"],
         # ale-py >= 0.10 ships AtariVectorEnv, which does the whole preprocessing (no opencv needed)
         "atari": ["ale-py>=0.10"],
         # gymnasium[box2d] builds box2d-py from source (needs swig); the `box2d` wheel provides the same

@@ -9,6 +9,9 @@ Usage::
     baton check-ddp -c CONFIG [--nproc 2] [--tolerance 1e-5] [KEY=VALUE ...]
     baton record -c CONFIG --ckpt PATH --episodes N --dataset NAME [--eps E] [--root DIR]
     baton plot RUN_DIR... [-o out.png] [--x env_step|wall_time_s] [--label NAME]
+    baton eval RUN_DIR [--ckpt best|latest|PATH] [--episodes N] [--seed S] [-o FILE] [--video DIR [--gif]]
+    baton export RUN_DIR --format torchscript|onnx [--ckpt best|latest|PATH] [-o FILE]
+    baton report RUN_DIR... [--score final|best|eval] [--label NAME] [--json FILE]
 
 ``CONFIG`` is a Python file defining ``main_config`` and ``create_config`` (a dizoo config). Under
 ``torch.distributed.launch`` the appended ``--local-rank`` is accepted and ignored (the runtime reads
@@ -24,7 +27,7 @@ the wrong type, or an unknown algo or env ends with one line on stderr and exit 
 What trains nothing imports neither torch nor gymnasium: ``--help`` (of every command), ``--list-algos`` and
 ``--list-envs`` (from the table of pipelines/catalog.py) and the argument errors answer at once; the modules
 that train are imported by the functions that use them, and ``record``'s and ``plot``'s options are added to
-the parser only when that command is the one given.
+the parser only when that command is the one given (as are ``eval``'s, ``export``'s and ``report``'s).
 """
 from __future__ import annotations
 
@@ -50,8 +53,19 @@ _COMMAND_MODULES = {
     # a Minari dataset from a trained checkpoint (pipelines/record.py)
     "record": ("record", "add_record_options", "record episodes of a trained checkpoint as a dataset"),
     # evaluation curves of runs (their progress.csv); matplotlib is imported only when plotting
-    "plot": ("plot", "add_plot_options", "draw the evaluation return of runs (seeds grouped) to a PNG"),
+    "plot": ("plot", "add_plot_options", "draw the evaluation return of runs (seeds grouped: IQM and its 95%% "
+                                         "bootstrap CI) to a PNG"),
+    # after training (docs/after_training.md): watch, ship and report a trained run
+    "eval": ("evaluate", "add_eval_options", "greedy episodes of a trained run's checkpoint: return mean, std, "
+                                             "count as JSON; --video DIR films them"),
+    "export": ("export", "add_export_options", "the acting policy of a run's checkpoint as one TorchScript or ONNX "
+                                               "file that runs without baton"),
+    "report": ("report", "add_report_options", "a table of runs grouped over seeds: interquartile mean of their "
+                                               "scores with a 95%% stratified-bootstrap CI"),
 }
+#: commands that read run directories only: module -> its main function (they take no config)
+_RUN_COMMANDS = {"plot": ("plot", "plot_main"), "eval": ("evaluate", "eval_main"),
+                 "export": ("export", "export_main"), "report": ("report", "report_main")}
 
 
 def load_config_file(path: str) -> Tuple[Any, Any]:
@@ -119,10 +133,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser(_command(argv))
     args, extras = parser.parse_known_args(resume_last(argv))
     take_overrides(args, extras, parser.error)
-    if args.command == "plot":
-        from .plot import plot_main
-
-        return plot_main(args)
+    if args.command in _RUN_COMMANDS:
+        module, function = _RUN_COMMANDS[args.command]
+        if args.command != "plot":
+            configure_logging()
+        return getattr(importlib.import_module(f".{module}", __package__), function)(args)
     if args.command == "train":
         if args.list_algos or args.list_envs:
             from .catalog import describe_algos, describe_envs

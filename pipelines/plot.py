@@ -3,10 +3,12 @@
 Reads each run's ``progress.csv`` (``middleware.progress_csv``) and draws ``eval/episode_return_mean``
 against env steps and against wall time (two panels; ``--x`` draws one). Runs of one config with several
 seeds form a group: directories whose names agree up to a ``_seed<N>`` (or ``_seed<N>_<n>``) suffix
-(``cartpole_dqn_seed0``, ``cartpole_dqn_seed1``, ``cartpole_dqn_seed0_2``), or that were given the same ``--label``. A group is drawn as the mean of its runs
-with a band from their minimum to their maximum, over the x range that every run covers (each run is
-interpolated linearly onto a common grid there), and each run as a thin line over its own whole range:
-runs that stop at ``env.stop_value`` end at different x, and the mean holds no value a run did not log.
+(``cartpole_dqn_seed0``, ``cartpole_dqn_seed1``, ``cartpole_dqn_seed0_2``), or that were given the same
+``--label``. A group of several runs is drawn as the interquartile mean (IQM) of its runs with a band for its
+95% stratified-bootstrap confidence interval (``pipelines.iqm``, the method of ``baton report``), over the x
+range that every run covers (each run is interpolated linearly onto a common grid there), and each run as a
+thin line over its own whole range: runs that stop at ``env.stop_value`` end at different x, and the IQM
+holds no value a run did not log. The legend gives the number of seeds.
 When the runs' ``config.json`` agree on ``env.stop_value``, it is drawn as a dashed line.
 
 A directory without ``progress.csv`` is searched one level down, so ``baton plot runs/`` plots every run
@@ -27,7 +29,8 @@ import numpy as np
 from engine.config import CONFIG_FILE
 from middleware.progress_csv import PROGRESS_FILE, read_progress
 
-__all__ = ["PlotError", "find_runs", "group_runs", "mean_curve", "plot_runs", "add_plot_options", "plot_main"]
+__all__ = ["PlotError", "find_runs", "group_runs", "mean_curve", "iqm_curve", "plot_runs", "add_plot_options",
+           "plot_main"]
 
 METRIC = "eval/episode_return_mean"
 X_AXES = {"env_step": "env steps", "wall_time_s": "wall time (s)"}
@@ -96,13 +99,48 @@ def mean_curve(curves: Sequence[Curve], points: int = 200) -> Optional[Tuple[np.
         >>> grid.tolist(), mean.tolist(), lo.tolist(), hi.tolist()
         ([0.0, 5.0, 10.0], [5.0, 10.0, 15.0], [0.0, 5.0, 10.0], [10.0, 15.0, 20.0])
     """
+    common = _on_common_grid(curves, points)
+    if common is None:
+        return None
+    grid, ys = common
+    return grid, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0)
+
+
+def iqm_curve(curves: Sequence[Curve], points: int = 200, confidence: float = 0.95, reps: int = 2000
+              ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """``(grid, iqm, ci_low, ci_high)`` of ``curves`` on the grid of ``mean_curve``: at each point the
+    interquartile mean of the runs and its stratified-bootstrap interval (``pipelines.iqm.iqm_with_ci``, the
+    same replicates for every point, seeded); None when the curves share no range.
+
+    Examples:
+        >>> grid, mid, lo, hi = iqm_curve([(np.array([0., 10.]), np.array([0., 10.])),
+        ...                                (np.array([0., 10.]), np.array([2., 12.])),
+        ...                                (np.array([0., 10.]), np.array([4., 14.])),
+        ...                                (np.array([0., 10.]), np.array([90., 90.]))], points=2)
+        >>> mid.tolist()                  # the middle two runs of four
+        [3.0, 13.0]
+        >>> bool((lo <= mid).all() and (mid <= hi).all())
+        True
+    """
+    from .iqm import iqm_with_ci
+
+    common = _on_common_grid(curves, points)
+    if common is None:
+        return None
+    grid, ys = common
+    estimate = iqm_with_ci(ys[:, None, :], confidence=confidence, reps=reps, seed=0)
+    return grid, estimate.iqm, estimate.low, estimate.high
+
+
+def _on_common_grid(curves: Sequence[Curve], points: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """``(grid, ys)``: ``points`` evenly spaced x over the range every curve covers, and each curve
+    interpolated linearly there (``[curves, points]``); None when they share no range."""
     start = max(float(x[0]) for x, _ in curves)
     stop = min(float(x[-1]) for x, _ in curves)
     if not stop > start:
         return None
     grid = np.linspace(start, stop, points)
-    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
-    return grid, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0)
+    return grid, np.stack([np.interp(grid, x, y) for x, y in curves])
 
 
 def _eval_curves(run: str, x_axes: Sequence[str]) -> Dict[str, Curve]:
@@ -171,18 +209,18 @@ def plot_runs(paths: Sequence[str], out: str = "progress.png", x_axes: Sequence[
 
 
 def _draw_group(ax: Any, color: str, label: str, curves: List[Curve]) -> None:
-    """One run as a line; several as thin lines under their mean and a min-max band."""
+    """One run as a line; several as thin lines under their IQM and its 95% bootstrap CI band."""
     if len(curves) == 1:
-        ax.plot(*curves[0], color=color, marker=".", label=label)
+        ax.plot(*curves[0], color=color, marker=".", label=f"{label} (1 seed)")
         return
     for i, (x, y) in enumerate(curves):
         ax.plot(x, y, color=color, alpha=0.35, linewidth=0.8, label=None if i else f"{label}: each run")
-    summary = mean_curve(curves)
+    summary = iqm_curve(curves)
     if summary is None:  # the runs share no x range: the thin lines are all there is
         return
-    grid, mean, lo, hi = summary
-    ax.plot(grid, mean, color=color, linewidth=2, label=f"{label}: mean of {len(curves)} runs")
-    ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0, label=f"{label}: min–max of runs")
+    grid, mid, lo, hi = summary
+    ax.plot(grid, mid, color=color, linewidth=2, label=f"{label}: IQM of {len(curves)} seeds")
+    ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0, label=f"{label}: 95% bootstrap CI")
 
 
 def add_plot_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

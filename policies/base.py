@@ -410,6 +410,19 @@ class Policy:
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         raise NotImplementedError
 
+    def greedy_module(self) -> torch.nn.Module:
+        """The eval mode as one torch module, observations in, actions out, with a copy of the weights on
+        the CPU (``policies.greedy``; ``baton export`` writes it as a TorchScript or ONNX file).
+
+        Raises:
+            policies.greedy.NotExportableError: this policy defines none (say which policy).
+        """
+        from .greedy import NotExportableError
+
+        raise NotExportableError(f"policy {type(self).__name__} ({type(self).__module__}) defines no "
+                                 f"greedy_module(): its eval mode cannot be exported as one module; implement "
+                                 f"greedy_module() returning policies.greedy.GreedyActor around its acting network")
+
 
 def _indexed(device: torch.device) -> torch.device:
     """``cuda`` as ``cuda:N`` (the current GPU): tensors report an index, and the device check compares."""

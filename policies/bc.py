@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from engine.registry import POLICY_REGISTRY
 
 from .base import Policy, common_config, make_adam, resolve_shape, space_dims
+from .greedy import GreedyActor
 from .models import DeterministicActor, QNetwork
 
 __all__ = ["BCPolicy"]
@@ -134,6 +135,13 @@ class BCPolicy(Policy):
 
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         return {"action": self._act(obs, "eval")}
+
+    def greedy_module(self) -> torch.nn.Module:
+        """The cloned action: ``argmax`` of the logits, or the squashed action scaled to the bounds
+        (``Policy.greedy_module``)."""
+        if self._continuous:
+            return GreedyActor(self._model, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy())
+        return GreedyActor(self._model, discrete=True)
 
     # ---- state -----------------------------------------------------------------------------------
     def _optimizer_settings(self) -> List[Dict[str, float]]:

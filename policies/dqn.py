@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from engine.registry import POLICY_REGISTRY
 
 from .base import Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims
+from .greedy import GreedyActor
 from .models import QNetwork
 
 __all__ = ["DQNPolicy"]
@@ -67,6 +68,10 @@ class QValuePolicy(Policy):
 
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         return {"action": self._greedy(obs, "eval")}
+
+    def greedy_module(self) -> torch.nn.Module:
+        """``argmax_a Q(obs, a)`` (``Policy.greedy_module``)."""
+        return GreedyActor(self._model, discrete=True, image=self._model.is_image)
 
     # ---- state -----------------------------------------------------------------------------------
     _checkpointed = (("model", "_model"), ("target_model", "_target_model"))

@@ -169,6 +169,11 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic_head(self.critic(self.shared(obs))).squeeze(-1).float()
 
+    def actor_out(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actor's output alone (logits, or the mean for continuous actions): ``forward``'s first part
+        without the critic, for a module that only acts (``policies.greedy``)."""
+        return self.actor_head(self.actor(self.shared(obs))).float()
+
 
 class SquashedGaussianActor(nn.Module):
     """SAC's actor: a Gaussian whose samples are squashed by tanh into (-1, 1), then scaled to the bounds.

@@ -27,6 +27,7 @@ from engine.registry import POLICY_REGISTRY
 
 from .base import (Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims,
                    to_numpy)
+from .greedy import ActorOut, GreedyActor
 from .models import ActorCritic
 
 __all__ = ["PPOPolicy", "A2CPolicy", "normalise_advantages"]
@@ -176,6 +177,13 @@ class PPOPolicy(Policy):
         if self.continuous:
             return {"action": np.clip(action.numpy(), self._low, self._high)}
         return {"action": action.numpy()}
+
+    def greedy_module(self) -> torch.nn.Module:
+        """The most likely action: ``argmax`` of the logits, or the Gaussian mean clipped to the bounds
+        (``Policy.greedy_module``)."""
+        if self.continuous:
+            return GreedyActor(ActorOut(self._model), discrete=False, image=self._image, low=self._low, high=self._high)
+        return GreedyActor(ActorOut(self._model), discrete=True, image=self._image)
 
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,7 @@ from torch.func import functional_call
 from engine.registry import POLICY_REGISTRY
 
 from .base import Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims
+from .greedy import GreedyActor, TanhMean
 from .models import SquashedGaussianActor, TwinQ
 
 __all__ = ["SACPolicy", "SACModel", "sac_target"]
@@ -200,6 +201,11 @@ class SACPolicy(Policy):
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         obs_t = torch.as_tensor(np.asarray(obs), device=self.mode_devices["eval"]).float()
         return {"action": self._to_env(self._hot("mean", self._mean_action, "eval")(self._actor("eval"), obs_t))}
+
+    def greedy_module(self) -> torch.nn.Module:
+        """``tanh`` of the Gaussian mean, scaled to the bounds (``Policy.greedy_module``)."""
+        return GreedyActor(TanhMean(self._model.actor), discrete=False, scale=self._scale.numpy(),
+                           bias=self._bias.numpy())
 
     # the acting hot paths (compiled with policy.compile)
     def _sample(self, model: SACModel, obs: torch.Tensor) -> torch.Tensor:

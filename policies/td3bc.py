@@ -43,6 +43,7 @@ from torch.func import functional_call
 from engine.registry import POLICY_REGISTRY
 
 from .base import Policy, SpaceMismatchError, common_config, make_adam, resolve_shape, space_dims
+from .greedy import GreedyActor
 from .models import DeterministicActor, TwinQ
 
 __all__ = ["TD3BCPolicy", "TD3BCModel", "td3bc_actor_loss"]
@@ -221,6 +222,10 @@ class TD3BCPolicy(Policy):
 
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         return {"action": (self._act(obs, "eval") * self._scale + self._bias).numpy()}
+
+    def greedy_module(self) -> torch.nn.Module:
+        """``pi(obs)`` scaled to the bounds (``Policy.greedy_module``)."""
+        return GreedyActor(self._model.actor, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy())
 
     # ---- state -----------------------------------------------------------------------------------
     _checkpointed = (("model", "_model"), ("target_model", "_target_model"))

@@ -116,4 +116,26 @@ class AtariEnvType:
             grayscale=True, img_height=84, img_width=84, **kwargs)
 
 
+    def make_render_twin(self, env_cfg: Mapping[str, Any]) -> Any:
+        """One env of the same game and dynamics as an evaluation env, whose observations are the full RGB
+        screen ``[1, 1, 210, 160, 3]`` (the newest frame of each frame skip, not max-pooled): stepped with the
+        same seed and actions as evaluation env 0, it shows what that env plays (``baton eval --video``;
+        ale-py's vector env does not render). Its ``episode_frame_number`` matches env 0's at every step."""
+        _import_ale()
+        from ale_py.vector_env import AtariVectorEnv
+        from gymnasium.vector import AutoresetMode
+
+        kwargs = dict(env_cfg.get("env_kwargs") or {})
+        if env_cfg.get("max_episode_steps"):
+            kwargs["max_num_frames_per_episode"] = int(env_cfg["max_episode_steps"]) * 4
+        return AtariVectorEnv(game=game_name(env_cfg["env_id"]), num_envs=1, num_threads=1, stack_num=1,
+                              autoreset_mode=AutoresetMode.SAME_STEP, episodic_life=False, life_loss_info=False,
+                              reward_clipping=False, noop_max=30, frameskip=4, maxpool=False, grayscale=False,
+                              img_height=210, img_width=160, **kwargs)
+
+    def render_fps(self, env_cfg: Mapping[str, Any]) -> float:
+        """Video frames per env step at the game's speed: 60 Hz over the frame skip of 4."""
+        return 15.0
+
+
 ATARI = ENV_REGISTRY.register("atari", AtariEnvType())

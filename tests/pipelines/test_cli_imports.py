@@ -49,9 +49,11 @@ def test_cli_answers_without_torch_or_gymnasium(argv, status, tmp_path):
         assert "baton: " in proc.stderr and ("missing_config.py" in proc.stderr or "error:" in proc.stderr)
 
 
-@pytest.mark.parametrize("command, option", [("record", "--episodes"), ("plot", "--label")])
+@pytest.mark.parametrize("command, option", [("record", "--episodes"), ("plot", "--label"), ("eval", "--video"),
+                                             ("export", "--format"), ("report", "--score")])
 def test_cli_commands_that_need_torch_still_get_their_options(command, option, capsys):
-    """``record``'s and ``plot``'s options come from their modules, added when that command is given."""
+    """``record``'s, ``plot``'s and the after-training commands' options come from their modules, added when that
+    command is given."""
     from pipelines.cli import main
 
     with pytest.raises(SystemExit) as stop:

@@ -1,0 +1,159 @@
+"""``baton eval``: greedy episodes of a trained run's policy on fresh envs, with videos if asked.
+
+    baton eval RUN_DIR [--ckpt best|latest|PATH] [--episodes N] [--seed S] [--num-envs K] [-o FILE]
+               [--video DIR [--gif] [--video-episodes M]]
+
+The run's ``config.json`` builds the envs (its env type, id and settings; evaluation envs: Atari plays full
+games with raw rewards) and the policy, which loads the checkpoint (``pipelines.saved_run``: ``best`` by
+default, ``latest`` when the run wrote no best) and acts greedily, through its eval mode, on the CPU. A run
+trained under DDP is evaluated the same way (rank 0 wrote its checkpoints).
+
+The N episodes are split evenly over K envs before they start (as the training evaluator splits them, so
+short episodes cannot crowd out long ones), env i reset with seed ``S + i``: the same command gives the same
+numbers. The result, printed on one line and written as JSON to ``RUN_DIR/eval.json`` (or ``-o FILE``),
+holds the mean, the standard deviation and the count of the episode returns, each return and length, the
+checkpoint and its counters, and the seed.
+
+``--video DIR`` writes env 0's episodes to ``DIR`` as mp4 files, ``--gif`` as GIFs instead
+(``pipelines.video``; the ``video`` extra); K defaults to 1 then, so that every episode is filmed, and
+``--video-episodes M`` keeps only the first M.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from data.env_loop import EnvLoop
+from data.envs import make_vector_env
+from engine.fileio import atomic_write_json
+from middleware.evaluator import evaluate_episodes
+
+from .saved_run import CKPT_CHOICES, load_saved_run
+
+__all__ = ["evaluate_run", "add_eval_options", "eval_main", "EVAL_FILE"]
+
+logger = logging.getLogger(__name__)
+
+#: where ``baton eval`` writes its result in the run directory (``baton report --score eval`` reads it)
+EVAL_FILE = "eval.json"
+
+
+def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, seed: int = 0,
+                 num_envs: Optional[int] = None, output: Optional[str] = None, video: Optional[str] = None,
+                 gif: bool = False, video_episodes: Optional[int] = None) -> Dict[str, Any]:
+    """Evaluate the run in ``run_dir`` (module docstring) and write the result as JSON.
+
+    Args:
+        run_dir: a training run's directory.
+        ckpt: ``"best"``, ``"latest"`` or a checkpoint path; None: best, else latest.
+        episodes: episodes to play (N).
+        seed: env i is reset with ``seed + i``.
+        num_envs: envs stepped together (K); default min(N, ``env.evaluator_env_num``), 1 with ``video``.
+        output: the JSON file; default ``RUN_DIR/eval.json``.
+        video: a directory for videos of env 0's episodes; None: no video.
+        gif: write GIFs instead of mp4.
+        video_episodes: film only this many episodes (default: all of env 0's).
+
+    Returns:
+        ``{"run_dir", "ckpt", "train_iter", "env_step", "env_id", "seed", "episodes", "mean", "std", "min",
+        "max", "returns", "lengths", "output", "videos"}``.
+
+    Raises:
+        ValueError: a count below 1, ``gif`` without ``video``.
+        pipelines.run_dir.RunDirError, middleware.checkpoint.CheckpointError: no run, no checkpoint.
+        pipelines.video.VideoError: the env renders no RGB frames, or the video extra is missing.
+        ImportError: the env family's extra is missing (named).
+    """
+    if episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    if video_episodes is not None and video_episodes < 1:
+        raise ValueError(f"--video-episodes must be >= 1, got {video_episodes}")
+    if gif and video is None:
+        raise ValueError("--gif writes the --video episodes as GIFs: give --video DIR too")
+    videos = None
+    if video is not None:
+        from .video import check_video_extra
+
+        check_video_extra(gif)  # before the run is loaded: the missing extra is said at once
+    run = load_saved_run(run_dir, ckpt)
+    cfg = run.cfg
+    if num_envs is None:
+        num_envs = 1 if video is not None else min(episodes, int(cfg.env.evaluator_env_num))
+    if num_envs < 1:
+        raise ValueError(f"--num-envs must be >= 1, got {num_envs}")
+    num_envs = min(num_envs, episodes)
+    env_type = run.env_type
+    if video is not None:
+        from .video import EpisodeVideos, rendering_env_type, with_render_twin
+
+        env0_episodes = -(-episodes // num_envs)  # env 0's share of the episodes (evaluate_episodes' quota)
+        prefix = f"{os.path.basename(os.path.normpath(run_dir))}-{os.path.basename(run.ckpt).split('.')[0]}"
+        videos = EpisodeVideos(video, prefix, gif=gif,
+                               max_episodes=min(env0_episodes, video_episodes or env0_episodes))
+        env_type = rendering_env_type(run.env_type, cfg.env, videos)
+    env = make_vector_env(env_type, cfg.env, num_envs, seed, manager="sync", training=False, groups=1)
+    try:
+        if videos is not None:
+            env = with_render_twin(env, run.env_type, cfg.env, videos)
+        played = evaluate_episodes(EnvLoop(run.policy.eval_mode, env, seed), episodes, seed)
+    finally:
+        if videos is not None:
+            videos.close()
+        env.close()
+    returns = np.asarray(played["returns"], dtype=np.float64)
+    ctx = run.state.get("ctx") or {}
+    result = {"run_dir": run_dir, "ckpt": run.ckpt, "train_iter": ctx.get("train_iter"),
+              "env_step": ctx.get("env_step"), "env_id": cfg.env.get("env_id"), "seed": seed,
+              "episodes": int(returns.size), "mean": float(returns.mean()), "std": float(returns.std()),
+              "min": float(returns.min()), "max": float(returns.max()), "returns": returns.tolist(),
+              "lengths": [int(n) for n in played["lengths"]],
+              "videos": list(videos.paths) if videos is not None else []}
+    result["output"] = output or os.path.join(run_dir, EVAL_FILE)
+    atomic_write_json(result["output"], result)
+    return result
+
+
+def add_eval_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``baton eval`` (module docstring)."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a training run's directory (config.json, ckpt/)")
+    parser.add_argument("--ckpt", default=None, metavar="best|latest|PATH",
+                        help=f"the checkpoint: {' or '.join(CKPT_CHOICES)} of RUN_DIR/ckpt, or a path (default: best, "
+                             f"else latest)")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
+    parser.add_argument("-s", "--seed", type=int, default=0, help="env i is reset with seed + i (default 0)")
+    parser.add_argument("--num-envs", type=int, default=None,
+                        help="envs stepped together (default: env.evaluator_env_num, at most --episodes; 1 with "
+                             "--video)")
+    parser.add_argument("-o", "--output", default=None, help=f"the JSON result (default RUN_DIR/{EVAL_FILE})")
+    parser.add_argument("--video", default=None, metavar="DIR", help="write env 0's episodes to DIR as mp4 "
+                                                                     "(the video extra)")
+    parser.add_argument("--gif", action="store_true", help="with --video: GIFs instead of mp4")
+    parser.add_argument("--video-episodes", type=int, default=None, metavar="M",
+                        help="with --video: film only the first M episodes")
+    return parser
+
+
+def eval_main(args: argparse.Namespace) -> int:
+    """``baton eval``: one line with the result and where it was written, or one ``baton:`` line (status 2)."""
+    from .user_errors import USER_ERRORS, print_user_error
+    from .video import VideoError
+
+    try:
+        result = evaluate_run(args.run_dir, args.ckpt, args.episodes, args.seed, args.num_envs, args.output,
+                              args.video, args.gif, args.video_episodes)
+    except (ValueError, ImportError, VideoError, *USER_ERRORS) as err:
+        print_user_error(err)
+        return 2
+    print(f"baton eval: {result['run_dir']} {os.path.basename(result['ckpt'])} (train_iter {result['train_iter']}, "
+          f"env_step {result['env_step']}) on {result['env_id']}: return {result['mean']:.2f} +- "
+          f"{result['std']:.2f} over {result['episodes']} episodes (min {result['min']:.1f}, max "
+          f"{result['max']:.1f}, seed {result['seed']}); wrote {result['output']}", flush=True)
+    for path in result["videos"]:
+        print(f"baton eval: video {path}", flush=True)
+    return 0

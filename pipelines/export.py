@@ -1,0 +1,216 @@
+"""``baton export``: a run's acting policy as one file that runs without baton.
+
+    baton export RUN_DIR --format torchscript|onnx [--ckpt best|latest|PATH] [-o FILE]
+
+The file holds the policy's greedy module (``Policy.greedy_module``, ``policies.greedy``): a batch of
+observations as the env gives them in (``obs``: float32 vectors, or uint8 frame stacks for Atari), a batch of
+actions out (``action``: int64 indices, or float32 vectors within the action bounds), the observation
+preprocessing and the action scaling inside. The batch size is free. Run it with torch alone
+(``torch.jit.load(FILE)(obs)``) or with onnxruntime
+(``onnxruntime.InferenceSession(FILE).run(None, {"obs": obs})[0]``).
+
+- ``torchscript`` (``.pt``): ``torch.jit.trace`` of the module (the acting path has no data-dependent
+  control flow to lose in a trace). torch marks TorchScript as deprecated in favour of ``torch.export``; the
+  format is kept because C++ (libtorch) and older deployments load it, and the warning is not repeated here.
+- ``onnx`` (``.onnx``): torch's ``torch.export``-based ONNX exporter (``dynamo=True``; it needs ``onnx`` and
+  ``onnxscript``, the ``export`` extra).
+
+After writing, the file is loaded back and run on a batch of another size than the one it was traced or
+exported with, and its actions compared with the module's (exactly for discrete actions, to 1e-5 for
+continuous ones): a file that would act otherwise than the policy is an error, not a surprise later.
+(``onnx`` files are run back through onnxruntime when it is installed, else checked with ``onnx.checker``.)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import re
+import warnings
+from typing import Any, Dict, Iterator, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from policies.greedy import NotExportableError
+
+from .saved_run import CKPT_CHOICES, load_saved_run
+
+__all__ = ["export_policy", "export_run", "add_export_options", "export_main", "FORMATS", "ExportError"]
+
+#: format -> file extension
+FORMATS = {"torchscript": ".pt", "onnx": ".onnx"}
+EXPORT_EXTRA = 'pip install -c constraints.txt -e ".[export]"'
+
+
+class ExportError(NotExportableError):
+    """The written file does not act as the policy does, or the format's package is missing."""
+
+
+def _example(observation_space: gym.spaces.Box, batch: int, seed: int) -> torch.Tensor:
+    """A batch of observations drawn from the space in its own dtype (what the env gives); unbounded float
+    dimensions drawn within +-10."""
+    low, high, dtype = observation_space.low, observation_space.high, observation_space.dtype
+    if dtype.kind == "f":
+        low, high = np.clip(low, -10.0, 10.0), np.clip(high, -10.0, 10.0)
+    bounded = gym.spaces.Box(low.astype(dtype), high.astype(dtype), observation_space.shape, dtype, seed=seed)
+    return torch.as_tensor(np.stack([bounded.sample() for _ in range(batch)]))
+
+
+def _describe(module: torch.nn.Module) -> str:
+    return f"{type(module).__name__}({', '.join(type(child).__name__ for child in module.children())})"
+
+
+def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str) -> str:
+    """Write ``policy.greedy_module()`` to ``path`` in format ``fmt`` (module docstring); returns ``path``.
+
+    Raises:
+        policies.greedy.NotExportableError: the policy defines no greedy module, or the exporter refused a
+            part of it (named, with the exporter's reason).
+        ExportError: the written file acts otherwise than the module, or the format's extra is missing.
+        ValueError: an unknown format.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise NotExportableError(f"observations of space {observation_space} are not one array: only Box "
+                                 f"observations export as one input tensor")
+    module = policy.greedy_module().eval()
+    example = _example(observation_space, 2, seed=0)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    what = f"policy {type(policy).__name__}'s greedy module {_describe(module)}"
+    if fmt == "torchscript":
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
+            try:
+                traced = torch.jit.trace(module, (example,), check_trace=False)
+            except Exception as err:
+                raise NotExportableError(f"{what} cannot be traced to TorchScript: {_first_line(err)}") from err
+            traced.save(path)
+    else:
+        _export_onnx(module, example, path, what)
+    _check_file(module, observation_space, path, fmt, what)
+    return path
+
+
+def _export_onnx(module: torch.nn.Module, example: torch.Tensor, path: str, what: str) -> None:
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as err:
+        raise ExportError(f"--format onnx needs the export extra ({err.name} is not installed): {EXPORT_EXTRA}") \
+            from None
+    batch = torch.export.Dim("batch", min=1)
+    try:
+        with _quiet_exporter():
+            torch.onnx.export(module, (example,), path, input_names=["obs"], output_names=["action"],
+                              dynamic_shapes=({0: batch},), dynamo=True, external_data=False, verbose=False)
+    except Exception as err:
+        raise NotExportableError(f"{what} cannot be exported to ONNX: {_first_line(err)}") from err
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """The ONNX exporter reports each of its steps (on stdout, and as log records of its optimizer passes
+    and of the operators it skips): one line of ours says what was written."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnx_ir", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _check_file(module: torch.nn.Module, observation_space: gym.Space, path: str, fmt: str, what: str) -> None:
+    """Run the written file on a batch of 3 and compare its actions with the module's."""
+    obs = _example(observation_space, 3, seed=1)
+    with torch.no_grad():
+        expected = module(obs).numpy()
+    if fmt == "torchscript":
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
+            got = torch.jit.load(path)(obs).numpy()
+    else:
+        try:
+            import onnxruntime
+        except ImportError:  # no runtime here: the graph is checked, not run
+            import onnx
+
+            onnx.checker.check_model(path)
+            return
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        got = session.run(None, {session.get_inputs()[0].name: obs.numpy()})[0]
+    same = np.array_equal(got, expected) if expected.dtype.kind in "iu" else \
+        got.shape == expected.shape and np.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    if not same:
+        raise ExportError(f"{path}: the {fmt} file of {what} acts otherwise than the module on a batch of "
+                          f"{len(obs)} observations (does its forward depend on the batch size or on values "
+                          f"through Python?); the file is left for inspection")
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of the root cause of ``err`` (the exporters wrap the reason in errors of their steps)."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()  # the exporter colours its messages
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def default_output(run_dir: str, ckpt_path: str, fmt: str) -> str:
+    """``RUN_DIR/policy_<checkpoint name>.<pt|onnx>``, e.g. ``policy_best.onnx``."""
+    return os.path.join(run_dir, f"policy_{os.path.basename(ckpt_path).split('.')[0]}{FORMATS[fmt]}")
+
+
+def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optional[str] = None) -> Dict[str, Any]:
+    """Export the policy of checkpoint ``ckpt`` of the run in ``run_dir`` (``export_policy``).
+
+    Returns:
+        ``{"path", "format", "ckpt", "policy", "env_id", "obs_shape", "obs_dtype", "action_space"}``.
+
+    Raises:
+        As ``pipelines.saved_run.load_saved_run`` and ``export_policy``.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    run = load_saved_run(run_dir, ckpt)
+    space = run.policy.observation_space
+    path = export_policy(run.policy, space, output or default_output(run_dir, run.ckpt, fmt), fmt)
+    return {"path": path, "format": fmt, "ckpt": run.ckpt, "policy": run.cfg.policy.type,
+            "env_id": run.cfg.env.get("env_id"), "obs_shape": list(space.shape), "obs_dtype": str(space.dtype),
+            "action_space": str(run.policy.action_space)}
+
+
+def add_export_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``baton export`` (module docstring)."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a training run's directory (config.json, ckpt/)")
+    parser.add_argument("--format", required=True, choices=tuple(FORMATS),
+                        help="torchscript (.pt, torch.jit.load) or onnx (.onnx, onnxruntime; the export extra)")
+    parser.add_argument("--ckpt", default=None, metavar="best|latest|PATH",
+                        help=f"the checkpoint: {' or '.join(CKPT_CHOICES)} of RUN_DIR/ckpt, or a path (default: best, "
+                             f"else latest)")
+    parser.add_argument("-o", "--output", default=None,
+                        help="the file to write (default RUN_DIR/policy_<checkpoint>.pt or .onnx)")
+    return parser
+
+
+def export_main(args: argparse.Namespace) -> int:
+    """``baton export``: one line naming the file and its input and output, or one ``baton:`` line (status 2)."""
+    from .user_errors import USER_ERRORS, print_user_error
+
+    try:
+        info = export_run(args.run_dir, args.format, args.ckpt, args.output)
+    except (ValueError, ImportError, NotExportableError, *USER_ERRORS) as err:
+        print_user_error(err)
+        return 2
+    print(f"baton export: wrote {info['path']} ({info['format']}: {info['policy']} on {info['env_id']}, from "
+          f"{os.path.basename(info['ckpt'])}): obs {info['obs_dtype']}[batch, {', '.join(map(str, info['obs_shape']))}]"
+          f" -> action of {info['action_space']}", flush=True)
+    return 0

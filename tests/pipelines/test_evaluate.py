@@ -1,0 +1,181 @@
+"""baton eval: greedy episodes of a trained run on fresh envs, the result as JSON, videos of env 0's
+episodes (mp4, GIF) for gym-made envs and Atari's render twin; bad input is one ``baton:`` line, exit 2."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from pipelines.cli import main
+from pipelines.evaluate import evaluate_run
+from trained_runs import train_tiny
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    return train_tiny(str(tmp_path_factory.mktemp("runs")), "dqn", "CartPole-v1")
+
+
+def test_eval_writes_mean_std_and_count_as_json(cartpole_run, capsys):
+    assert main(["eval", cartpole_run, "--episodes", "5", "--seed", "3"]) == 0
+    line = capsys.readouterr().out.strip()
+    path = os.path.join(cartpole_run, "eval.json")
+    assert line.startswith("baton eval: ") and "over 5 episodes" in line and path in line
+    with open(path) as f:
+        result = json.load(f)
+    returns = np.array(result["returns"])
+    assert result["episodes"] == 5 == len(returns) == len(result["lengths"])
+    assert result["mean"] == pytest.approx(returns.mean()) and result["std"] == pytest.approx(returns.std())
+    assert result["lengths"] == [int(r) for r in returns]  # CartPole pays 1 per step: return = length
+    assert result["ckpt"].endswith(os.path.join("ckpt", "best.pth.tar")) and result["seed"] == 3
+    assert f"return {result['mean']:.2f} +- {result['std']:.2f}" in line
+
+
+def test_eval_is_reproducible_and_takes_the_checkpoint_asked(cartpole_run, tmp_path):
+    first = evaluate_run(cartpole_run, "latest", episodes=3, seed=7, output=str(tmp_path / "a.json"))
+    again = evaluate_run(cartpole_run, "latest", episodes=3, seed=7, num_envs=1, output=str(tmp_path / "b.json"))
+    assert first["ckpt"].endswith("latest.pth.tar") and (tmp_path / "a.json").is_file()
+    # the episodes are the seeds', not the envs': one env after another plays the same ones
+    assert sorted(first["returns"]) == sorted(again["returns"])
+    with open(os.path.join(cartpole_run, "summary.json")) as f:
+        assert first["env_step"] == json.load(f)["env_step"]  # latest holds the run's final counters
+    by_path = evaluate_run(cartpole_run, first["ckpt"], episodes=3, seed=7, output=str(tmp_path / "c.json"))
+    assert by_path["returns"] == first["returns"]
+
+
+@pytest.mark.parametrize("gif", [False, True])
+def test_eval_video_films_each_episode_from_reset_to_its_last_step(cartpole_run, tmp_path, gif):
+    import imageio.v3 as iio
+
+    out = tmp_path / "videos"
+    result = evaluate_run(cartpole_run, episodes=2, seed=0, output=str(tmp_path / "e.json"), video=str(out), gif=gif)
+    assert len(result["videos"]) == 2 and sorted(os.listdir(out)) == sorted(os.path.basename(p) for p in result["videos"])
+    for path, length in zip(result["videos"], result["lengths"]):
+        assert path.endswith(".gif" if gif else ".mp4")
+        # the reset frame, then one per step, the last one included (a GIF keeps a frame that repeats the one
+        # before as a longer duration of that one: its length in time counts them)
+        played = _gif_duration_ms(path) / 20.0 if gif else len(_mp4_frames(path))  # CartPole renders at 50 fps
+        assert played == length + 1
+        assert iio.imread(path, index=0).shape == (400, 600, 3)
+
+
+def _gif_duration_ms(path):
+    from PIL import Image, ImageSequence
+
+    with Image.open(path) as image:
+        return sum(frame.info["duration"] for frame in ImageSequence.Iterator(image))
+
+
+def _mp4_frames(path):
+    import imageio_ffmpeg
+
+    reader = imageio_ffmpeg.read_frames(path)
+    meta = next(reader)
+    return [np.frombuffer(frame, np.uint8).reshape(meta["size"][1], meta["size"][0], 3) for frame in reader]
+
+
+def test_eval_films_atari_through_its_render_twin(tmp_path_factory, tmp_path):
+    pytest.importorskip("ale_py")
+    import imageio.v3 as iio
+
+    run = train_tiny(str(tmp_path_factory.mktemp("atari")), "dqn", "ALE/Pong-v5", max_env_step=64,
+                     extra=["env.max_episode_steps=40", "env.frame_stack=2",
+                            "policy.model.encoder_hidden_size_list=[16]"])
+    result = evaluate_run(run, episodes=1, seed=0, output=str(tmp_path / "e.json"), video=str(tmp_path / "v"),
+                          gif=True)
+    [path] = result["videos"]
+    assert result["lengths"] == [40] and iio.imread(path, index=0).shape == (210, 160, 3)  # RGB screens, not 84x84
+    assert _gif_duration_ms(path) == pytest.approx(41 * 1000 / 15, abs=41 * 10)  # 15 steps/s, 10 ms GIF ticks
+
+
+def test_eval_of_a_box2d_run(tmp_path_factory, tmp_path):
+    pytest.importorskip("Box2D")
+    run = train_tiny(str(tmp_path_factory.mktemp("box2d")), "dqn", "LunarLander-v3", max_env_step=64,
+                     extra=["env.max_episode_steps=30"])
+    result = evaluate_run(run, episodes=2, seed=0, output=str(tmp_path / "e.json"), video=str(tmp_path / "v"))
+    assert result["episodes"] == 2 and len(result["videos"]) == 2 and max(result["lengths"]) <= 30
+
+
+# ---- bad input -----------------------------------------------------------------------------------------
+def _one_error_line(capsys):
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("baton: "), err
+    return err
+
+
+def test_eval_without_a_run_or_a_checkpoint_says_which(cartpole_run, tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "absent")]) == 2
+    assert "no such run directory" in _one_error_line(capsys)
+    empty = tmp_path / "no_ckpt"
+    empty.mkdir()
+    shutil.copy(os.path.join(cartpole_run, "config.json"), empty / "config.json")
+    assert main(["eval", str(empty)]) == 2
+    assert "holds no checkpoint" in _one_error_line(capsys)
+    assert main(["eval", cartpole_run, "--ckpt", str(tmp_path / "x.pth.tar")]) == 2
+    assert "best.pth.tar, latest.pth.tar" in _one_error_line(capsys)  # what the run has
+    assert main(["eval", str(tmp_path)]) == 2
+    assert "config.json is missing" in _one_error_line(capsys)
+
+
+def test_eval_video_without_its_extra_names_the_extra(cartpole_run, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # import fails as if not installed
+    assert main(["eval", cartpole_run, "--video", str(tmp_path / "v")]) == 2
+    assert '".[video]"' in _one_error_line(capsys)
+    assert main(["eval", cartpole_run, "--gif"]) == 2
+    assert "--video DIR" in _one_error_line(capsys)
+
+
+class _NoRgbEnv(gym.Env):
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, render_mode=None):
+        self.observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)  # CartPole's spaces: the run's policy fits
+        self.action_space = gym.spaces.Discrete(2)
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(4, np.float32), 1.0, True, False, {}
+
+
+def test_eval_video_of_an_env_without_rgb_rendering_says_so(cartpole_run, tmp_path, capsys):
+    if "BatonNoRgb-v0" not in gym.registry:
+        gym.register("BatonNoRgb-v0", entry_point=_NoRgbEnv)
+    run = tmp_path / "norgb"
+    shutil.copytree(cartpole_run, run)
+    with open(run / "config.json") as f:
+        cfg = json.load(f)
+    cfg["env"].update(type="gym", env_id="BatonNoRgb-v0")  # a run of --env BatonNoRgb-v0
+    with open(run / "config.json", "w") as f:
+        json.dump(cfg, f)
+    assert main(["eval", str(run), "--video", str(tmp_path / "v")]) == 2
+    err = _one_error_line(capsys)
+    assert "BatonNoRgb-v0" in err and "renders no RGB frames" in err and "'ansi'" in err
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_eval_of_a_run_trained_under_ddp(tmp_path):
+    """Rank 0 writes the checkpoints of a DDP run (the other ranks only their replay shards): eval reads them."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = os.path.join(root, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_ddp_config.py")
+    run = str(tmp_path / "ddp_run")
+    proc = subprocess.run([sys.executable, "-m", "pipelines", "train", "-c", config, "--nproc", "2", "--max-env-step",
+                           "512", "--exp-name", run, "--no-progress", "policy.eval.evaluator.eval_freq=2",
+                           "ckpt.save_replay_buffer=true"], cwd=root, capture_output=True, text=True, timeout=200,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any(".rank1." in name for name in os.listdir(os.path.join(run, "ckpt")))  # rank 1's shard beside them
+    result = evaluate_run(run, "latest", episodes=4, seed=0)
+    assert result["episodes"] == 4 and result["ckpt"].endswith("latest.pth.tar")
+    with open(os.path.join(run, "summary.json")) as f:
+        assert result["env_step"] == json.load(f)["env_step"]  # the whole job's counters
