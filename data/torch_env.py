@@ -24,11 +24,13 @@ The pipeline seeds each DDP rank's envs with its rank seed (``pipelines.serial.r
 
 An env family subclasses ``TorchVectorEnv`` with its dynamics (``dizoo/classic_control/*/torch_env.py``) and
 registers a ``TorchEnvType`` (``create_config.env.type``): ``env.device`` places the collector's envs
-(None: the device the policy collects on). The evaluator steps the same dynamics on the CPU through
-``HostVectorEnv``, the numpy view the evaluator's ``EnvLoop`` reads.
+(None: the device the policy collects on). The evaluator plays the gymnasium env the dynamics reproduce
+(``gym_twin``), or steps the same dynamics on the CPU through ``HostVectorEnv``, the numpy view the
+evaluator's ``EnvLoop`` reads.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import gymnasium as gym
@@ -77,6 +79,7 @@ class TorchVectorEnv:
         self._seed: Optional[int] = None
         self._state: Optional[torch.Tensor] = None
         self._elapsed: Optional[torch.Tensor] = None
+        self._constants: Dict[tuple, torch.Tensor] = {}
 
     # ---- the gymnasium vector-env surface ------------------------------------------------------
     def reset(self, *, seed: Any = None, options: Any = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
@@ -149,11 +152,18 @@ class TorchVectorEnv:
     def _observe(self, state: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def _uniform(self, n: int, high: torch.Tensor | float) -> torch.Tensor:
+    def _uniform(self, n: int, high: Tuple[float, ...]) -> torch.Tensor:
         """``[n, len(high)]`` draws from U(-high, high) of the env's generator (gymnasium's reset draws)."""
-        high = torch.as_tensor(high, dtype=self.dtype, device=self.device).reshape(-1)
-        u = torch.rand((n, high.numel()), generator=self.generator, dtype=self.dtype, device=self.device)
-        return (2 * u - 1) * high
+        u = torch.rand((n, len(high)), generator=self.generator, dtype=self.dtype, device=self.device)
+        return u.mul_(2).sub_(1).mul_(self._constant(high))
+
+    def _constant(self, values: Tuple[float, ...]) -> torch.Tensor:
+        """``values`` as a tensor of the state's dtype on the env's device, made once (per device)."""
+        key = (values, self.device)
+        constant = self._constants.get(key)
+        if constant is None:
+            constant = self._constants[key] = torch.tensor(values, dtype=self.dtype, device=self.device)
+        return constant
 
 
 class HostVectorEnv:
@@ -187,6 +197,10 @@ class TorchEnvType:
         env_id: the name a run records (checkpoint meta, logs), e.g. ``"CartPole-torch"``; no gymnasium id.
         env_cls: the ``TorchVectorEnv`` subclass.
         stop_value: evaluation return at which training stops by default.
+        gym_twin: the gymnasium id whose dynamics ``env_cls`` reproduces (``"CartPole-v1"``): evaluation plays
+            that env itself, so the reference env judges what the torch dynamics trained (and a few envs step
+            faster in numpy than through torch's per-operation overhead). Without one, evaluation steps
+            ``env_cls`` on the CPU behind ``HostVectorEnv``.
         defaults: further default config values.
 
     Config keys beside the usual ones (``collector_env_num`` ...): ``device`` (the collector's envs; None:
@@ -194,9 +208,14 @@ class TorchEnvType:
     ``max_episode_steps`` (None: the family's truncation length).
     """
 
-    def __init__(self, env_id: str, env_cls: type, stop_value: float, **defaults: Any) -> None:
+    #: its envs step as one batched operation: ``data.envs.make_vector_env`` refuses env groups for them
+    batched = True
+
+    def __init__(self, env_id: str, env_cls: type, stop_value: float, gym_twin: Optional[str] = None,
+                 **defaults: Any) -> None:
         self.env_id = env_id
         self.env_cls = env_cls
+        self.gym_twin = gym_twin
         self._defaults = dict(env_id=env_id, collector_env_num=64, evaluator_env_num=5, n_evaluator_episode=5,
                               stop_value=float(stop_value), max_episode_steps=None, device=None)
         self._defaults.update(defaults)
@@ -204,14 +223,19 @@ class TorchEnvType:
     def default_config(self) -> Dict[str, Any]:
         return dict(self._defaults)
 
-    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int,
-                    training: bool = True) -> TorchVectorEnv | HostVectorEnv:
-        """The collector's envs on ``env.device`` (reset with ``seed``); for evaluation (``training=False``) the
-        same dynamics on the CPU behind the numpy view ``HostVectorEnv``.
+    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True) -> Any:
+        """The collector's envs on ``env.device`` (reset with ``seed``); for evaluation (``training=False``)
+        the gymnasium twin's vector env, or the same dynamics on the CPU behind the numpy view ``HostVectorEnv``.
 
         Raises:
             engine.devices.DeviceError: ``env.device`` names a device this process does not have.
         """
+        if not training and self.gym_twin is not None:
+            from .envs import GymEnvType, make_vector_env
+
+            twin = GymEnvType(self.gym_twin, stop_value=env_cfg.get("stop_value", math.inf))
+            twin_cfg = dict(twin.default_config(), max_episode_steps=env_cfg.get("max_episode_steps"))
+            return make_vector_env(twin, twin_cfg, num_envs, seed, manager="sync", training=False)
         spec = env_cfg.get("device")
         device = parse_device(spec, "env.device") if spec is not None and training else "cpu"
         env = self.env_cls(num_envs, device=device, max_episode_steps=env_cfg.get("max_episode_steps"))

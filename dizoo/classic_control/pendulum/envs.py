@@ -8,5 +8,5 @@ from engine.registry import ENV_REGISTRY
 from .torch_env import PendulumTorch
 
 PENDULUM = ENV_REGISTRY.register("pendulum", GymEnvType("Pendulum-v1", stop_value=-250))
-PENDULUM_TORCH = ENV_REGISTRY.register("pendulum_torch", TorchEnvType("Pendulum-torch", PendulumTorch,
-                                                                      stop_value=-250))
+PENDULUM_TORCH = ENV_REGISTRY.register("pendulum_torch", TorchEnvType("Pendulum-torch", PendulumTorch, stop_value=-250,
+                                                                      gym_twin="Pendulum-v1"))

@@ -36,7 +36,7 @@ class PendulumTorch(TorchVectorEnv):
     single_observation_space = gym.spaces.Box(-_high, _high, dtype=np.float32)
 
     def _initial_state(self, n: int) -> torch.Tensor:
-        return self._uniform(n, [math.pi, 1.0])
+        return self._uniform(n, (math.pi, 1.0))
 
     def _dynamics(self, state: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         th, thdot = state.unbind(-1)
