@@ -45,12 +45,15 @@ StepResult = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Dict[
 
 
 class TorchVectorEnv:
-    """``num_envs`` envs of one family, their state one tensor ``[N, state_dim]`` on ``device``.
+    """``num_envs`` envs of one family, their state one tensor on ``device``.
 
     A subclass sets ``single_observation_space``, ``single_action_space``, ``max_episode_steps`` and
     implements the three functions of its dynamics, each on all envs at once and without host reads:
     ``_initial_state(n)`` (draw from ``self.generator``), ``_dynamics(state, action)`` ->
-    ``(next_state, reward, terminated)``, and ``_observe(state)``.
+    ``(next_state, reward, terminated)``, and ``_observe(state)`` -> ``[N, *obs_shape]``. They see the state
+    as ``[state_dim, N]``, one contiguous row per variable: elementwise operations on rows run several
+    times faster than on the strided columns of ``[N, state_dim]`` (the ``state`` property shows that
+    layout).
 
     Args:
         num_envs: envs in the batch.
@@ -106,7 +109,7 @@ class TorchVectorEnv:
         final_obs = self._observe(state)
         done = terminated | truncated
         # fresh initial states for every env, kept where an episode ended: no host read of `done`
-        self._state = torch.where(done.unsqueeze(-1), self._initial_state(self.num_envs), state)
+        self._state = torch.where(done, self._initial_state(self.num_envs), state)
         self._elapsed = elapsed.masked_fill(done, 0)
         return self._observe(self._state), reward.float(), terminated, truncated, {"final_obs": final_obs}
 
@@ -117,17 +120,17 @@ class TorchVectorEnv:
     def state(self) -> Optional[torch.Tensor]:
         """The envs' state, ``[N, state_dim]`` (None before the first reset). Assigning one starts the envs
         from it (a test comparing the dynamics with gymnasium's from the same states); their episodes go on."""
-        return self._state
+        return None if self._state is None else self._state.T
 
     @state.setter
     def state(self, value: torch.Tensor) -> None:
         if self._state is None:
             self.reset()
         value = torch.as_tensor(value, dtype=self.dtype, device=self.device)
-        if value.shape != self._state.shape:
-            raise ValueError(f"{type(self).__name__}.state must have shape {tuple(self._state.shape)}, got "
+        if value.shape != self._state.T.shape:
+            raise ValueError(f"{type(self).__name__}.state must have shape {tuple(self._state.T.shape)}, got "
                              f"{tuple(value.shape)}")
-        self._state = value.clone()
+        self._state = value.T.contiguous()
 
     def to(self, device: str | torch.device) -> "TorchVectorEnv":
         """Move the envs to ``device``; a new generator there, seeded as at the last reset (the next
@@ -153,9 +156,9 @@ class TorchVectorEnv:
         raise NotImplementedError
 
     def _uniform(self, n: int, high: Tuple[float, ...]) -> torch.Tensor:
-        """``[n, len(high)]`` draws from U(-high, high) of the env's generator (gymnasium's reset draws)."""
-        u = torch.rand((n, len(high)), generator=self.generator, dtype=self.dtype, device=self.device)
-        return u.mul_(2).sub_(1).mul_(self._constant(high))
+        """``[len(high), n]`` draws from U(-high, high) of the env's generator (gymnasium's reset draws)."""
+        u = torch.rand((len(high), n), generator=self.generator, dtype=self.dtype, device=self.device)
+        return u.mul_(2).sub_(1).mul_(self._constant(high).unsqueeze(1))
 
     def _constant(self, values: Tuple[float, ...]) -> torch.Tensor:
         """``values`` as a tensor of the state's dtype on the env's device, made once (per device)."""

@@ -126,7 +126,7 @@ def test_device_collector_refuses_host_policies_and_names_non_finite_data():
     class Broken(CartPoleTorch):
         def _dynamics(self, state, action):
             state, reward, terminated = super()._dynamics(state, action)
-            return state, torch.where(torch.arange(len(state)) == 1, float("nan"), reward), terminated
+            return state, torch.where(torch.arange(state.shape[1]) == 1, float("nan"), reward), terminated
 
     class Zero:
         def forward(self, obs, **kwargs):

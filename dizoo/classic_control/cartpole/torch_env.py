@@ -45,7 +45,7 @@ class CartPoleTorch(TorchVectorEnv):
 
     def _dynamics(self, state: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # gymnasium's formulas in its order of operations; few ops, as each costs microseconds at any batch size
-        theta, theta_dot = state[:, 2], state[:, 3]
+        theta, theta_dot = state[2], state[3]
         force = (action.reshape(-1) == 1).to(state.dtype).mul_(2 * FORCE_MAG).sub_(FORCE_MAG)  # +-10 exactly
         costheta, sintheta = torch.cos(theta), torch.sin(theta)
         temp = (POLEMASS_LENGTH * theta_dot.square()).mul_(sintheta).add_(force).div_(TOTAL_MASS)
@@ -53,10 +53,10 @@ class CartPoleTorch(TorchVectorEnv):
             (MASS_POLE * costheta.square()).div_(TOTAL_MASS).neg_().add_(4.0 / 3.0).mul_(LENGTH))
         xacc = torch.sub(temp, (POLEMASS_LENGTH * thetaacc).mul_(costheta).div_(TOTAL_MASS))
         # Euler, as CartPole-v1's default kinematics_integrator: state + tau * d(state)/dt
-        next_state = torch.stack((state[:, 1], xacc, theta_dot, thetaacc), dim=-1).mul_(TAU).add_(state)
+        next_state = torch.stack((state[1], xacc, theta_dot, thetaacc)).mul_(TAU).add_(state)
         # |x| > 2.4 or |theta| > 12 degrees: gymnasium's four comparisons
-        terminated = (next_state[:, 0::2].abs() > self._constant((X_THRESHOLD, THETA_THRESHOLD))).any(-1)
-        return next_state, torch.ones(len(state), dtype=torch.float32, device=state.device), terminated
+        terminated = (next_state[0].abs() > X_THRESHOLD) | (next_state[2].abs() > THETA_THRESHOLD)
+        return next_state, torch.ones(state.shape[1], dtype=torch.float32, device=state.device), terminated
 
     def _observe(self, state: torch.Tensor) -> torch.Tensor:
-        return state.to(torch.float32)
+        return state.T.to(torch.float32, memory_format=torch.contiguous_format)

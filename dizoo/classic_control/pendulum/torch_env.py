@@ -39,16 +39,16 @@ class PendulumTorch(TorchVectorEnv):
         return self._uniform(n, (math.pi, 1.0))
 
     def _dynamics(self, state: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        th, thdot = state.unbind(-1)
-        u = action.reshape(len(state), -1)[:, 0].to(state.dtype).clamp(-MAX_TORQUE, MAX_TORQUE)
+        th, thdot = state[0], state[1]
+        u = action.reshape(state.shape[1], -1)[:, 0].to(state.dtype).clamp(-MAX_TORQUE, MAX_TORQUE)
         costs = _angle_normalize(th) ** 2 + 0.1 * thdot ** 2 + 0.001 * u ** 2
         newthdot = (thdot + (3 * G / (2 * LENGTH) * torch.sin(th) + 3.0 / (MASS * LENGTH ** 2) * u) * DT).clamp(
             -MAX_SPEED, MAX_SPEED)
         newth = th + newthdot * DT
-        return torch.stack((newth, newthdot), dim=-1), -costs, torch.zeros_like(th, dtype=torch.bool)
+        return torch.stack((newth, newthdot)), -costs, torch.zeros_like(th, dtype=torch.bool)
 
     def _observe(self, state: torch.Tensor) -> torch.Tensor:
-        th, thdot = state.unbind(-1)
+        th, thdot = state[0], state[1]
         return torch.stack((torch.cos(th), torch.sin(th), thdot), dim=-1).to(torch.float32)
 
 
