@@ -4,7 +4,9 @@
    of all envs, actions drawn on its device) against gymnasium's ``SyncVectorEnv`` of CartPole-v1 (SAME_STEP
    autoreset, as the collectors use it; actions from a numpy RNG), and, for reference, gymnasium's own
    numpy-vectorized CartPole (``gym.make_vec(..., vectorization_mode="vector_entry_point")``).
-2. PPO's wall time to an evaluation mean of 195 on CartPole (``time_to_stop_value_s``: training time, without
+2. The pipeline's PPO collector (policy in the loop) at 16 envs (the torch config's) and 1k envs: env
+   steps/s on torch envs against gymnasium's ``SyncVectorEnv``.
+3. PPO's wall time to an evaluation mean of 195 on CartPole (``time_to_stop_value_s``: training time, without
    the build): on gymnasium envs with cartpole_ppo_config.py, on gymnasium envs with the torch config's
    settings (16 envs; the env is the only difference from the next row), and on torch envs with
    cartpole_ppo_torch_config.py.
@@ -74,6 +76,36 @@ def gym_rate(num_envs: int, mode: str, min_seconds: float) -> float:
         env.close()
 
 
+def collect_rate(num_envs: int, torch_envs: bool, device: str, min_seconds: float) -> float:
+    """Env steps/s of the pipeline's collector with the PPO policy of cartpole_ppo_torch_config.py acting (one
+    batched forward per vector step, log-probs and values kept): ``DeviceStepCollector`` on torch envs, or
+    ``StepCollector`` on gymnasium's ``SyncVectorEnv`` (``torch_envs=False``)."""
+    from data.envs import make_vector_env
+    from dizoo.classic_control.cartpole.config.cartpole_ppo_torch_config import create_config, main_config
+    from engine import OnlineRLContext, compile_config
+    from engine.registry import ENV_REGISTRY
+    from pipelines import stages
+    from policies import PPOPolicy
+
+    main = copy.deepcopy(main_config)
+    main.policy.cuda = device.startswith("cuda")
+    create = copy.deepcopy(create_config)
+    if not torch_envs:
+        create.env = dict(type="cartpole")
+    cfg = compile_config(main, create, save=False)
+    cfg.policy.collect.n_sample = num_envs * 16  # 16 vector steps per call
+    env = make_vector_env(ENV_REGISTRY.get(cfg.env.type), cfg.env, num_envs, seed=0)
+    policy = PPOPolicy(cfg.policy, env.single_observation_space, env.single_action_space)
+    if torch_envs:
+        env.to(policy.collect_mode.device)
+    collector = stages.collector(cfg, policy, env, seed=0, on_policy=True)
+    ctx = OnlineRLContext()
+    try:
+        return _rate(num_envs * 16, lambda: collector(ctx), min_seconds)
+    finally:
+        env.close()
+
+
 def ppo_time_to_solve(module: str, env_type: str | None, seed: int, workdir: str, device: str) -> Dict[str, float]:
     from pipelines import serial_pipeline
 
@@ -107,6 +139,12 @@ def main() -> None:
         s = gym_rate(num_envs, "sync", args.min_seconds)
         v = gym_rate(num_envs, "vector_entry_point", args.min_seconds)
         print(f"{num_envs:>6}  {t:>14,.0f}/s  {s:>16,.0f}/s  {v:>15,.0f}/s  {t / s:>11.0f}x", flush=True)
+    print("\nPPO collecting (policy in the loop, as the pipeline builds the collector), env steps/s")
+    print(f"{'envs':>6}  {'torch envs':>16}  {'gym SyncVectorEnv':>18}  {'ratio':>6}")
+    for num_envs in (16,) + tuple(args.envs[:1]):
+        t = collect_rate(num_envs, True, args.device, args.min_seconds)
+        s = collect_rate(num_envs, False, args.device, args.min_seconds)
+        print(f"{num_envs:>6}  {t:>14,.0f}/s  {s:>16,.0f}/s  {t / s:>5.1f}x", flush=True)
     if args.skip_ppo:
         return
     print(f"\nPPO to an evaluation mean of 195 on CartPole (training seconds; seeds {args.seeds})")

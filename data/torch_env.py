@@ -77,7 +77,7 @@ class TorchVectorEnv:
         self.dtype = dtype
         if max_episode_steps:
             self.max_episode_steps = int(max_episode_steps)
-        self.device = torch.device(device)
+        self.device = _indexed(device)
         self.generator = torch.Generator(self.device)
         self._seed: Optional[int] = None
         self._state: Optional[torch.Tensor] = None
@@ -135,7 +135,7 @@ class TorchVectorEnv:
     def to(self, device: str | torch.device) -> "TorchVectorEnv":
         """Move the envs to ``device``; a new generator there, seeded as at the last reset (the next
         ``reset(seed=...)`` reseeds it anyway)."""
-        device = torch.device(device)
+        device = _indexed(device)
         if device != self.device:
             self.device = device
             self.generator = torch.Generator(device)
@@ -245,6 +245,14 @@ class TorchEnvType:
         env.placed = spec is not None and training
         env.reset(seed=seed)
         return env if training else HostVectorEnv(env)
+
+
+def _indexed(device: str | torch.device) -> torch.device:
+    """``cuda`` as ``cuda:N`` (the current GPU), as the tensors made there report it."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def follow_device(env: Any, device: str | torch.device) -> Any:
