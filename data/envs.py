@@ -92,6 +92,10 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
     """
     if groups is None:
         groups = 2 if training and (env_cfg.get("manager") or {}).get("overlap", False) else 1
+    if groups > 1 and getattr(env_type, "batched", False):
+        raise ValueError(f"env.manager.overlap does not apply to env type {env_cfg.get('type', env_type)!r}: its "
+                         f"envs step as one batched tensor operation (data.torch_env), with nothing to overlap; "
+                         f"set env.manager.overlap=False")
     if groups > 1:
         return _make_env_groups(env_type, env_cfg, num_envs, seed, manager, training, groups)
     if hasattr(env_type, "make_vector"):

@@ -74,30 +74,30 @@ class NStepBuilder:
         flat = {k: v.reshape((-1,) + tuple(v.shape[2:])) for k, v in chunk.items()}
         flat["reward"] = flat["reward"].float()
         flat["discount"] = torch.full_like(flat["reward"], self.gamma)
-        flat["span"] = torch.ones(len(flat["reward"]), dtype=torch.uint8)
+        flat["span"] = torch.ones(len(flat["reward"]), dtype=torch.uint8, device=flat["reward"].device)
         return flat
 
     def _windows(self, chunk: Batch, starts: int) -> Batch:
         n = self.nstep
         reward = chunk["reward"].float()
         done = chunk["terminated"] | chunk["truncated"]
-        num_envs = reward.shape[1]
-        alive = torch.ones(starts, num_envs, dtype=torch.bool)
-        ret = torch.zeros(starts, num_envs)
-        last = torch.full((starts, num_envs), n - 1, dtype=torch.long)
+        num_envs, device = reward.shape[1], reward.device  # a device env's chunks stay on its device
+        alive = torch.ones(starts, num_envs, dtype=torch.bool, device=device)
+        ret = torch.zeros(starts, num_envs, device=device)
+        last = torch.full((starts, num_envs), n - 1, dtype=torch.long, device=device)
         for k in range(n):
             ret += self.gamma ** k * alive * reward[k:k + starts]
             ends_here = alive & done[k:k + starts]
             last = torch.where(ends_here, torch.full_like(last, k), last)
             alive = alive & ~done[k:k + starts]
         # the window's last step, as a time index into the chunk, per (start, env)
-        t_last = torch.arange(starts).unsqueeze(1) + last
-        env = torch.arange(num_envs).unsqueeze(0).expand(starts, num_envs)
+        t_last = torch.arange(starts, device=device).unsqueeze(1) + last
+        env = torch.arange(num_envs, device=device).unsqueeze(0).expand(starts, num_envs)
         out = {k: v[:starts] for k, v in chunk.items() if k not in ("reward", "next_obs", "terminated", "truncated")}
         out["reward"] = ret
         out["next_obs"] = chunk["next_obs"][t_last, env]
         out["terminated"] = chunk["terminated"][t_last, env]
         out["truncated"] = chunk["truncated"][t_last, env]
-        out["discount"] = self._gamma_pow[last + 1]
+        out["discount"] = self._gamma_pow.to(device)[last + 1]
         out["span"] = (last + 1).to(torch.uint8)
         return {k: v.reshape((-1,) + tuple(v.shape[2:])) for k, v in out.items()}

@@ -4,8 +4,8 @@ The policy's ``default_config()`` and the env family's defaults make the config;
 the env's spaces (policies fill ``policy.model.obs_shape`` / ``action_shape`` when they are None). The
 env family is chosen by the id:
 
-- a registered env type whose own id it is (``CartPole-v1`` -> ``cartpole``): its defaults, stop value
-  included;
+- a registered env type whose own id it is (``CartPole-v1`` -> ``cartpole``, ``CartPole-torch`` ->
+  ``cartpole_torch``): its defaults, stop value included;
 - an Atari id (``ALE/Pong-v5``, ``PongNoFrameskip-v4``: ids ale-py registers) -> ``atari``;
 - any other gymnasium id with a flat Box observation and Discrete or Box actions -> ``gym``, the generic
   type registered here; its stop value is the gymnasium spec's ``reward_threshold``, or none (``inf``).
@@ -102,6 +102,12 @@ def algo_support(algo: str) -> Dict[str, bool]:
 # ---- helpers ---------------------------------------------------------------------------------------
 def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float]]:
     """``(env type, observation space, action space, stop value or None for the family's own)``."""
+    if env_id not in gym.registry:  # a batched torch env's id (CartPole-torch): its type's own spaces
+        for name in ENV_REGISTRY.names():
+            env_type = ENV_REGISTRY.get(name)
+            if getattr(env_type, "batched", False) and env_type.env_id == env_id:
+                return (name, env_type.env_cls.single_observation_space, env_type.env_cls.single_action_space,
+                        None)
     spec = _spec(env_id)
     if isinstance(spec.entry_point, str) and spec.entry_point.startswith("ale_py"):
         return _atari(env_id)

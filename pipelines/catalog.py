@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-__all__ = ["AlgoRow", "EnvFamilyRow", "ALGOS", "ENV_FAMILIES", "GYM_TYPE", "ATARI_TYPE", "GYM_IDS",
+__all__ = ["AlgoRow", "EnvFamilyRow", "ALGOS", "ENV_FAMILIES", "TORCH_ENVS", "GYM_TYPE", "ATARI_TYPE", "GYM_IDS",
            "describe_algos", "describe_envs"]
 
 #: the generic env type of ``--env`` (any gymnasium id with flat observations; pipelines/algo_env.py)
@@ -51,6 +51,9 @@ ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "pendulum": EnvFamilyRow("Pendulum-v1", None),
 }
 
+#: batched torch env types (``data.torch_env``; registered by the modules of the families above) and their ids
+TORCH_ENVS: Dict[str, str] = {"cartpole_torch": "CartPole-torch", "pendulum_torch": "Pendulum-torch"}
+
 #: gymnasium ids ``--env`` takes (flat Box observations, Discrete or Box actions), newest version of each,
 #: by the extra they need
 GYM_IDS: Dict[Optional[str], List[str]] = {
@@ -83,6 +86,8 @@ def describe_envs() -> str:
         row = ENV_FAMILIES.get(name)
         ids = f"? ({module})" if row is None else f"{row.ids}{_extra_note(row.extra)}"
         lines.append(f"  {name:<12} {ids}")
+    for name, env_id in TORCH_ENVS.items():
+        lines.append(f"  {name:<14} {env_id} (batched torch envs on a device; docs/performance.md)")
     lines.append(f"  {GYM_TYPE:<12} any other gymnasium id with a flat Box observation and Discrete or Box "
                  f"actions; stop value: the id's reward_threshold")
     lines.append("gymnasium ids that fit --env, newest versions (older ones, and other packages' ids with flat "

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from data.envs import make_vector_env
+from data.torch_env import follow_device
 from engine.config import ConfigError, compile_config, save_config
 from engine.context import OnlineRLContext
 from engine.devices import size_torch_threads
@@ -168,6 +169,7 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
         raise SpaceMismatchError(f"env {cfg.env.env_id!r} (type {cfg.env.type!r}): {err}") from err
     except ValueError as err:  # a value of its config the policy refuses: the user's to fix
         raise ConfigError(f"policy {cfg.policy.type!r}: {err}") from err
+    follow_device(collector_env, policy.collect_mode.device)  # torch envs without env.device: where the policy acts
     frame_stack = cfg.env.get("frame_stack") if len(collector_env.single_observation_space.shape) == 3 else None
     buffer = None if on_policy else stages.replay_buffer(cfg.policy, seed=seed_r, frame_stack=frame_stack,
                                                          num_envs=cfg.env.collector_env_num,

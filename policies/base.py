@@ -267,6 +267,16 @@ class Policy:
             for actor in self._actors.values():
                 actor.load_state_dict(state)
 
+    def _generator(self, device: torch.device) -> torch.Generator:
+        """A torch generator on ``device`` for the policy's own random draws on tensors (exploration on a
+        device env's observations), seeded from the policy's numpy RNG ``self._rng``, itself drawn from torch's:
+        ``torch.manual_seed`` still makes collection reproducible."""
+        generators = self.__dict__.setdefault("_generators", {})
+        generator = generators.get(device)
+        if generator is None:
+            generator = generators[device] = torch.Generator(device).manual_seed(int(self._rng.integers(0, 2**62)))
+        return generator
+
     # ---- hot paths: policy.compile / policy.amp ------------------------------------------------------
     def _hot(self, name: str, fn: Callable[..., Any], mode: str) -> HotPath:
         """``fn`` as ``mode``'s hot path (``policies.accel.HotPath``), built at its first use and kept.

@@ -73,6 +73,20 @@ class QValuePolicy(Policy):
         """``argmax_a Q(obs, a)`` (``Policy.greedy_module``)."""
         return GreedyActor(self._model, discrete=True, image=self._model.is_image)
 
+    def _explore_on_device(self, obs: torch.Tensor, eps: float) -> torch.Tensor:
+        """``_forward_collect``'s epsilon-greedy rule on tensors, on the collect device."""
+        device = self.mode_devices["collect"]
+        model = self._actor("collect")
+        with torch.inference_mode():
+            obs_t = obs.to(device)
+            action = self._hot("greedy", self._greedy_action, "collect")(model, obs_t if model.is_image else
+                                                                          obs_t.float())
+            if eps > 0:
+                u = torch.rand(len(action), generator=self._generator(device), device=device)
+                random_action = (u * (self._action_dim / eps)).long() % self._action_dim
+                action = torch.where(u < eps, random_action, action)
+        return action
+
     # ---- state -----------------------------------------------------------------------------------
     _checkpointed = (("model", "_model"), ("target_model", "_target_model"))
 
@@ -196,8 +210,11 @@ class DQNPolicy(QValuePolicy):
     # ---- act -------------------------------------------------------------------------------------
     def _forward_collect(self, obs: Any, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:
         """Epsilon-greedy: each env acts at random with probability ``eps`` (always when ``random``, as
-        during ``random_collect_size``). Returns numpy actions."""
+        during ``random_collect_size``). Returns numpy actions; for a tensor ``obs`` (a device env) a tensor
+        on the collect device, drawn there with nothing read back to the host."""
         eps = 1.0 if random else eps
+        if isinstance(obs, torch.Tensor):
+            return {"action": self._explore_on_device(obs, eps)}
         action = self._greedy(obs, "collect")
         if eps > 0:
             # one uniform draw per env decides both: explore when u < eps, and then u / eps is itself

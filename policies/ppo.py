@@ -95,11 +95,13 @@ class PPOPolicy(Policy):
         self._updates = 0
         if self.continuous:
             self._low, self._high = action_space.low, action_space.high
+            self._bounds_on: Dict[torch.device, tuple] = {}
 
     # ---- distributions ---------------------------------------------------------------------------
     def _dist(self, head: Any) -> torch.distributions.Distribution:
-        # validate_args=False: torch's argument checks read values back to the host (two waits for a GPU per
-        # minibatch); the parameters come from our own network
+        """The action distribution of a head, without argument validation: it reads a check's result back to the
+        host at each construction and each ``log_prob`` (a wait for a GPU per vector step and per update;
+        tests/middleware/test_device_collector.py counts them)."""
         if self.continuous:
             mean, log_std = head
             return Normal(mean, log_std.exp(), validate_args=False)
@@ -161,9 +163,16 @@ class PPOPolicy(Policy):
     # ---- act -------------------------------------------------------------------------------------
     @torch.inference_mode()
     def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
-        """Sample an action; also return its log-prob and the state value, for GAE and the ratio."""
+        """Sample an action; also return its log-prob and the state value, for GAE and the ratio. Numpy for
+        numpy observations; tensors on the collect device for a tensor (a device env: nothing goes to the host)."""
         action, logp, value = self._hot("sample", self._sample, "collect")(self._actor("collect"),
                                                                           self._obs(obs, "collect"))
+        if isinstance(obs, torch.Tensor):
+            out = {"action": action, "logp": logp, "value": value}
+            if self.continuous:
+                low, high = self._bounds(action.device)
+                out["raw_action"], out["action"] = action, torch.maximum(torch.minimum(action, high), low)
+            return out
         action, logp, value = to_numpy(action, logp, value)  # one wait for the device, not three
         out = {"action": action, "logp": logp, "value": value}
         if self.continuous:
@@ -187,8 +196,18 @@ class PPOPolicy(Policy):
 
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
-        """V(obs) for a batch of observations (GAE bootstraps from it)."""
-        return self._hot("value", self._state_value, "collect")(self._actor("collect"), self._obs(obs, "collect")).cpu()
+        """V(obs) for a batch of observations (GAE bootstraps from it): on the host, or on the device of a tensor
+        ``obs`` (a device env's rollout stays there)."""
+        value = self._hot("value", self._state_value, "collect")(self._actor("collect"), self._obs(obs, "collect"))
+        return value.to(obs.device) if isinstance(obs, torch.Tensor) else value.cpu()
+
+    def _bounds(self, device: torch.device) -> tuple:
+        """The action bounds as tensors on ``device`` (made once per device)."""
+        bounds = self._bounds_on.get(device)
+        if bounds is None:
+            bounds = self._bounds_on[device] = (torch.as_tensor(self._low, device=device),
+                                                torch.as_tensor(self._high, device=device))
+        return bounds
 
     # the acting hot paths (compiled with policy.compile)
     def _sample(self, model: torch.nn.Module, obs: torch.Tensor) -> tuple:

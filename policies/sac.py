@@ -188,14 +188,31 @@ class SACPolicy(Policy):
 
     @torch.inference_mode()
     def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
-        """A sample of the squashed Gaussian in env units; uniform over the bounds when ``random``."""
+        """A sample of the squashed Gaussian in env units; uniform over the bounds when ``random``. Numpy
+        actions, or for a tensor ``obs`` (a device env) a tensor on the collect device."""
         n = len(obs)
+        if isinstance(obs, torch.Tensor):  # a device env: a tensor on the collect device, nothing on the host
+            device = self.mode_devices["collect"]
+            if random:
+                self._without_forward("collect")
+                squashed = 2 * torch.rand((n, self._action_dim), generator=self._generator(device), device=device) - 1
+            else:
+                squashed = self._hot("sample", self._sample, "collect")(self._actor("collect"), obs.to(device).float())
+            scale, bias = self._affine(device)
+            return {"action": squashed * scale + bias}
         if random:
             self._without_forward("collect")
             squashed = torch.as_tensor(self._rng.uniform(-1.0, 1.0, (n, self._action_dim)), dtype=torch.float32)
             return {"action": self._to_env(squashed)}
         obs_t = torch.as_tensor(np.asarray(obs), device=self.mode_devices["collect"]).float()
         return {"action": self._to_env(self._hot("sample", self._sample, "collect")(self._actor("collect"), obs_t))}
+
+    def _affine(self, device: torch.device) -> tuple:
+        """``(scale, bias)`` from squashed actions to env units, as tensors on ``device`` (made once per device)."""
+        on = self.__dict__.setdefault("_affine_on", {})
+        if device not in on:
+            on[device] = (self._scale.to(device), self._bias.to(device))
+        return on[device]
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:

@@ -12,6 +12,7 @@ from engine import ConfigError, compile_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE_DQN = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
+CARTPOLE_DQN_TORCH = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_torch_config.py")
 
 
 def _deep_set(main, sections):
@@ -77,10 +78,10 @@ CONFIG_VALUES = [
 ]
 
 
-def _train(tmp, **sections):
+def _train(tmp, config=CARTPOLE_DQN, **sections):
     from pipelines import serial_pipeline
     from pipelines.cli import load_config_file
-    main, create = load_config_file(CARTPOLE_DQN)
+    main, create = load_config_file(config)
     main = copy.deepcopy(main)
     main.exp_name, main.log = str(tmp / "exp"), dict(progress=False)
     return serial_pipeline((_deep_set(main, sections), create), max_env_step=64)
@@ -113,6 +114,10 @@ RUNS = [
      r"'dqn' needs a discrete action space.*use a continuous-action policy"),
     ("device string", lambda tmp: _train(tmp, **{"policy.device.collect": "gpu1"}), ValueError,
      r"policy.device.collect='gpu1' is not a device torch knows here; use 'cpu', 'cuda' or 'cuda:N'"),
+    ("device env on a GPU this process lacks", lambda tmp: _train(tmp, CARTPOLE_DQN_TORCH, **{"env.device": "cuda:9"}),
+     ValueError, r"env.device='cuda:9': this process sees \d+ GPUs?"),
+    ("device env in overlapped groups", lambda tmp: _train(tmp, CARTPOLE_DQN_TORCH, **{"env.manager.overlap": True}),
+     ValueError, r"env.manager.overlap does not apply to env type 'cartpole_torch'.*set env.manager.overlap=False"),
     ("NaN rewards from the env", _nan_env, ValueError, r"env \d returned a non-finite reward \(nan\)"),
     ("resume without a run", lambda tmp: _resume_nothing(tmp), ValueError,
      r"--resume: no run to continue at .*exp_seed0 \(nor .*exp_seed0_<n>\)"),

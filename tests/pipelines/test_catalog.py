@@ -80,3 +80,16 @@ def test_catalog_says_whether_an_extra_is_installed(installed, monkeypatch):
     monkeypatch.setitem(catalog._EXTRA_PROVIDES, "box2d", "json" if installed else "no_such_module_for_baton")
     line = next(line for line in catalog.describe_envs().splitlines() if "lunarlander" in line)
     assert line.endswith("(extra: .[box2d])" if installed else "(extra: .[box2d], not installed)")
+
+
+def test_catalog_torch_envs_are_registered_batched_types_that_build():
+    from pipelines.algo_env import build_config
+
+    for name, env_id in catalog.TORCH_ENVS.items():
+        env_type = ENV_REGISTRY.get(name)
+        assert getattr(env_type, "batched", False) and env_type.env_id == env_id
+        assert f"{name:<14} {env_id}" in catalog.describe_envs()
+    assert sorted(catalog.TORCH_ENVS) == sorted(n for n in ENV_REGISTRY.names()
+                                                if getattr(ENV_REGISTRY.get(n), "batched", False))
+    main, create = build_config("ppo", "CartPole-torch")
+    assert create["env"]["type"] == "cartpole_torch" and main["env"]["env_id"] == "CartPole-torch"

@@ -44,3 +44,12 @@ def test_pendulum_ppo_reaches_minus_250_within_100k_env_steps(tmp_path):
     summary = _train("dizoo.classic_control.pendulum.config.pendulum_ppo_config", tmp_path, 2, 100_000)
     assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= -250
     assert summary["env_step"] <= 100_000
+
+
+@pytest.mark.slow
+def test_cartpole_ppo_on_torch_envs_reaches_195(tmp_path):
+    """PPO on the batched torch CartPole (``cartpole_torch``), evaluated on gymnasium's CartPole-v1: the
+    device-env path learns, and what it learned holds on the reference env. About 5,000 env steps."""
+    summary = _train("dizoo.classic_control.cartpole.config.cartpole_ppo_torch_config", tmp_path, 0, 100_000)
+    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= 195
+    assert summary["train_iter"] > 20

@@ -1,0 +1,263 @@
+"""Batched torch envs: thousands of envs as one tensor on a device, stepped with no host round trip.
+
+rlstructures' ``DeviceEnv`` idea: where an env's dynamics are a few arithmetic operations (CartPole,
+Pendulum), stepping every env of a collector is one batched tensor operation on the device where the policy
+acts. Observations, rewards, ``terminated`` and ``truncated`` come back as tensors already on that device,
+so a collector (``middleware.device_collector``) never copies to the host between steps; on a CPU it is
+also the fastest way to run thousands of small envs (``bench/device_env.py``).
+
+The contract is gymnasium's vector env in ``SAME_STEP`` autoreset mode (``data.envs``), with tensors:
+
+- ``reset(seed=s)`` -> ``(obs [N, *obs_shape], {})``;
+- ``step(action)`` -> ``(obs, reward [N] float32, terminated [N] bool, truncated [N] bool, info)``. An env
+  whose episode ended is reset inside the step: ``obs`` holds its reset observation and
+  ``info["final_obs"]`` the real next observation of every env (equal to ``obs`` where no episode ended),
+  which a truncated transition bootstraps from. Nothing in a step reads a value back to the host: where
+  episodes end, fresh initial states replace the old ones through ``torch.where``.
+- ``terminated`` and ``truncated`` stay separate; ``truncated`` is gymnasium's ``TimeLimit``: set when an
+  episode reaches ``max_episode_steps``, whether or not it also terminated there.
+
+Seeding: all envs draw from one ``torch.Generator`` on the env's device, seeded by ``reset(seed=s)`` (a
+list of seeds, as gymnasium's vector envs take, seeds it with its first). The same seed, env count and
+device give the same episodes; CPU and CUDA generators differ, so a run on a GPU is not the run on a CPU.
+The pipeline seeds each DDP rank's envs with its rank seed (``pipelines.serial.rank_seed``).
+
+An env family subclasses ``TorchVectorEnv`` with its dynamics (``dizoo/classic_control/*/torch_env.py``) and
+registers a ``TorchEnvType`` (``create_config.env.type``): ``env.device`` places the collector's envs
+(None: the device the policy collects on). The evaluator plays the gymnasium env the dynamics reproduce
+(``gym_twin``), or steps the same dynamics on the CPU through ``HostVectorEnv``, the numpy view the
+evaluator's ``EnvLoop`` reads.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from engine.devices import parse_device
+
+__all__ = ["TorchVectorEnv", "HostVectorEnv", "TorchEnvType", "follow_device"]
+
+StepResult = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]
+
+
+class TorchVectorEnv:
+    """``num_envs`` envs of one family, their state one tensor on ``device``.
+
+    A subclass sets ``single_observation_space``, ``single_action_space``, ``max_episode_steps`` and
+    implements the three functions of its dynamics, each on all envs at once and without host reads:
+    ``_initial_state(n)`` (draw from ``self.generator``), ``_dynamics(state, action)`` ->
+    ``(next_state, reward, terminated)``, and ``_observe(state)`` -> ``[N, *obs_shape]``. They see the state
+    as ``[state_dim, N]``, one contiguous row per variable: elementwise operations on rows run several
+    times faster than on the strided columns of ``[N, state_dim]`` (the ``state`` property shows that
+    layout).
+
+    Args:
+        num_envs: envs in the batch.
+        device: where the state lives and the step runs (``cpu``, ``cuda``, ``cuda:N``).
+        max_episode_steps: truncation length (None: the family's, as gymnasium registers it).
+        dtype: of the state (float32; float64 computes as gymnasium's numpy envs do, for equivalence tests).
+            Observations are float32 either way.
+    """
+
+    single_observation_space: gym.spaces.Box
+    single_action_space: gym.Space
+    max_episode_steps: int
+    #: set by ``TorchEnvType.make_vector`` when ``env.device`` was given (``follow_device`` leaves it there)
+    placed: bool = False
+
+    def __init__(self, num_envs: int, device: str | torch.device = "cpu", max_episode_steps: Optional[int] = None,
+                 dtype: torch.dtype = torch.float32) -> None:
+        if int(num_envs) < 1:
+            raise ValueError(f"a torch vector env needs at least 1 env, got num_envs={num_envs}")
+        self.num_envs = int(num_envs)
+        self.dtype = dtype
+        if max_episode_steps:
+            self.max_episode_steps = int(max_episode_steps)
+        self.device = _indexed(device)
+        self.generator = torch.Generator(self.device)
+        self._seed: Optional[int] = None
+        self._state: Optional[torch.Tensor] = None
+        self._elapsed: Optional[torch.Tensor] = None
+        self._constants: Dict[tuple, torch.Tensor] = {}
+
+    # ---- the gymnasium vector-env surface ------------------------------------------------------
+    def reset(self, *, seed: Any = None, options: Any = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
+        """Start every env's episode afresh; ``seed`` (an int, or a list whose first item is used) reseeds
+        the generator, else it goes on from where it was."""
+        if seed is not None:
+            self._seed = int(seed[0] if isinstance(seed, (list, tuple, np.ndarray)) else seed)
+            self.generator.manual_seed(self._seed)
+        elif self._seed is None:
+            self._seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+            self.generator.manual_seed(self._seed)
+        self._state = self._initial_state(self.num_envs)
+        self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        return self._observe(self._state), {}
+
+    def step(self, action: Any) -> StepResult:
+        """One step of every env; finished episodes restart inside it (the module docstring)."""
+        if self._state is None:
+            raise RuntimeError(f"{type(self).__name__}.step before reset: call reset(seed=...) first")
+        action = torch.as_tensor(action, device=self.device)
+        state, reward, terminated = self._dynamics(self._state, action)
+        elapsed = self._elapsed + 1
+        truncated = elapsed >= self.max_episode_steps
+        final_obs = self._observe(state)
+        done = terminated | truncated
+        # fresh initial states for every env, kept where an episode ended: no host read of `done`
+        self._state = torch.where(done, self._initial_state(self.num_envs), state)
+        self._elapsed = elapsed.masked_fill(done, 0)
+        return self._observe(self._state), reward.float(), terminated, truncated, {"final_obs": final_obs}
+
+    def close(self) -> None:
+        """Nothing to release (no processes, no files); the tensors go with the object."""
+
+    @property
+    def state(self) -> Optional[torch.Tensor]:
+        """The envs' state, ``[N, state_dim]`` (None before the first reset). Assigning one starts the envs
+        from it (a test comparing the dynamics with gymnasium's from the same states); their episodes go on."""
+        return None if self._state is None else self._state.T
+
+    @state.setter
+    def state(self, value: torch.Tensor) -> None:
+        if self._state is None:
+            self.reset()
+        value = torch.as_tensor(value, dtype=self.dtype, device=self.device)
+        if value.shape != self._state.T.shape:
+            raise ValueError(f"{type(self).__name__}.state must have shape {tuple(self._state.T.shape)}, got "
+                             f"{tuple(value.shape)}")
+        self._state = value.T.contiguous()
+
+    def to(self, device: str | torch.device) -> "TorchVectorEnv":
+        """Move the envs to ``device``; a new generator there, seeded as at the last reset (the next
+        ``reset(seed=...)`` reseeds it anyway)."""
+        device = _indexed(device)
+        if device != self.device:
+            self.device = device
+            self.generator = torch.Generator(device)
+            if self._seed is not None:
+                self.generator.manual_seed(self._seed)
+            if self._state is not None:
+                self._state, self._elapsed = self._state.to(device), self._elapsed.to(device)
+        return self
+
+    # ---- the dynamics of a family ----------------------------------------------------------------
+    def _initial_state(self, n: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _dynamics(self, state: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def _observe(self, state: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _uniform(self, n: int, high: Tuple[float, ...]) -> torch.Tensor:
+        """``[len(high), n]`` draws from U(-high, high) of the env's generator (gymnasium's reset draws)."""
+        u = torch.rand((len(high), n), generator=self.generator, dtype=self.dtype, device=self.device)
+        return u.mul_(2).sub_(1).mul_(self._constant(high).unsqueeze(1))
+
+    def _constant(self, values: Tuple[float, ...]) -> torch.Tensor:
+        """``values`` as a tensor of the state's dtype on the env's device, made once (per device)."""
+        key = (values, self.device)
+        constant = self._constants.get(key)
+        if constant is None:
+            constant = self._constants[key] = torch.tensor(values, dtype=self.dtype, device=self.device)
+        return constant
+
+
+class HostVectorEnv:
+    """A ``TorchVectorEnv`` seen as a gymnasium vector env with numpy arrays (what ``data.env_loop.EnvLoop``
+    and so the evaluator, ``baton record`` and background evaluation read): each step copies its results to
+    the host. For evaluation, not for the collector's hot loop."""
+
+    def __init__(self, env: TorchVectorEnv) -> None:
+        self.env = env
+        self.num_envs = env.num_envs
+        self.single_observation_space = env.single_observation_space
+        self.single_action_space = env.single_action_space
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Tuple[np.ndarray, Dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        return obs.cpu().numpy(), info
+
+    def step(self, actions: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(torch.as_tensor(np.asarray(actions)))
+        return (obs.cpu().numpy(), reward.cpu().numpy(), terminated.cpu().numpy(), truncated.cpu().numpy(),
+                {"final_obs": info["final_obs"].cpu().numpy()})
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class TorchEnvType:
+    """An env ``type`` for ``create_config`` whose envs are a ``TorchVectorEnv`` subclass.
+
+    Args:
+        env_id: the name a run records (checkpoint meta, logs), e.g. ``"CartPole-torch"``; no gymnasium id.
+        env_cls: the ``TorchVectorEnv`` subclass.
+        stop_value: evaluation return at which training stops by default.
+        gym_twin: the gymnasium id whose dynamics ``env_cls`` reproduces (``"CartPole-v1"``): evaluation plays
+            that env itself, so the reference env judges what the torch dynamics trained (and a few envs step
+            faster in numpy than through torch's per-operation overhead). Without one, evaluation steps
+            ``env_cls`` on the CPU behind ``HostVectorEnv``.
+        defaults: further default config values.
+
+    Config keys beside the usual ones (``collector_env_num`` ...): ``device`` (the collector's envs; None:
+    the device the policy collects on, ``policy.device.collect`` or the learner's) and
+    ``max_episode_steps`` (None: the family's truncation length).
+    """
+
+    #: its envs step as one batched operation: ``data.envs.make_vector_env`` refuses env groups for them
+    batched = True
+
+    def __init__(self, env_id: str, env_cls: type, stop_value: float, gym_twin: Optional[str] = None,
+                 **defaults: Any) -> None:
+        self.env_id = env_id
+        self.env_cls = env_cls
+        self.gym_twin = gym_twin
+        self._defaults = dict(env_id=env_id, collector_env_num=64, evaluator_env_num=5, n_evaluator_episode=5,
+                              stop_value=float(stop_value), max_episode_steps=None, device=None)
+        self._defaults.update(defaults)
+
+    def default_config(self) -> Dict[str, Any]:
+        return dict(self._defaults)
+
+    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True) -> Any:
+        """The collector's envs on ``env.device`` (reset with ``seed``); for evaluation (``training=False``)
+        the gymnasium twin's vector env, or the same dynamics on the CPU behind the numpy view ``HostVectorEnv``.
+
+        Raises:
+            engine.devices.DeviceError: ``env.device`` names a device this process does not have.
+        """
+        if not training and self.gym_twin is not None:
+            from .envs import GymEnvType, make_vector_env
+
+            twin = GymEnvType(self.gym_twin, stop_value=env_cfg.get("stop_value", math.inf))
+            twin_cfg = dict(twin.default_config(), max_episode_steps=env_cfg.get("max_episode_steps"))
+            return make_vector_env(twin, twin_cfg, num_envs, seed, manager="sync", training=False)
+        spec = env_cfg.get("device")
+        device = parse_device(spec, "env.device") if spec is not None and training else "cpu"
+        env = self.env_cls(num_envs, device=device, max_episode_steps=env_cfg.get("max_episode_steps"))
+        env.placed = spec is not None and training
+        env.reset(seed=seed)
+        return env if training else HostVectorEnv(env)
+
+
+def _indexed(device: str | torch.device) -> torch.device:
+    """``cuda`` as ``cuda:N`` (the current GPU), as the tensors made there report it."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def follow_device(env: Any, device: str | torch.device) -> Any:
+    """A torch vector env whose ``env.device`` was left None moves to ``device`` (the device the policy
+    collects on, known once the policy is built); any other env is returned as it is."""
+    if isinstance(env, TorchVectorEnv) and not env.placed:
+        env.to(device)
+    return env
