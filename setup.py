@@ -48,6 +48,7 @@ setup(
         ],
         "baton.policies": [
             "dqn=policies.dqn",
+            "rainbow=policies.rainbow",
             "ppo=policies.ppo",
             "a2c=policies.ppo",
             "sac=policies.sac",

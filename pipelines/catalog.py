@@ -40,6 +40,7 @@ ALGOS: Dict[str, AlgoRow] = {
     "cql": AlgoRow(True, False, "offline"),      # conservative Q-learning, discrete
     "dqn": AlgoRow(True, False, "off_policy"),
     "ppo": AlgoRow(True, True, "on_policy"),
+    "rainbow": AlgoRow(True, False, "off_policy"),  # DQN with C51, noisy layers, PER, n-step, dueling, double Q
     "sac": AlgoRow(False, True, "off_policy"),
     "td3bc": AlgoRow(False, True, "offline"),
 }
