@@ -50,12 +50,14 @@ setup(
         "console_scripts": ["baton=pipelines.cli:main"],
         "baton.envs": [
             "cartpole=dizoo.classic_control.cartpole.envs",
+            "cartpole_masked=dizoo.classic_control.cartpole.envs",
             "lunarlander=dizoo.box2d.lunarlander.envs",
             "pendulum=dizoo.classic_control.pendulum.envs",
             "atari=dizoo.atari.envs",
         ],
         "baton.policies": [
             "dqn=policies.dqn",
+            "rainbow=policies.rainbow",
             "ppo=policies.ppo",
             "a2c=policies.ppo",
             "sac=policies.sac",

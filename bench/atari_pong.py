@@ -16,7 +16,7 @@ policy runs on cuda when there is one (``--device`` to choose); on a machine wit
 where the Nature-CNN forward, not the emulator, sets the pace. torch's thread pool is sized as the pipeline
 sizes it. Figures are the best of ``--repeats`` interleaved rounds.
 
-With ``--minutes N`` it then trains the wall-clock config ``pong_<--algo>_config.py`` (PPO: 64 envs; DQN: 16)
+With ``--minutes N`` it then trains the wall-clock config ``pong_<--algo>_config.py`` (PPO: 64 envs; DQN and Rainbow: 16)
 for at most N minutes (or until its stop value, 20) and reports the evaluation return over time, the time to
 a return of ``--target`` (18), env steps/s while training, each stage's share of the time (``--profile``) and
 the GPU's mean utilisation while it trained (``torch.cuda.utilization``, else ``nvidia-smi``, sampled each
@@ -24,6 +24,7 @@ second)::
 
     python bench/atari_pong.py --minutes 10                      # PPO, the issue-11 target: >= 18 in 5 min
     python bench/atari_pong.py --minutes 20 --algo dqn --envs 16
+    python bench/atari_pong.py --minutes 20 --algo rainbow --envs 16 --skip-throughput
     python bench/atari_pong.py --minutes 10 --skip-throughput --compile cudagraph
 """
 from __future__ import annotations
@@ -202,7 +203,7 @@ def main() -> None:
     parser.add_argument("--amp", default="none", choices=["none", "bf16"], help="policy.amp")
     parser.add_argument("--minutes", type=float, default=0.0,
                         help="then train the wall-clock config for at most this long (0: no training run)")
-    parser.add_argument("--algo", default="ppo", choices=["ppo", "dqn"], help="the config --minutes trains")
+    parser.add_argument("--algo", default="ppo", choices=["ppo", "dqn", "rainbow"], help="the config --minutes trains")
     parser.add_argument("--target", type=float, default=18.0, help="the evaluation return to time")
     parser.add_argument("--skip-throughput", action="store_true", help="only the training run")
     parser.add_argument("--out", default=None, help="the training run's directory (default: a temporary one)")

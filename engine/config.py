@@ -180,6 +180,7 @@ _NOT_NEGATIVE = ("ckpt.save_freq", "ckpt.latest_every_s", "log.print_freq", "pol
 _UNIT_INTERVAL = ("policy.discount_factor", "policy.collect.gae_lambda", "policy.learn.target_theta")
 # Words a key takes, checked here with a "did you mean" rather than where the policy or the env is built
 _CHOICES = {"policy.learn.td_loss": ("huber", "mse"), "policy.other.eps.type": ("exp", "linear"),
+            "policy.model.distribution": ("none", "categorical", "quantile"),
             "env.manager.type": ("sync", "async", "subprocess"),
             "ddp.comm_hook": ("none", "fp16", "bf16", "powersgd"), "dataset.split": ("shard", "replicate")}
 

@@ -50,7 +50,8 @@ class Registry:
         if name not in self._items:
             self._load_entry_point(name)
         if name not in self._items:
-            self._load_all_entry_points()
+            self._load_all_entry_points()  # another entry point's module may register it (one module, several types)
+        if name not in self._items:
             known = ", ".join(sorted(self.names())) or "none"
             close = difflib.get_close_matches(str(name), self.names(), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -117,7 +117,8 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
                            f"takes ids with flat observations and Atari ids (write a config with an env type of "
                            f"your own for others)")
     for name in ENV_REGISTRY.names():
-        if name != GYM_TYPE and getattr(ENV_REGISTRY.get(name), "env_id", None) == env_id:
+        env_type = ENV_REGISTRY.get(name)  # a variant of a task (cartpole_masked) is chosen by name, not by id
+        if name != GYM_TYPE and getattr(env_type, "env_id", None) == env_id and getattr(env_type, "by_id", True):
             return name, observation_space, action_space, None
     threshold = spec.reward_threshold
     return GYM_TYPE, observation_space, action_space, float(threshold) if threshold is not None else math.inf

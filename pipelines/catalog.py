@@ -40,6 +40,7 @@ ALGOS: Dict[str, AlgoRow] = {
     "cql": AlgoRow(True, False, "offline"),      # conservative Q-learning, discrete
     "dqn": AlgoRow(True, False, "off_policy"),
     "ppo": AlgoRow(True, True, "on_policy"),
+    "rainbow": AlgoRow(True, False, "off_policy"),  # DQN with C51, noisy layers, PER, n-step, dueling, double Q
     "sac": AlgoRow(False, True, "off_policy"),
     "td3bc": AlgoRow(False, True, "offline"),
 }
@@ -47,6 +48,7 @@ ALGOS: Dict[str, AlgoRow] = {
 ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     ATARI_TYPE: EnvFamilyRow("any ale-py game: ALE/<Game>-v5 or <Game>NoFrameskip-v4, e.g. ALE/Pong-v5", "atari"),
     "cartpole": EnvFamilyRow("CartPole-v1", None),
+    "cartpole_masked": EnvFamilyRow("CartPole-v1", None),  # its velocities hidden: a partially observed task
     "lunarlander": EnvFamilyRow("LunarLander-v3", "box2d"),
     "pendulum": EnvFamilyRow("Pendulum-v1", None),
 }

@@ -12,10 +12,17 @@ reports:
 - buffers that differ between ranks (batch-norm statistics: DDP broadcasts rank 0's at each forward and
   never averages them).
 
-Exact agreement is expected for a loss that is a mean over the batch with no randomness (DQN), and for PPO,
-whose advantages are normalised with the statistics of every rank's minibatch together
-(``policies.ppo.normalise_advantages``). A loss that draws random numbers (SAC's sampled actions) differs
-from one process by design; the other findings still hold.
+Exact agreement is expected for a loss that is a mean over the batch with no randomness (DQN, with a scalar
+or distributional head), and for PPO, whose advantages are normalised with the statistics of every rank's
+minibatch together (``policies.ppo.normalise_advantages``). A loss that draws random numbers (SAC's sampled
+actions) differs from one process by design; the other findings still hold.
+
+Noisy layers (``policies.noisy``, Rainbow) draw new noise at every forward, and under DDP each rank draws its
+own, by design (each rank's generator is seeded ``seed + rank``): the averaged gradient is then an average over
+noise draws too, which no one-process update reproduces. The check therefore turns their noise off on every
+rank and in the reference (``Policy.set_noise(False)``: the layers use their mean weights, and their noise
+scales stay in the graph with a zero gradient) and says so in the report; what it then compares is all the
+rest of the update, noise scales' synchronisation included.
 """
 from __future__ import annotations
 
@@ -40,8 +47,8 @@ ConfigPair = Tuple[Mapping[str, Any], Mapping[str, Any]]
 
 
 class DDPCheckReport(dict):
-    """``max_difference``, ``differ_across_ranks``, ``unused``, ``buffers_differ`` and ``ok``; ``str()``
-    is the human report."""
+    """``max_difference``, ``differ_across_ranks``, ``unused``, ``buffers_differ``, ``noise_off`` (noisy layers
+    compared without their noise) and ``ok``; ``str()`` is the human report."""
 
     def __str__(self) -> str:
         lines = [f"one update on {self['world_size']} ranks against the same update in one process on their "
@@ -52,6 +59,9 @@ class DDPCheckReport(dict):
                           ("unused", "parameters with no gradient on some rank (unused in the forward pass)"),
                           ("buffers_differ", "buffers that differ between ranks (DDP does not average them)")):
             lines.append(f"  {what}: {', '.join(self[key]) if self[key] else 'none'}")
+        if self.get("noise_off"):
+            lines.append("  noisy layers: compared with their noise off on every rank and in the reference (each rank "
+                         "draws its own noise by design)")
         if self["ok"]:
             lines.append("OK: the data-parallel update equals the one-process update")
         else:
@@ -89,7 +99,7 @@ def _check_rank(input_cfg: ConfigPair, seed: int, tmp: str) -> None:
     pipeline = build_pipeline(input_cfg, seed=seed, exp_name=os.path.join(tmp, "exp"), progress=False)
     policy = pipeline.policy
     learn = policy.learn_mode
-    record: Dict[str, Any] = {}
+    record: Dict[str, Any] = {"noise_off": policy.set_noise(False)}  # per-rank noise differs by design
 
     def before_learner(ctx: Any) -> None:
         record["before"] = copy.deepcopy(learn.state_dict())
@@ -121,6 +131,7 @@ def _reference(input_cfg: ConfigPair, before: Mapping[str, Any], batches: List[M
     finally:
         env.close()
     policy.learn_mode.load_state_dict(before)
+    policy.set_noise(False)  # as on the ranks (_check_rank)
     policy.learn_mode.forward(make_batch({k: torch.cat([b[k] for b in batches]) for k in batches[0]}))
     return {k: v.detach() for k, v in policy._model.state_dict().items()}
 
@@ -143,6 +154,7 @@ def compare_ranks(records: List[Mapping[str, Any]], reference: Mapping[str, torc
     ok = max_diff <= tolerance and not differ and not unused and not buffers_differ
     return DDPCheckReport(max_difference=max_diff, worst_parameter=worst, differ_across_ranks=differ,
                           unused=unused, buffers_differ=buffers_differ, ok=ok, tolerance=tolerance,
+                          noise_off=bool(records[0].get("noise_off", False)),
                           world_size=len(records), batch_size=len(next(iter(records[0]["batch"].values()))))
 
 

@@ -30,6 +30,7 @@ import torch
 from data.replay.device import DeferredCheck, host_path
 
 from .accel import HotPath, accel_modes, warn_once
+from .noisy import set_noise as _set_noise
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
            "DeviceMismatchError", "common_config", "evaluator_config", "to_numpy"]
@@ -196,6 +197,7 @@ class Policy:
         self._actors: Dict[torch.device, torch.nn.Module] = {}  # acting copies, by device
         self._acting: Dict[str, torch.nn.Module] = {}           # the model each acting mode uses
         self._learn_mode = self._collect_mode = self._eval_mode = None
+        self._noise = True  # noisy layers draw noise (set_noise)
 
     @property
     def learn_mode(self) -> LearnMode:
@@ -256,9 +258,19 @@ class Policy:
             else:
                 actor = self._model_factory().requires_grad_(False)  # built on the host ...
                 actor.load_state_dict(_host_state(self._model))
+                _set_noise(actor, self._noise)
                 actor = self._actors[device] = actor.to(device)     # ... and moved once to its own device
             self._acting[mode] = actor
         return actor
+
+    def set_noise(self, enabled: bool) -> bool:
+        """Parameter noise (``policies.noisy``) on or off in every model this policy owns: its checkpointed
+        modules and acting copies, present and future. Off, noisy layers act and learn with their mean
+        weights: ``baton check-ddp`` compares this way, since each DDP rank draws its own noise by design.
+        Returns whether the policy has any noisy layer (False: nothing changed)."""
+        self._noise = bool(enabled)
+        modules = [getattr(self, attr) for _, attr in self._checkpointed] + list(self._actors.values())
+        return sum(_set_noise(module, enabled) for module in modules) > 0
 
     def refresh_actors(self) -> None:
         """Copy the learner's weights into the acting copies, through host memory."""

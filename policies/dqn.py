@@ -1,5 +1,7 @@
 """DQN with the usual improvements: double Q, dueling head, n-step targets, hard or soft target network,
-optional prioritized replay with importance weights.
+optional prioritized replay with importance weights, and the Rainbow pieces as model options: a
+distributional head (categorical C51 or quantile QR-DQN, ``policy.model.distribution``) and noisy layers for
+exploration (``policy.model.noisy``). ``policies.rainbow`` registers them all switched on (Hessel et al.).
 
 The algorithm, on one screen (``_loss``; ``_forward_learn`` drives it: batch in, backward, step)::
 
@@ -10,9 +12,22 @@ The algorithm, on one screen (``_loss``; ``_forward_learn`` drives it: batch in,
 
 ``reward`` and ``discount`` come from the n-step builder: the discounted window sum and gamma^(window
 length); ``terminated`` cuts the bootstrap, truncation does not.
+
+With a distributional head the same steps act on distributions (``policies.distributional``): ``a*`` is the
+argmax of the online net's expected values (double Q) or the target net's (not double); the target is the
+target net's distribution of ``a*`` shifted by ``reward + discount * (1 - terminated) * z``, projected onto the
+support (categorical) or taken as samples (quantile); the per-sample loss is the cross-entropy (categorical) or
+the quantile Huber loss (quantile), weighted by the importance weights, and it is also the sample's new
+priority (Hessel et al.: the KL loss, whose gradient the cross-entropy shares).
+
+Noisy layers (``policies.noisy``) draw new noise at every forward; collection acts greedily on the noisy
+network, evaluation on the mean weights. An epsilon schedule next to them is refused (``check_exploration``):
+two explorations at once, one of which the network cannot learn to turn down, is rarely what was meant, and
+refusing it keeps the config saying what runs.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -21,13 +36,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.config import ConfigError
 from engine.registry import POLICY_REGISTRY
 
+from .accel import warn_once
 from .base import Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims
+from .distributional import categorical_projection, quantile_huber_loss, support
 from .greedy import GreedyActor
-from .models import QNetwork
+from .models import Q_DISTRIBUTIONS, QNetwork
+from .noisy import noise_off
 
-__all__ = ["DQNPolicy"]
+__all__ = ["DQNPolicy", "check_q_head", "check_exploration"]
 
 
 class QValuePolicy(Policy):
@@ -54,17 +73,18 @@ class QValuePolicy(Policy):
     def _greedy(self, obs: Any, mode: str) -> np.ndarray:
         model = self._actor(mode)
         device = self.mode_devices[mode]
-        if device.type == "cpu" and not model.is_image:  # numpy acting, see QNetwork.numpy_greedy_action
+        if device.type == "cpu" and model.numpy_acting:  # numpy acting, see QNetwork.numpy_greedy_action
             self._faster_than_hot_path(mode, "through numpy on the CPU (faster than torch for an MLP)")
             return model.numpy_greedy_action(np.asarray(obs))
-        with torch.inference_mode():
+        # evaluation acts on the noisy layers' mean weights; collection on a new noise draw per step
+        with torch.inference_mode(), (noise_off(model) if mode == "eval" else contextlib.nullcontext()):
             obs_t = torch.as_tensor(np.asarray(obs), device=device)
             action = self._hot("greedy", self._greedy_action, mode)(model, obs_t if model.is_image else obs_t.float())
             return action.cpu().numpy()
 
     def _greedy_action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        """The acting hot path: ``argmax_a Q(obs, a)``."""
-        return model(obs).argmax(dim=1)
+        """The acting hot path: ``argmax_a Q(obs, a)`` (a distributional head's expected values)."""
+        return model.expectation(model(obs)).argmax(dim=1)
 
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
         return {"action": self._greedy(obs, "eval")}
@@ -116,6 +136,12 @@ class DQNPolicy(QValuePolicy):
                 action_shape=None,      # None: taken from the env's action space
                 encoder_hidden_size_list=[128, 128, 64],
                 dueling=True,
+                distribution="none",    # "none" | "categorical" (C51) | "quantile" (QR-DQN)
+                n_atoms=51,             # atoms (categorical) or quantiles (quantile); >= 2
+                v_min=-10.0,            # the categorical support's ends (quantile: unused)
+                v_max=10.0,
+                noisy=False,            # noisy linear layers explore (then other.eps must be 0: see check_exploration)
+                noise_sigma0=0.5,       # their initial noise scale (Fortunato et al.'s 0.5)
             ),
             learn=dict(
                 update_per_collect=3,
@@ -125,7 +151,8 @@ class DQNPolicy(QValuePolicy):
                 target_theta=0.0,        # > 0: soft (Polyak) update with this rate after every update
                 double_q=True,
                 ignore_done=False,       # treat termination as truncation (bootstrap anyway)
-                td_loss="huber",         # "huber" or "mse"
+                td_loss="huber",         # "huber" or "mse" (distribution "none"; categorical: cross-entropy)
+                quantile_kappa=1.0,      # the quantile Huber loss's threshold (distribution "quantile")
                 grad_clip_norm=0.0,      # > 0: clip the gradient norm
                 weight_decay=0.0,
             ),
@@ -141,17 +168,23 @@ class DQNPolicy(QValuePolicy):
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
-        space_dims(observation_space, action_space, "dqn", continuous=False, images=True)
+        space_dims(observation_space, action_space, self._name, continuous=False, images=True)
         model_cfg = cfg["model"]
-        obs_shape = resolve_shape(model_cfg, "obs_shape", observation_space.shape, "dqn",
+        learn = cfg["learn"]
+        check_q_head(model_cfg, learn)
+        check_exploration(model_cfg, cfg.get("other", {}).get("eps"))
+        obs_shape = resolve_shape(model_cfg, "obs_shape", observation_space.shape, self._name,
                                   f"observation shape {observation_space.shape}")
-        action_shape = resolve_shape(model_cfg, "action_shape", int(action_space.n), "dqn",
+        action_shape = resolve_shape(model_cfg, "action_shape", int(action_space.n), self._name,
                                      f"action space {action_space}")
         action_dim = int(action_shape if not isinstance(action_shape, list) else action_shape[0])
+        self._distribution = model_cfg["distribution"]
+        self._v_min, self._v_max = float(model_cfg["v_min"]), float(model_cfg["v_max"])
         self._init_model(lambda: QNetwork(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"],
-                                          model_cfg["dueling"]))
+                                          model_cfg["dueling"], distribution=model_cfg["distribution"],
+                                          n_atoms=int(model_cfg["n_atoms"]), v_min=self._v_min, v_max=self._v_max,
+                                          noisy=bool(model_cfg["noisy"]), sigma0=float(model_cfg["noise_sigma0"])))
         self._target_model = copy.deepcopy(self._model).requires_grad_(False)
-        learn = cfg["learn"]
         self._optimizer = make_adam(self._model.parameters(), **self._optimizer_settings()[0])
         self._target_update_freq = int(learn["target_update_freq"])
         self._target_theta = float(learn["target_theta"])
@@ -159,13 +192,25 @@ class DQNPolicy(QValuePolicy):
         self._ignore_done = bool(learn["ignore_done"])
         self._use_weight = bool(cfg["priority"] and cfg["priority_IS_weight"])
         self._grad_clip = float(learn["grad_clip_norm"])
-        if learn["td_loss"] not in ("huber", "mse"):
-            raise ValueError(f"policy.learn.td_loss must be 'huber' or 'mse', got {learn['td_loss']!r}")
         self._td_loss = F.smooth_l1_loss if learn["td_loss"] == "huber" else F.mse_loss
+        self._kappa = float(learn["quantile_kappa"])
         self._updates = 0
         self._action_dim = action_dim
         # its RNG is drawn from torch's, so torch.manual_seed still makes collection reproducible
         self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+
+    @property
+    def _name(self) -> str:
+        """The registered name errors call the algorithm by."""
+        return "dqn"
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """At compile time, before any env starts: the Q head and the exploration (``check_q_head``,
+        ``check_exploration``); the policy checks them again when it is built from a config of its own."""
+        policy = cfg["policy"]
+        check_q_head(policy["model"], policy["learn"])
+        check_exploration(policy["model"], policy.get("other", {}).get("eps"))
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
@@ -179,39 +224,62 @@ class DQNPolicy(QValuePolicy):
         not_done = (~batch.terminated.to(self.device)).float() if not self._ignore_done else torch.ones_like(reward)
         weight = batch.weight.to(self.device).float() if self._use_weight else None
 
-        loss, q, target = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, discount, not_done,
-                                                                 weight)
-        self._check_finite(loss, "DQN")
+        loss, q, target, priority = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, discount,
+                                                                           not_done, weight)
+        self._check_finite(loss, self._name)
         self._step(loss)
-        return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": (q - target).abs()}
+        return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": priority}
 
     def _loss(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
               discount: torch.Tensor, not_done: torch.Tensor, weight: Optional[torch.Tensor]) -> tuple:
-        """The learner's hot path (compiled with ``policy.compile``): ``(loss, q, target)``, q detached."""
+        """The learner's hot path (compiled with ``policy.compile``): ``(loss, q, target, priority)``, all but
+        the loss detached; q and target are expected values of the taken action (the distributions' means)."""
         n = len(obs)
-        # one forward of the online net over obs and next_obs: fewer kernel launches, one DDP forward
-        q_both = self._learn_model(torch.cat([obs, next_obs]))
-        q_all, q_next_online = q_both[:n], q_both[n:].detach()
-        q = q_all.gather(1, action.unsqueeze(1)).squeeze(1)
+        rows = torch.arange(n, device=obs.device)
+        # one forward of the online net over obs and next_obs: fewer kernel launches, one DDP forward (and with
+        # noisy layers one noise draw, shared by both halves)
+        out_both = self._learn_model(torch.cat([obs, next_obs]))
+        out, out_next_online = out_both[:n], out_both[n:].detach()
+        taken = out[rows, action]                       # [B] values, or [B, n_atoms] log-probs / quantiles
         with torch.no_grad():
-            q_next_target = self._target_model(next_obs)
-            if self._double_q:
-                next_action = q_next_online.argmax(dim=1, keepdim=True)
-                next_value = q_next_target.gather(1, next_action).squeeze(1)
-            else:
-                next_value = q_next_target.max(dim=1).values
-            target = reward + discount * not_done * next_value
+            out_next_target = self._target_model(next_obs)
+            # double Q: the online net picks a*, the target net rates it (by expected value for distributions)
+            pick = out_next_online if self._double_q else out_next_target
+            next_action = self._model.expectation(pick).argmax(dim=1)
+            next_taken = out_next_target[rows, next_action]
+            bootstrap = discount * not_done
 
-        elementwise = self._td_loss(q, target, reduction="none")
+        if self._distribution == "categorical":
+            with torch.no_grad():
+                target_probs = categorical_projection(next_taken.exp(), reward, bootstrap, self._v_min, self._v_max)
+                z = support(self._v_min, self._v_max, target_probs.shape[-1], target_probs.device)
+                target = (target_probs * z).sum(-1)
+            elementwise = -(target_probs * taken).sum(-1)  # cross-entropy of the projected target
+            q = (taken.detach().exp() * z).sum(-1)
+            priority = elementwise.detach()
+        elif self._distribution == "quantile":
+            with torch.no_grad():
+                target_quantiles = reward.unsqueeze(-1) + bootstrap.unsqueeze(-1) * next_taken
+                target = target_quantiles.mean(-1)
+            elementwise = quantile_huber_loss(taken, target_quantiles, self._kappa)
+            q = taken.detach().mean(-1)
+            priority = elementwise.detach()
+        else:
+            with torch.no_grad():
+                target = reward + bootstrap * next_taken
+            elementwise = self._td_loss(taken, target, reduction="none")
+            q = taken.detach()
+            priority = (q - target).abs()
         if weight is not None:
             elementwise = elementwise * weight
-        return elementwise.mean(), q.detach(), target
+        return elementwise.mean(), q, target, priority
 
     # ---- act -------------------------------------------------------------------------------------
     def _forward_collect(self, obs: Any, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:
         """Epsilon-greedy: each env acts at random with probability ``eps`` (always when ``random``, as
-        during ``random_collect_size``). Returns numpy actions; for a tensor ``obs`` (a device env) a tensor
-        on the collect device, drawn there with nothing read back to the host."""
+        during ``random_collect_size``). With noisy layers the greedy action is the noisy network's (and
+        ``eps`` is 0: ``check_exploration``). Returns numpy actions; for a tensor ``obs``
+        (a device env) a tensor on the collect device, drawn there with nothing read back to the host."""
         eps = 1.0 if random else eps
         if isinstance(obs, torch.Tensor):
             return {"action": self._explore_on_device(obs, eps)}
@@ -226,3 +294,61 @@ class DQNPolicy(QValuePolicy):
                 random_action = (u * (self._action_dim / eps)).astype(np.int64) % self._action_dim
                 action = np.where(explore, random_action, action)
         return {"action": action}
+
+
+def check_q_head(model: Mapping[str, Any], learn: Mapping[str, Any]) -> None:
+    """Refuse a Q head the config cannot mean, naming the key and the fix.
+
+    Raises:
+        ConfigError: an unknown ``distribution``; fewer than 2 atoms; ``v_min >= v_max`` (categorical);
+            a ``td_loss`` other than huber/mse, or ``mse`` with a distributional head (its loss is the
+            cross-entropy or the quantile Huber loss, so the setting would be silently ignored);
+            a negative ``quantile_kappa``.
+    """
+    distribution = model.get("distribution", "none")
+    if distribution not in Q_DISTRIBUTIONS:
+        raise ConfigError(f"policy.model.distribution={distribution!r} is not one of {', '.join(Q_DISTRIBUTIONS)}")
+    if learn["td_loss"] not in ("huber", "mse"):
+        raise ConfigError(f"policy.learn.td_loss must be 'huber' or 'mse', got {learn['td_loss']!r}")
+    if distribution == "none":
+        return
+    n_atoms = int(model["n_atoms"])
+    if n_atoms < 2:
+        raise ConfigError(f"policy.model.n_atoms={n_atoms}: a {distribution} head needs at least 2 atoms to describe a "
+                          f"distribution (51 is C51's and Rainbow's; QR-DQN uses 200); for one value per action set "
+                          f"policy.model.distribution='none'")
+    if distribution == "categorical" and not float(model["v_min"]) < float(model["v_max"]):
+        raise ConfigError(f"policy.model.v_min={model['v_min']} must be below policy.model.v_max={model['v_max']}: "
+                          f"they are the ends of the categorical head's support, which must cover the returns "
+                          f"(e.g. -10 and 10 for clipped Atari rewards)")
+    if learn["td_loss"] == "mse":
+        raise ConfigError(f"policy.learn.td_loss='mse' applies to a scalar Q head; a {distribution} head learns "
+                          f"with {'the cross-entropy' if distribution == 'categorical' else 'the quantile Huber loss'}"
+                          f": drop td_loss (or set it to 'huber'), or set policy.model.distribution='none'")
+    if float(learn["quantile_kappa"]) < 0:
+        raise ConfigError(f"policy.learn.quantile_kappa={learn['quantile_kappa']} must be >= 0 (1.0: QR-DQN's; 0: "
+                          f"the plain quantile loss)")
+
+
+def check_exploration(model: Mapping[str, Any], eps: Optional[Mapping[str, Any]]) -> None:
+    """Noisy layers explore on their own: refuse an epsilon-greedy schedule next to them.
+
+    Why refuse rather than pick a winner: both at once would add random actions the network cannot learn
+    to reduce, and silently dropping either would run something else than the config says. Rainbow's
+    defaults (``policies.rainbow``) set the schedule to zero. Without noisy layers and with a zero schedule
+    nothing explores but ``random_collect_size``: allowed, with a warning.
+
+    Raises:
+        ConfigError: ``model.noisy`` with ``other.eps.start`` or ``other.eps.end`` above 0.
+    """
+    if eps is None:
+        return
+    start, end = float(eps.get("start", 0.0)), float(eps.get("end", 0.0))
+    if model.get("noisy", False) and (start > 0 or end > 0):
+        raise ConfigError(f"policy.model.noisy=True explores through its noisy layers, and an epsilon-greedy schedule "
+                          f"on top (policy.other.eps start={start}, end={end}) is refused: set policy.other.eps.start=0 "
+                          f"and policy.other.eps.end=0 (the rainbow algo's defaults), or policy.model.noisy=False "
+                          f"to explore by epsilon alone")
+    if not model.get("noisy", False) and start == 0 and end == 0:
+        warn_once("policy.other.eps is 0 throughout and policy.model.noisy is off: nothing explores but the random "
+                  "actions of policy.random_collect_size")

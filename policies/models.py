@@ -1,4 +1,5 @@
-"""Torch models: the MLP torso and the (dueling) Q-network head used by value-based policies.
+"""Torch models: the MLP torso and the (dueling) Q-network head used by value-based policies, with the Q
+head's options (distributional atoms, noisy layers) and the actor-critic models.
 
 Every model returns fp32 outputs, also when it runs under bf16 autocast (``policy.amp``): losses and the
 sampling arithmetic that follows a forward stay in fp32 (``.float()`` of an fp32 tensor is the tensor itself:
@@ -6,14 +7,18 @@ nothing is added to the fp32 path).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+import functools
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "ActorCritic", "SquashedGaussianActor", "DeterministicActor",
-           "TwinQ"]
+from .distributional import support
+from .noisy import NoisyLinear
+
+__all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "Q_DISTRIBUTIONS", "ActorCritic", "SquashedGaussianActor",
+           "DeterministicActor", "TwinQ"]
 
 
 class NatureCNN(nn.Module):
@@ -36,62 +41,113 @@ class NatureCNN(nn.Module):
         return self.net(obs.float() / 255.0)
 
 
-def encoder(obs_shape: Sequence[int], hidden_sizes: Sequence[int], activation: type = nn.ReLU) -> Tuple[nn.Module, int]:
+Linear = Callable[[int, int], nn.Module]
+
+
+def encoder(obs_shape: Sequence[int], hidden_sizes: Sequence[int], activation: type = nn.ReLU,
+            linear: Linear = nn.Linear) -> Tuple[nn.Module, int]:
     """The torso for ``obs_shape``: an MLP for flat observations, the Nature CNN followed by an MLP for
-    image stacks ``[C, H, W]``. Returns the module and its output size."""
+    image stacks ``[C, H, W]``. ``linear`` builds the MLP's layers (``NoisyLinear`` for noisy networks; the
+    convolutions stay deterministic). Returns the module and its output size."""
     if len(obs_shape) == 1:
-        return mlp(int(obs_shape[0]), hidden_sizes, activation), (hidden_sizes[-1] if hidden_sizes else int(obs_shape[0]))
+        return (mlp(int(obs_shape[0]), hidden_sizes, activation, linear),
+                hidden_sizes[-1] if hidden_sizes else int(obs_shape[0]))
     if len(obs_shape) == 3:
         cnn = NatureCNN(*[int(d) for d in obs_shape])
         if not hidden_sizes:
             return cnn, cnn.out_dim
-        return nn.Sequential(cnn, mlp(cnn.out_dim, hidden_sizes, activation)), hidden_sizes[-1]
+        return nn.Sequential(cnn, mlp(cnn.out_dim, hidden_sizes, activation, linear)), hidden_sizes[-1]
     raise ValueError(f"observations of shape {tuple(obs_shape)} are neither flat nor [C, H, W] images")
 
 
-def mlp(in_dim: int, hidden_sizes: Sequence[int], activation: type = nn.ReLU) -> nn.Sequential:
-    """Linear layers with ``activation`` after each; the output size is ``hidden_sizes[-1]``."""
+def mlp(in_dim: int, hidden_sizes: Sequence[int], activation: type = nn.ReLU, linear: Linear = nn.Linear) -> nn.Sequential:
+    """Linear layers (built by ``linear``) with ``activation`` after each; the output size is ``hidden_sizes[-1]``."""
     layers = []
     for size in hidden_sizes:
-        layers += [nn.Linear(in_dim, size), activation()]
+        layers += [linear(in_dim, size), activation()]
         in_dim = size
     return nn.Sequential(*layers)
 
 
-class QNetwork(nn.Module):
-    """Q(s, .) for discrete actions: an MLP torso and a plain or dueling head.
+#: what a Q head outputs per action: one value, a categorical distribution (C51) or quantiles (QR-DQN)
+Q_DISTRIBUTIONS = ("none", "categorical", "quantile")
 
-    The dueling head (Wang et al., 2016) computes ``V(s) + A(s, a) - mean_a A(s, a)``.
+
+class QNetwork(nn.Module):
+    """Q(s, .) for discrete actions: a torso and a plain or dueling head, scalar or distributional.
+
+    The dueling head (Wang et al., 2016) computes ``V(s) + A(s, a) - mean_a A(s, a)``; with atoms it does so
+    per atom (over the logits of a categorical head, as Rainbow does, or over the quantiles).
+
+    ``forward(obs)`` returns what the loss needs: ``[B, A]`` values (``distribution="none"``), ``[B, A, n]``
+    log-probabilities over the atoms (``"categorical"``, normalised over the atoms) or ``[B, A, n]``
+    quantiles (``"quantile"``). ``expectation(out)`` turns any of them into ``[B, A]`` Q-values, which acting
+    maximises. ``noisy``: every linear layer is a ``policies.noisy.NoisyLinear`` with initial scale
+    ``sigma0`` (Hessel et al. replace all of them; the convolutions of an image torso stay deterministic).
 
     Examples:
         >>> q = QNetwork(4, 2, [64, 64], dueling=True)
         >>> q(torch.zeros(3, 4)).shape
         torch.Size([3, 2])
+        >>> c51 = QNetwork(4, 2, [64], distribution="categorical", n_atoms=51, v_min=-10.0, v_max=10.0, noisy=True)
+        >>> out = c51(torch.zeros(3, 4))
+        >>> out.shape, c51.expectation(out).shape
+        (torch.Size([3, 2, 51]), torch.Size([3, 2]))
     """
 
     def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, hidden_sizes: Sequence[int],
-                 dueling: bool = True) -> None:
+                 dueling: bool = True, distribution: str = "none", n_atoms: int = 1, v_min: float = 0.0,
+                 v_max: float = 0.0, noisy: bool = False, sigma0: float = 0.5) -> None:
         super().__init__()
         if not hidden_sizes:
             raise ValueError("policy.model.encoder_hidden_size_list must name at least one layer")
+        if distribution not in Q_DISTRIBUTIONS:
+            raise ValueError(f"policy.model.distribution must be one of {Q_DISTRIBUTIONS}, got {distribution!r}")
         obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
         self.is_image = len(obs_shape) == 3
-        self.torso, feat = encoder(obs_shape, hidden_sizes)
+        linear: Linear = functools.partial(NoisyLinear, sigma0=sigma0) if noisy else nn.Linear
+        self.torso, feat = encoder(obs_shape, hidden_sizes, linear=linear)
         self.dueling = dueling
+        self.distribution = distribution
+        self.n_atoms = 1 if distribution == "none" else int(n_atoms)
+        self.v_min, self.v_max = float(v_min), float(v_max)
+        self.noisy = noisy
+        self.action_dim = int(action_dim)
         if dueling:
-            self.value = nn.Linear(feat, 1)
-            self.advantage = nn.Linear(feat, action_dim)
+            self.value = linear(feat, self.n_atoms)
+            self.advantage = linear(feat, self.action_dim * self.n_atoms)
         else:
-            self.head = nn.Linear(feat, action_dim)
+            self.head = linear(feat, self.action_dim * self.n_atoms)
 
         self._numpy_layers: Optional[List[Tuple[np.ndarray, np.ndarray]]] = None
 
+    @property
+    def numpy_acting(self) -> bool:
+        """Whether ``numpy_greedy_action`` serves this network (a deterministic, scalar MLP)."""
+        return not self.is_image and not self.noisy and self.distribution == "none"
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.torso(obs)
-        if not self.dueling:
-            return self.head(x).float()
-        adv = self.advantage(x).float()
-        return self.value(x).float() + adv - adv.mean(dim=-1, keepdim=True)
+        if self.distribution == "none":
+            if not self.dueling:
+                return self.head(x).float()
+            adv = self.advantage(x).float()
+            return self.value(x).float() + adv - adv.mean(dim=-1, keepdim=True)
+        shape = (x.shape[0], self.action_dim, self.n_atoms)
+        if self.dueling:
+            adv = self.advantage(x).float().view(shape)
+            out = self.value(x).float().unsqueeze(1) + adv - adv.mean(dim=1, keepdim=True)
+        else:
+            out = self.head(x).float().view(shape)
+        return out.log_softmax(dim=-1) if self.distribution == "categorical" else out
+
+    def expectation(self, out: torch.Tensor) -> torch.Tensor:
+        """``[B, A]`` Q-values from ``forward``'s output: itself, the categorical mean, or the quantiles' mean."""
+        if self.distribution == "none":
+            return out
+        if self.distribution == "categorical":
+            return (out.exp() * support(self.v_min, self.v_max, self.n_atoms, out.device)).sum(-1)
+        return out.mean(-1)
 
     def numpy_greedy_action(self, obs: np.ndarray) -> np.ndarray:
         """``argmax_a Q(obs, a)`` computed with numpy, for acting on the CPU.
@@ -103,8 +159,9 @@ class QNetwork(nn.Module):
         ``load_state_dict`` write in place), so they never go stale; valid only while the parameters
         are on the CPU.
         """
-        if self.is_image:
-            raise TypeError("numpy_greedy_action serves MLP Q-networks; image observations act through torch")
+        if not self.numpy_acting:
+            raise TypeError("numpy_greedy_action serves deterministic, scalar MLP Q-networks; image observations, "
+                            "noisy layers and distributional heads act through torch")
         if self._numpy_layers is None:
             linears = [m for m in self.torso if isinstance(m, nn.Linear)]
             linears.append(self.advantage if self.dueling else self.head)

@@ -12,14 +12,15 @@ from pipelines.algo_env import AlgoEnvError, algo_support, build_config
 from pipelines.cli import main
 
 
-def test_dqn_on_cartpole_trains_without_a_config_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("algo", ["dqn", "rainbow"])
+def test_dqn_on_cartpole_trains_without_a_config_file(tmp_path, monkeypatch, algo):
     monkeypatch.chdir(tmp_path)
-    assert main(["train", "--algo", "dqn", "--env", "CartPole-v1", "--max-env-step", "128", "--no-progress",
+    assert main(["train", "--algo", algo, "--env", "CartPole-v1", "--max-env-step", "128", "--no-progress",
                  "--exp-name", str(tmp_path / "r"), "policy.collect.n_sample=32", "env.evaluator_env_num=1",
                  "env.n_evaluator_episode=1"]) == 0
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     assert (config["env"]["type"], config["env"]["env_id"], config["policy"]["type"]) == ("cartpole", "CartPole-v1",
-                                                                                         "dqn")
+                                                                                         algo)
     assert config["env"]["stop_value"] == 195.0  # the cartpole family's own
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["env_step"] >= 128
 
@@ -28,6 +29,7 @@ def test_dqn_on_cartpole_trains_without_a_config_file(tmp_path, monkeypatch):
     ("ppo", "Pendulum-v1", "pendulum", [3], 1),
     ("sac", "MountainCarContinuous-v0", "gym", [2], 1),
     ("a2c", "Acrobot-v1", "gym", [6], 3),
+    ("rainbow", "Acrobot-v1", "gym", [6], 3),
 ])
 def test_algo_env_builds_a_model_sized_from_the_env(tmp_path, algo, env_id, env_type, obs_shape, action_shape):
     main_config, create_config = build_config(algo, env_id)

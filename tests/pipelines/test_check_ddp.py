@@ -88,3 +88,13 @@ def test_a_compression_hook_the_backend_cannot_run_is_refused_before_training(ca
     assert err.count("baton:") == 1 and "check-ddp runs on gloo: ddp.comm_hook='bf16' needs the nccl" in err
     assert main(["check-ddp", "-c", DQN_DDP, "ddp.comm_hook=fp61"]) == 2
     assert "did you mean 'fp16'" in capsys.readouterr().err
+
+
+def test_report_says_when_noisy_layers_were_compared_without_noise():
+    """Each rank draws its own noise by design (policies/noisy.py): the check compares with it off, and says so."""
+    reference = {"w": torch.tensor([1.0]), "bn.running_mean": torch.tensor([0.0])}
+    records = [dict(_record(torch.tensor([1.0])), noise_off=True) for _ in range(2)]
+    report = compare_ranks(records, reference)
+    assert report["ok"] and report["noise_off"]
+    assert "noisy layers: compared with their noise off" in str(report)
+    assert "noisy layers" not in str(compare_ranks([_record(torch.tensor([1.0]))] * 2, reference))

@@ -10,7 +10,7 @@ import torch
 from easydict import EasyDict
 
 from engine.config import deep_merge
-from policies import A2CPolicy, DQNPolicy, PPOPolicy, SACPolicy
+from policies import A2CPolicy, DQNPolicy, PPOPolicy, RainbowPolicy, SACPolicy
 from policies.bc import BCPolicy
 from policies.cql import DiscreteCQLPolicy
 from policies.td3bc import TD3BCPolicy
@@ -24,6 +24,8 @@ SMALL_AC = dict(model=dict(actor_head_hidden_size_list=[16], critic_head_hidden_
 # policy, action space, small model, the keys a checkpoint holds, the config's settings per optimizer group
 CASES = [
     (DQNPolicy, DISCRETE, SMALL_Q, {"model", "target_model"},
+     lambda learn: [dict(lr=learn.learning_rate, weight_decay=learn.weight_decay)]),
+    (RainbowPolicy, DISCRETE, SMALL_Q, {"model", "target_model"},
      lambda learn: [dict(lr=learn.learning_rate, weight_decay=learn.weight_decay)]),
     (DiscreteCQLPolicy, DISCRETE, SMALL_Q, {"model", "target_model"},
      lambda learn: [dict(lr=learn.learning_rate, weight_decay=learn.weight_decay)]),

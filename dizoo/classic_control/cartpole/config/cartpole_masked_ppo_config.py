@@ -1,0 +1,31 @@
+"""Feed-forward PPO on CartPole-v1 with its velocities hidden (env type ``cartpole_masked``): the contrast.
+
+    python dizoo/classic_control/cartpole/config/cartpole_masked_ppo_config.py [--seed N]
+
+The settings of cartpole_ppo_config.py, which solve the fully observed task in a few hundred updates. Here
+an observation is ``[x, theta]`` alone: a feed-forward policy cannot tell a pole falling left from one
+swinging back, and stays far below the stop value of 195: seed 0 reached a best evaluation of 56.0 (last 42.8)
+in 100,000 env steps and 7,820 updates (``--max-env-step 100000``; BENCHMARKS.md). A policy with memory is what this
+task needs (issue 21, item 2: recurrent PPO, not built yet).
+"""
+from easydict import EasyDict
+
+main_config = EasyDict(dict(
+    exp_name="cartpole_masked_ppo",
+    env=dict(),  # every env value is the default; the empty section lets callers set main_config.env.<key>
+    policy=dict(
+        discount_factor=0.98,
+        learn=dict(batch_size=128, learning_rate=0.001),
+        collect=dict(n_sample=256, gae_lambda=0.8),
+        eval=dict(evaluator=dict(eval_freq=40)),
+    ),
+))
+create_config = EasyDict(dict(
+    env=dict(type="cartpole_masked"),
+    policy=dict(type="ppo"),
+))
+
+if __name__ == "__main__":
+    from pipelines import cli_main
+
+    cli_main((main_config, create_config))
