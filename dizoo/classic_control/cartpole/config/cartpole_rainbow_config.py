@@ -21,8 +21,7 @@ main_config = EasyDict(dict(
     exp_name="cartpole_rainbow",
     env=dict(),  # every env value is the default; the empty section lets callers set main_config.env.<key>
     policy=dict(
-        model=dict(encoder_hidden_size_list=[64, 64], v_min=0.0, v_max=100.0),
-        nstep=3,
+        model=dict(encoder_hidden_size_list=[64, 64], v_min=0.0),
         random_collect_size=1000,
         learn=dict(
             update_per_collect=8,

@@ -20,7 +20,6 @@ main_config = EasyDict(dict(
     policy=dict(
         cuda=True,
         model=dict(encoder_hidden_size_list=[512], v_min=-10.0, v_max=10.0),
-        nstep=3,
         random_collect_size=20000,
         learn=dict(
             update_per_collect=64,
