@@ -26,7 +26,10 @@ setup(
         # the box2d packages and ale-py are in the test extra so CI runs the LunarLander and Pong configs too
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto, capped in tests/conftest.py)
         "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "pygame>=2.1",
-                 "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5"],
+                 "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5",
+                 "optuna>=3.0"],
+        # baton tune (an Optuna study in SQLite; TPE sampler, median pruner)
+        "tune": ["optuna>=3.0"],
         # baton plot (evaluation curves from progress.csv)
         "plot": ["matplotlib>=3.5"],
         # ale-py >= 0.10 ships AtariVectorEnv, which does the whole preprocessing (no opencv needed)
