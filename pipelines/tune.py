@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import sys
+import textwrap
 import time
 import traceback
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -568,9 +569,10 @@ def write_best_config(study: Any, spec: StudySpec) -> Optional[Tuple[Any, str]]:
     main_config, create_config = apply_overrides(spec.base[0], spec.base[1], values + [f"exp_name={name}"])
     path = os.path.join(spec.study_dir, BEST_CONFIG)
     lines = "\n".join(f"    {item}" for item in list(spec.fixed) + values)
-    doc = (f"The best configuration of the baton tune study in {spec.study_dir} ({STUDY_FILE}): trial "
-           f"{trial.number}, best evaluation return {trial.value:.6g} with seed {spec.seed} and "
-           f"{spec.budget_flags()}, of {study.user_attrs.get(RECORD_ATTR, {}).get('config', spec.config_path)} "
-           f"with\n\n{lines}\n\nRun it: baton train -c {path} {spec.budget_flags()}")
+    head = textwrap.fill(f"The best configuration of the baton tune study in {spec.study_dir} ({STUDY_FILE}): "
+                         f"trial {trial.number}, best evaluation return {trial.value:.6g} with seed {spec.seed} and "
+                         f"{spec.budget_flags()}, of "
+                         f"{study.user_attrs.get(RECORD_ATTR, {}).get('config', spec.config_path)} with", 110)
+    doc = f"{head}\n\n{lines}\n\nRun it: baton train -c {path} {spec.budget_flags()}"
     write_config_file(path, main_config, create_config, doc)
     return trial, path
