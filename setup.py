@@ -27,9 +27,13 @@ setup(
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto, capped in tests/conftest.py)
         "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "pygame>=2.1",
                  "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5",
-                 "optuna>=3.0"],
+                 "optuna>=3.0", "wandb>=0.20", "mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10"],
         # baton tune (an Optuna study in SQLite; TPE sampler, median pruner)
         "tune": ["optuna>=3.0"],
+        # experiment trackers (log.wandb, log.mlflow; middleware/trackers.py). MLflow's client alone (skinny),
+        # with what its default store (SQLite) needs
+        "wandb": ["wandb>=0.20"],
+        "mlflow": ["mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10"],
         # baton plot (evaluation curves from progress.csv)
         "plot": ["matplotlib>=3.5"],
         # ale-py >= 0.10 ships AtariVectorEnv, which does the whole preprocessing (no opencv needed)
