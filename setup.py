@@ -26,10 +26,17 @@ setup(
         # the box2d packages and ale-py are in the test extra so CI runs the LunarLander and Pong configs too
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto, capped in tests/conftest.py)
         # imageio*, onnx*: baton eval --video and baton export --format onnx are tested, the exported file run
-        # back through onnxruntime
+        # back through onnxruntime; optuna, wandb, mlflow: baton tune and the trackers are tested for real, offline
         "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "pygame>=2.1",
                  "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5", "imageio>=2.28", "imageio-ffmpeg>=0.4.9",
-                 "onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17"],
+                 "onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17",
+                 "optuna>=3.0", "wandb>=0.20", "mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10"],
+        # baton tune (an Optuna study in SQLite; TPE sampler, median pruner)
+        "tune": ["optuna>=3.0"],
+        # experiment trackers (log.wandb, log.mlflow; middleware/trackers.py). MLflow's client alone (skinny),
+        # with what its default store (SQLite) needs
+        "wandb": ["wandb>=0.20"],
+        "mlflow": ["mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10"],
         # baton plot (evaluation curves from progress.csv)
         "plot": ["matplotlib>=3.5"],
         # baton eval --video: mp4 through imageio-ffmpeg (a wheel with its own ffmpeg), GIF through imageio/pillow

@@ -41,6 +41,20 @@ def base_config() -> Dict[str, Any]:
             csv=True,               # the same scalars as rows of <exp_name>/progress.csv (docs/logging.md)
             print_freq=0,           # >0: log a line every N train iterations
             profile=False,          # each stage's share of the iteration time: table at the end, summary.json, TensorBoard
+            wandb=dict(             # Weights & Biases from rank 0: config, every scalar, the best checkpoint (extra: wandb)
+                enable=False,
+                project="baton",
+                entity="",          # "": W&B's default
+                name="",            # "": the run directory's name
+                mode="",            # "online" | "offline" (files under <exp_name>/wandb; wandb sync) | "disabled"; "": WANDB_MODE
+                tags=[],
+            ),
+            mlflow=dict(            # MLflow from rank 0: config, every scalar, the best checkpoint (extra: mlflow)
+                enable=False,
+                tracking_uri="",    # "": MLflow's (MLFLOW_TRACKING_URI); "file:/path/mlruns", "sqlite:///m.db", "http://..."
+                experiment="baton",
+                run_name="",        # "": the run directory's name
+            ),
         ),
         ckpt=dict(
             save_freq=0,            # >0: also save every N train iterations

@@ -37,7 +37,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .config import ConfigError, _unknown_key_message, compile_config, plain
 
-__all__ = ["apply_overrides", "parse_override", "parse_value"]
+__all__ = ["apply_overrides", "parse_override", "parse_value", "field_default"]
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -70,6 +70,18 @@ def apply_overrides(main_config: Mapping[str, Any], create_config: Mapping[str, 
         _set(main, key, parse_value(key, text, default))
     compile_config(main, create, save=False)
     return main, create
+
+
+def field_default(main_config: Mapping[str, Any], create_config: Mapping[str, Any], key: str) -> Any:
+    """The compiled default of config key ``key`` (dotted), whose type an override of it is parsed as; None
+    for a key under a free-form section (any value). What a caller needs to pick a value's kind before it has
+    a value (``baton tune``: a float distribution over an int field is refused before any trial).
+
+    Raises:
+        ConfigError: an unknown key, naming the closest valid one (as ``apply_overrides``).
+    """
+    default = _field(_defaults(plain(main_config), plain(create_config or {})), key)
+    return None if default is _ANY else default
 
 
 def parse_override(item: str) -> Tuple[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from engine.context import OnlineRLContext
 from engine.distributed import get_world_size
@@ -35,6 +35,8 @@ class OnlineLogger:
     - ``profile/<stage>_share``: each stage's share of the loop's time over that interval, with a
       ``profile`` (the ``engine.profile.StageProfile`` the loop fills; ``log.profile``).
 
+    ``trackers`` (``middleware.trackers``: W&B, MLflow) get every scalar of the same write, under the same tags.
+
     Train and speed scalars are written every ``train_show_freq`` train iterations (and at least every 50
     iterations of the loop) and at the end of the run, evaluation scalars whenever an evaluation happened.
     The scalars of one iteration go to both sinks from one dict, so the CSV holds exactly what TensorBoard
@@ -49,11 +51,14 @@ class OnlineLogger:
         tensorboard: write the event file (tensorboardX is imported only then).
         csv_path: write ``progress.csv`` there; None: no CSV.
         profile: the run's ``StageProfile``, read at each interval; None: no ``profile/*`` scalars.
+        trackers: more sinks of each write (``log_scalars(scalars, env_step)``): experiment trackers.
     """
 
     def __init__(self, log_dir: str, train_show_freq: int = 50, print_freq: int = 0, *, tensorboard: bool = True,
-                 csv_path: Optional[str] = None, profile: Optional[StageProfile] = None) -> None:
+                 csv_path: Optional[str] = None, profile: Optional[StageProfile] = None,
+                 trackers: Sequence[Any] = ()) -> None:
         self.profile = profile
+        self._trackers = list(trackers)
         self._profile_last: Dict[str, float] = {}  # the profile's totals at the last interval
         self._log_dir = log_dir
         self._show_freq = max(1, int(train_show_freq))
@@ -195,6 +200,8 @@ class OnlineLogger:
         if self._tensorboard:
             for tag, value in scalars.items():
                 self.writer.add_scalar(tag, value, env_step)
+        for tracker in self._trackers:
+            tracker.log_scalars(scalars, env_step)
         if self._csv is not None:
             self._csv.write({"env_step": env_step, "train_iter": train_iter,
                              "wall_time_s": self._clock.wall_time_s() - lag_s,
@@ -216,6 +223,7 @@ class OnlineLogger:
 
 
 def online_logger(log_dir: str, train_show_freq: int = 50, print_freq: int = 0, *, tensorboard: bool = True,
-                  csv_path: Optional[str] = None, profile: Optional[StageProfile] = None) -> OnlineLogger:
+                  csv_path: Optional[str] = None, profile: Optional[StageProfile] = None,
+                  trackers: Sequence[Any] = ()) -> OnlineLogger:
     return OnlineLogger(log_dir, train_show_freq, print_freq, tensorboard=tensorboard, csv_path=csv_path,
-                        profile=profile)
+                        profile=profile, trackers=trackers)

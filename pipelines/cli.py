@@ -7,6 +7,7 @@ Usage::
                 [--nnodes N --node-rank n (--master-addr HOST0 --master-port PORT | --rendezvous file:///shared/path)]
     baton train --list-algos | --list-envs
     baton check-ddp -c CONFIG [--nproc 2] [--tolerance 1e-5] [KEY=VALUE ...]
+    baton tune -c CONFIG --trials N [--jobs K] [--study-dir DIR] --max-env-step N KEY=DIST ... [KEY=VALUE ...]
     baton record -c CONFIG --ckpt PATH --episodes N --dataset NAME [--eps E] [--root DIR]
     baton plot RUN_DIR... [-o out.png] [--x env_step|wall_time_s] [--label NAME]
     baton eval RUN_DIR [--ckpt best|latest|PATH] [--episodes N] [--seed S] [-o FILE] [--video DIR [--gif]]
@@ -50,6 +51,8 @@ __all__ = ["main", "load_config_file"]
 #: commands whose options are defined by a module that imports torch (record) or middleware (plot):
 #: name -> (module, its function adding the options, the command's help)
 _COMMAND_MODULES = {
+    # an Optuna study over config keys (pipelines/tune.py); optuna is imported only when it runs
+    "tune": ("tune", "add_tune_options", "search config keys with Optuna: trials as runs, the best as a config"),
     # a Minari dataset from a trained checkpoint (pipelines/record.py)
     "record": ("record", "add_record_options", "record episodes of a trained checkpoint as a dataset"),
     # evaluation curves of runs (their progress.csv); matplotlib is imported only when plotting
@@ -133,6 +136,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser(_command(argv))
     args, extras = parser.parse_known_args(resume_last(argv))
     take_overrides(args, extras, parser.error)
+    if args.command == "tune":  # its KEY=DIST words are no overrides of one config
+        from .tune import tune_main
+
+        return tune_main(args)
     if args.command in _RUN_COMMANDS:
         module, function = _RUN_COMMANDS[args.command]
         if args.command != "plot":

@@ -181,8 +181,8 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     pipeline.append(fetcher, name="fetcher")
     pipeline.append(OfflineLearner(policy.learn_mode), name="learner")
     pipeline.append(saver, name="checkpoint", main_only=True)
-    if cfg.log.tensorboard or cfg.log.csv:
-        pipeline.append(stages.logger(cfg, ctx if resume else None) if main else None, name="logger",
+    if stages.logs(cfg):
+        pipeline.append(stages.logger(cfg, ctx if resume else None, resources) if main else None, name="logger",
                         main_only=True)
     pipeline.append(stages.termination(cfg, max_env_step, max_train_iter, main, offline=True),
                     name="termination")

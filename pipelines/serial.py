@@ -15,7 +15,8 @@ The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [
     learner          [off] update_per_collect updates of batch_size; [on] epochs of minibatches
     refresh          the learner's weights copied to collection/evaluation on other devices (policy.device.*)
     checkpoint       (0) best / periodic / final checkpoints
-    logger           (0) tensorboardX scalars (log.tensorboard), the same as rows of progress.csv (log.csv)
+    logger           (0) tensorboardX scalars (log.tensorboard), the same as rows of progress.csv (log.csv) and to
+                     W&B / MLflow (log.wandb, log.mlflow)
     termination      max_env_step / max_train_iter
     progress         (0) tqdm (log.progress)
 """
@@ -217,8 +218,8 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     if policy.separate_actors:  # collection or evaluation acts on its own device: keep its copy current
         pipeline.append(actor_refresher(policy.refresh_actors, cfg.policy.device.refresh_every), name="refresh")
     pipeline.append(saver, name="checkpoint", main_only=True)
-    if cfg.log.tensorboard or cfg.log.csv:
-        pipeline.append(stages.logger(cfg, ctx if resume else None) if main else None, name="logger",
+    if stages.logs(cfg):
+        pipeline.append(stages.logger(cfg, ctx if resume else None, resources) if main else None, name="logger",
                         main_only=True)
     pipeline.append(stages.termination(cfg, max_env_step, max_train_iter, main),
                     name="termination")

@@ -25,17 +25,18 @@ from engine.protocols import VectorEnv
 from engine.context import OnlineRLContext
 from engine.registry import ENV_REGISTRY
 from middleware.background_eval import BackgroundEvaluator
-from middleware.checkpoint import ShardSaver
+from middleware.checkpoint import BEST, ShardSaver
 from middleware.preemption import PreemptionStop
 from middleware.termination import termination_checker
 from middleware import (CkptSaver, DDPMiddleware, DeviceStepCollector, InteractionEvaluator, OffPolicyLearner, OnlineLogger,
                         OnPolicyLearner, StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator,
                         online_logger, random_collect_handler)
 from middleware.progress_csv import PROGRESS_FILE
+from middleware.trackers import TRACKERS, start_trackers
 from policies.base import Policy
 
 __all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration", "random_collect",
-           "off_policy_learner", "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logger",
+           "off_policy_learner", "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logs", "logger",
            "preemption", "termination", "ddp", "OFFLINE_DEFAULT_UPDATES"]
 
 logger_ = logging.getLogger(__name__)
@@ -187,12 +188,27 @@ def checkpoint_meta(cfg: Mapping[str, Any]) -> Dict[str, Any]:
     return {"policy_type": cfg["policy"]["type"], "env_type": cfg["env"]["type"], "env_id": cfg["env"].get("env_id")}
 
 
-def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None) -> OnlineLogger:
-    """tensorboardX under ``<exp_name>/log`` (``log.tensorboard``) and ``<exp_name>/progress.csv``
-    (``log.csv``); ``resumed``: the context restored from a checkpoint, whose rows the CSV keeps."""
+def logs(cfg: Mapping[str, Any]) -> bool:
+    """Whether the run logs scalars anywhere: TensorBoard, ``progress.csv`` or an experiment tracker."""
+    log = cfg["log"]
+    return bool(log["tensorboard"] or log["csv"] or any((log.get(name) or {}).get("enable") for name in TRACKERS))
+
+
+def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None,
+           resources: Optional[Any] = None) -> OnlineLogger:
+    """tensorboardX under ``<exp_name>/log`` (``log.tensorboard``), ``<exp_name>/progress.csv`` (``log.csv``)
+    and the experiment trackers ``log.wandb``/``log.mlflow`` enable (``middleware.trackers``; started here with
+    the compiled config, finished with the best checkpoint when ``resources``, the pipeline's, close);
+    ``resumed``: the context restored from a checkpoint, whose rows the CSV keeps."""
+    trackers = start_trackers(cfg["log"], cfg["exp_name"], plain(cfg))
+    if trackers and resources is not None:
+        best = os.path.join(cfg["exp_name"], "ckpt", BEST)
+        for tracker in trackers:
+            resources.callback(tracker.finish, [best])
     log = online_logger(os.path.join(cfg["exp_name"], "log"), print_freq=cfg["log"]["print_freq"],
                         tensorboard=cfg["log"]["tensorboard"],
-                        csv_path=os.path.join(cfg["exp_name"], PROGRESS_FILE) if cfg["log"]["csv"] else None)
+                        csv_path=os.path.join(cfg["exp_name"], PROGRESS_FILE) if cfg["log"]["csv"] else None,
+                        trackers=trackers)
     if resumed is not None:
         log.resume(resumed.env_step, resumed.last_eval_iter)
     return log

@@ -1,0 +1,219 @@
+"""Experiment trackers beside TensorBoard: Weights & Biases (``log.wandb``) and MLflow (``log.mlflow``).
+
+Each is an optional extra (``pip install -e ".[wandb]"`` / ``".[mlflow]"``) and, when its ``enable`` is set,
+gets from rank 0 (the logger's rank):
+
+- the compiled config, when the run starts (W&B: the run's config; MLflow: flattened dotted keys as params,
+  and the whole config as the artifact ``config.json``);
+- every scalar the logger writes to TensorBoard, under the same tag (``eval/episode_return_mean``,
+  ``train/loss``, ...) against ``env_step``: the logger's one write sends the same dict to each sink
+  (``middleware.logger.OnlineLogger``). W&B plots them against its ``env_step`` metric (its own step only
+  counts the writes, so a background evaluation's result, logged at its older ``env_step``, is kept);
+- the best checkpoint (``ckpt/best.pth.tar``) as an artifact when the run ends (W&B: an artifact of type
+  ``model``; MLflow: under ``checkpoints/``).
+
+A tracker never stops a run: one that cannot start (its package missing, no API key, a tracking server
+that does not answer) is a warning that names the reason and the run goes on without it, and one that fails
+later warns once and stops sending. A resumed run continues the tracker runs it started (their ids are in
+``<run dir>/trackers.json``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import re
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+__all__ = ["Tracker", "WandbTracker", "MlflowTracker", "start_trackers", "TRACKERS", "TRACKER_IDS_FILE"]
+
+logger = logging.getLogger(__name__)
+
+TRACKER_IDS_FILE = "trackers.json"
+
+
+class Tracker:
+    """One tracker's run, as the logger and the pipeline use it. Subclasses start the run in ``__init__``
+    (raising when they cannot) and implement ``_log_scalars`` and ``_finish``; the public methods guard them.
+
+    Attributes:
+        name: the config section (``wandb``, ``mlflow``).
+        run_id: the tracker's id of this run, kept in ``trackers.json`` for a resume.
+    """
+
+    name = "tracker"
+    run_id: str = ""
+
+    def __init__(self) -> None:
+        self._broken = False
+
+    def log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
+        """The logger's scalars of one write, at ``step`` (env steps)."""
+        self._guard("sending scalars", self._log_scalars, scalars, step)
+
+    def finish(self, artifacts: Sequence[str] = ()) -> None:
+        """Upload the files of ``artifacts`` that exist (the best checkpoint) and end the tracker's run."""
+        self._guard("ending the run", self._finish, [path for path in artifacts if os.path.isfile(path)])
+        self._broken = True  # finished: nothing more is sent
+
+    def _guard(self, what: str, call: Callable[..., None], *args: Any) -> None:
+        if self._broken:
+            return
+        try:
+            call(*args)
+        except Exception as err:  # the tracker's trouble is not the run's: say it once, then stop sending
+            self._broken = True
+            logger.warning("log.%s: %s failed (%s: %s); the run goes on without %s", self.name, what,
+                           type(err).__name__, err, self.name)
+
+    def _log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
+        raise NotImplementedError
+
+    def _finish(self, artifacts: Sequence[str]) -> None:
+        raise NotImplementedError
+
+
+class WandbTracker(Tracker):
+    """A Weights & Biases run in ``<run dir>/wandb``.
+
+    Settings (``log.wandb``): ``project``, ``entity``, ``name`` (default: the run directory's name), ``mode``
+    (``online``, ``offline``: files only, uploaded later by ``wandb sync``, ``disabled``; ``""``: W&B's own,
+    ``WANDB_MODE``), ``tags``."""
+
+    name = "wandb"
+
+    def __init__(self, settings: Mapping[str, Any], run_dir: str, config: Mapping[str, Any],
+                 run_id: Optional[str] = None) -> None:
+        super().__init__()
+        import wandb
+
+        self._wandb = wandb
+        self._run_name = settings.get("name") or os.path.basename(os.path.abspath(run_dir))
+        self.run = wandb.init(project=settings.get("project") or None, entity=settings.get("entity") or None,
+                              name=self._run_name, dir=run_dir, id=run_id or None,
+                              resume="allow" if run_id else None, mode=settings.get("mode") or None,
+                              config=dict(config), tags=list(settings.get("tags") or []) or None,
+                              reinit="create_new", settings=wandb.Settings(console="off", quiet=True))
+        self.run.define_metric("env_step")
+        self.run.define_metric("*", step_metric="env_step")
+        self.run_id = self.run.id
+
+    def _log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
+        self.run.log({"env_step": step, **scalars})
+
+    def _finish(self, artifacts: Sequence[str]) -> None:
+        for path in artifacts:
+            name = re.sub(r"[^\w.-]", "_", f"{self._run_name}-{os.path.basename(path).split('.')[0]}")
+            artifact = self._wandb.Artifact(name=name, type="model")
+            artifact.add_file(path)
+            self.run.log_artifact(artifact)
+        self.run.finish()
+
+
+class MlflowTracker(Tracker):
+    """An MLflow run, written through ``MlflowClient`` (no global active run: two pipelines in one process
+    write their own runs).
+
+    Settings (``log.mlflow``): ``tracking_uri`` (``""``: MLflow's own, ``MLFLOW_TRACKING_URI`` or its default;
+    ``file:/path/mlruns``, ``sqlite:///mlflow.db``, ``http://host:5000``), ``experiment``, ``run_name``
+    (default: the run directory's name)."""
+
+    name = "mlflow"
+    #: MLflow takes at most this many params (and 1000 metrics) in one log_batch
+    _BATCH = 100
+
+    def __init__(self, settings: Mapping[str, Any], run_dir: str, config: Mapping[str, Any],
+                 run_id: Optional[str] = None) -> None:
+        super().__init__()
+        from mlflow.entities import Metric, Param
+        from mlflow.tracking import MlflowClient
+
+        self._metric = Metric
+        self.client = MlflowClient(tracking_uri=settings.get("tracking_uri") or None)
+        if run_id:  # a resumed baton run continues its MLflow run (its params were logged then)
+            self.client.update_run(run_id, status="RUNNING")
+            self.run_id = run_id
+            return
+        experiment = settings.get("experiment") or "baton"
+        found = self.client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
+        run = self.client.create_run(experiment_id, run_name=settings.get("run_name")
+                                     or os.path.basename(os.path.abspath(run_dir)),
+                                     tags={"baton.run_dir": os.path.abspath(run_dir)})
+        self.run_id = run.info.run_id
+        params = [Param(key, str(value)[:6000]) for key, value in _flatten(config).items()]
+        for start in range(0, len(params), self._BATCH):
+            self.client.log_batch(self.run_id, params=params[start:start + self._BATCH])
+        self.client.log_dict(self.run_id, dict(config), "config.json")
+
+    def _log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
+        stamp = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[self._metric(key, float(value), stamp, int(step))
+                                                    for key, value in scalars.items()])
+
+    def _finish(self, artifacts: Sequence[str]) -> None:
+        for path in artifacts:
+            self.client.log_artifact(self.run_id, path, artifact_path="checkpoints")
+        self.client.set_terminated(self.run_id, status="FINISHED")
+
+
+#: config section -> (tracker class, the module it needs, the setup.py extra that installs it)
+TRACKERS = {"wandb": (WandbTracker, "wandb", "wandb"), "mlflow": (MlflowTracker, "mlflow", "mlflow")}
+
+
+def start_trackers(log_cfg: Mapping[str, Any], run_dir: str, config: Mapping[str, Any]) -> List[Tracker]:
+    """The trackers ``log_cfg`` enables (``log.wandb.enable``, ``log.mlflow.enable``), started for the run in
+    ``run_dir`` with ``config`` (plain data). One that cannot start is a warning, and is left out.
+
+    Examples:
+        >>> start_trackers({"wandb": {"enable": False}, "mlflow": {"enable": False}}, "run", {})
+        []
+    """
+    wanted = [name for name in TRACKERS if (log_cfg.get(name) or {}).get("enable", False)]
+    if not wanted:
+        return []
+    ids = _read_ids(run_dir)
+    trackers: List[Tracker] = []
+    for name in wanted:
+        cls, module, extra = TRACKERS[name]
+        if importlib.util.find_spec(module) is None:
+            logger.warning("log.%s.enable=True, but %s is not installed: pip install -e \".[%s]\" (or pip install %s);"
+                           " the run goes on without it", name, module, extra, module)
+            continue
+        try:
+            tracker = cls(log_cfg[name], run_dir, config, ids.get(name))
+        except Exception as err:  # a key, a server, a quota: the tracker's, never the run's
+            logger.warning("log.%s: %s did not start (%s: %s); the run goes on without it (check log.%s in the "
+                           "config)", name, module, type(err).__name__, err, name)
+            continue
+        ids[name] = tracker.run_id
+        trackers.append(tracker)
+    if trackers:
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, TRACKER_IDS_FILE), "w") as f:
+            json.dump(ids, f)
+    return trackers
+
+
+def _read_ids(run_dir: str) -> Dict[str, str]:
+    path = os.path.join(run_dir, TRACKER_IDS_FILE)
+    try:
+        with open(path) as f:
+            ids = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {key: value for key, value in ids.items() if isinstance(value, str)} if isinstance(ids, dict) else {}
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; an empty section is kept as ``{}``."""
+    flat: Dict[str, Any] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(_flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
