@@ -51,6 +51,8 @@ setup(
             "ppo=policies.ppo",
             "a2c=policies.ppo",
             "sac=policies.sac",
+            "td3=policies.td3",
+            "ddpg=policies.td3",
             "bc=policies.bc",
             "cql=policies.cql",
             "td3bc=policies.td3bc",

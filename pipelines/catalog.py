@@ -38,9 +38,11 @@ ALGOS: Dict[str, AlgoRow] = {
     "a2c": AlgoRow(True, True, "on_policy"),     # advantage actor-critic
     "bc": AlgoRow(True, True, "offline"),        # behaviour cloning
     "cql": AlgoRow(True, False, "offline"),      # conservative Q-learning, discrete
+    "ddpg": AlgoRow(False, True, "off_policy"),  # TD3's special case: one critic, no delay, no smoothing
     "dqn": AlgoRow(True, False, "off_policy"),
     "ppo": AlgoRow(True, True, "on_policy"),
     "sac": AlgoRow(False, True, "off_policy"),
+    "td3": AlgoRow(False, True, "off_policy"),
     "td3bc": AlgoRow(False, True, "offline"),
 }
 
