@@ -23,10 +23,11 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        # the box2d packages and ale-py are in the test extra so CI runs the LunarLander and Pong configs too
+        # the box2d packages, ale-py and mujoco are in the test extra so CI runs the LunarLander, Pong and MuJoCo
+        # configs too
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto, capped in tests/conftest.py)
         "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "pygame>=2.1",
-                 "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5"],
+                 "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5", "gymnasium[mujoco]>=1.0"],
         # baton plot (evaluation curves from progress.csv)
         "plot": ["matplotlib>=3.5"],
         # ale-py >= 0.10 ships AtariVectorEnv, which does the whole preprocessing (no opencv needed)
@@ -34,6 +35,7 @@ setup(
         # gymnasium[box2d] builds box2d-py from source (needs swig); the `box2d` wheel provides the same
         # Box2D module, and gymnasium's box2d package imports pygame
         "box2d": ["box2d>=2.3.10", "pygame>=2.1"],
+        # gymnasium's MuJoCo v5 tasks (dizoo/mujoco): the mujoco wheel, no system MuJoCo needed
         "mujoco": ["gymnasium[mujoco]>=1.0"],
         # offline RL: datasets in Minari's format (HDF5 through h5py), read and written from a local root
         "offline": ["minari[hdf5]>=0.5"],
@@ -45,6 +47,11 @@ setup(
             "lunarlander=dizoo.box2d.lunarlander.envs",
             "pendulum=dizoo.classic_control.pendulum.envs",
             "atari=dizoo.atari.envs",
+            "hopper=dizoo.mujoco.envs",
+            "halfcheetah=dizoo.mujoco.envs",
+            "walker2d=dizoo.mujoco.envs",
+            "ant=dizoo.mujoco.envs",
+            "humanoid=dizoo.mujoco.envs",
         ],
         "baton.policies": [
             "dqn=policies.dqn",

@@ -47,10 +47,15 @@ ALGOS: Dict[str, AlgoRow] = {
 }
 
 ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
+    "ant": EnvFamilyRow("Ant-v5", "mujoco"),
     ATARI_TYPE: EnvFamilyRow("any ale-py game: ALE/<Game>-v5 or <Game>NoFrameskip-v4, e.g. ALE/Pong-v5", "atari"),
     "cartpole": EnvFamilyRow("CartPole-v1", None),
+    "halfcheetah": EnvFamilyRow("HalfCheetah-v5", "mujoco"),
+    "hopper": EnvFamilyRow("Hopper-v5", "mujoco"),
+    "humanoid": EnvFamilyRow("Humanoid-v5", "mujoco"),
     "lunarlander": EnvFamilyRow("LunarLander-v3", "box2d"),
     "pendulum": EnvFamilyRow("Pendulum-v1", None),
+    "walker2d": EnvFamilyRow("Walker2d-v5", "mujoco"),
 }
 
 #: gymnasium ids ``--env`` takes (flat Box observations, Discrete or Box actions), newest version of each,
