@@ -14,8 +14,9 @@ reports:
 
 Exact agreement is expected for a loss that is a mean over the batch with no randomness (DQN), and for PPO,
 whose advantages are normalised with the statistics of every rank's minibatch together
-(``policies.ppo.normalise_advantages``). A loss that draws random numbers (SAC's sampled actions) differs
-from one process by design; the other findings still hold.
+(``policies.ppo.normalise_advantages``), and for TD3, whose target smoothing noise is drawn for the global
+batch, each rank taking its rows (``policies.td3``). A loss that draws random numbers per rank (SAC's sampled
+actions) differs from one process by design; the other findings still hold.
 """
 from __future__ import annotations
 
