@@ -23,14 +23,16 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        # the box2d packages and ale-py are in the test extra so CI runs the LunarLander and Pong configs too
+        # the box2d packages, ale-py and mujoco are in the test extra so CI runs the LunarLander, Pong and MuJoCo
+        # configs too
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto, capped in tests/conftest.py)
         # imageio*, onnx*: baton eval --video and baton export --format onnx are tested, the exported file run
         # back through onnxruntime; optuna, wandb, mlflow: baton tune and the trackers are tested for real, offline
         "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "pygame>=2.1",
                  "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5", "imageio>=2.28", "imageio-ffmpeg>=0.4.9",
                  "onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17",
-                 "optuna>=3.0", "wandb>=0.20", "mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10"],
+                 "optuna>=3.0", "wandb>=0.20", "mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10",
+                 "gymnasium[mujoco]>=1.0"],
         # baton tune (an Optuna study in SQLite; TPE sampler, median pruner)
         "tune": ["optuna>=3.0"],
         # experiment trackers (log.wandb, log.mlflow; middleware/trackers.py). MLflow's client alone (skinny),
@@ -49,6 +51,7 @@ setup(
         # gymnasium[box2d] builds box2d-py from source (needs swig); the `box2d` wheel provides the same
         # Box2D module, and gymnasium's box2d package imports pygame
         "box2d": ["box2d>=2.3.10", "pygame>=2.1"],
+        # gymnasium's MuJoCo v5 tasks (dizoo/mujoco): the mujoco wheel, no system MuJoCo needed
         "mujoco": ["gymnasium[mujoco]>=1.0"],
         # offline RL: datasets in Minari's format (HDF5 through h5py), read and written from a local root
         "offline": ["minari[hdf5]>=0.5"],
@@ -61,6 +64,11 @@ setup(
             "lunarlander=dizoo.box2d.lunarlander.envs",
             "pendulum=dizoo.classic_control.pendulum.envs",
             "atari=dizoo.atari.envs",
+            "hopper=dizoo.mujoco.envs",
+            "halfcheetah=dizoo.mujoco.envs",
+            "walker2d=dizoo.mujoco.envs",
+            "ant=dizoo.mujoco.envs",
+            "humanoid=dizoo.mujoco.envs",
         ],
         "baton.policies": [
             "dqn=policies.dqn",
@@ -68,6 +76,8 @@ setup(
             "ppo=policies.ppo",
             "a2c=policies.ppo",
             "sac=policies.sac",
+            "td3=policies.td3",
+            "ddpg=policies.td3",
             "bc=policies.bc",
             "cql=policies.cql",
             "td3bc=policies.td3bc",

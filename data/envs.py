@@ -59,14 +59,19 @@ class GymEnvType:
     def default_config(self) -> Dict[str, Any]:
         return dict(self._defaults)
 
-    def make(self, env_cfg: Mapping[str, Any]) -> gym.Env:
-        """One env for ``env_cfg``; the vector helpers call this once per sub-env."""
+    def check_requires(self, env_id: str) -> None:
+        """Import each required module; a missing one raises an ImportError naming the extra that installs it."""
         for module, extra in self.requires:
             try:
                 __import__(module)
             except ImportError as err:
-                raise ImportError(f"env {env_cfg['env_id']!r} needs the package {module!r}: "
-                                  f"pip install -c constraints.txt -e \".[{extra}]\"") from err
+                raise ImportError(f"env {env_id!r} needs the package {module!r} of the {extra!r} extra: pip install "
+                                  f"\"baton-rl[{extra}]\" (in a clone: pip install -c constraints.txt -e "
+                                  f"\".[{extra}]\")") from err
+
+    def make(self, env_cfg: Mapping[str, Any]) -> gym.Env:
+        """One env for ``env_cfg``; the vector helpers call this once per sub-env."""
+        self.check_requires(env_cfg["env_id"])
         kwargs = dict(env_cfg.get("env_kwargs") or {})
         if env_cfg.get("max_episode_steps"):
             kwargs["max_episode_steps"] = env_cfg["max_episode_steps"]

@@ -34,11 +34,13 @@ class NonFiniteDataError(ValueError):
     """An env returned NaN or infinite observations or rewards."""
 
 
-def _check_finite(obs: np.ndarray, next_obs: np.ndarray, reward: np.ndarray) -> None:
+def _check_finite(obs: np.ndarray, next_obs: np.ndarray, reward: np.ndarray, env_id: Optional[str] = None,
+                  env_step: Optional[int] = None) -> None:
     """Name bad data where it enters, not as a NaN loss many updates later (one vectorized pass per call).
 
     Each array is ``[T, E, *shape]``: the first non-finite value of the earliest step is named with its
-    field, its env, its element (for array observations) and its step.
+    field, its env, its element (for array observations) and its step; with the env's id and the run's env
+    steps before this collection when given (a simulator that diverged, e.g. MuJoCo's, is found by them).
     """
     first = None  # (step, env, name, element, value); within a step, in the order the env produced them
     for name, values in (("observation", obs), ("reward", reward), ("next observation", next_obs)):
@@ -53,9 +55,12 @@ def _check_finite(obs: np.ndarray, next_obs: np.ndarray, reward: np.ndarray) -> 
     if first is not None:
         step, env, name, element, value = first
         shape = f" at element {list(element)} of shape {tuple(obs.shape[2:])}" if element else ""
+        where = [f"env id {env_id!r}"] if env_id else []
+        where += [f"{env_step:,} env steps into the run"] if env_step is not None else []
         raise NonFiniteDataError(f"env {env} returned a non-finite {name} ({value}{shape}) at step {step} of this "
-                                 f"collection: the env must return finite numbers (check its wrapper or its reward "
-                                 f"computation)")
+                                 f"collection{' (' + ', '.join(where) + ')' if where else ''}: the env must return "
+                                 f"finite numbers (check its wrapper, its reward computation or, for a simulator, "
+                                 f"its stability at these actions)")
 
 
 class StepCollector:
@@ -72,11 +77,12 @@ class StepCollector:
             whatever else the policy returned (log-probs, values), for GAE; no n-step.
         overlap: step env groups while the policy acts (``data.env_groups.OverlappedEnvLoop``); default:
             whenever ``env`` is ``EnvGroups`` (``make_vector_env`` builds them for ``env.manager.overlap``).
+        env_id: the envs' id, named by the error of a non-finite observation or reward.
     """
 
     def __init__(self, policy: CollectPolicy, env: VectorEnv, n_sample: int, *, nstep: int = 1,
                  gamma: float = 0.99, seed: int = 0, time_major: bool = False,
-                 overlap: Optional[bool] = None) -> None:
+                 overlap: Optional[bool] = None, env_id: Optional[str] = None) -> None:
         require(policy, CollectPolicy, "the collector's policy")
         n_sample = int(n_sample)
         if n_sample <= 0:
@@ -94,6 +100,7 @@ class StepCollector:
         obs_space = env.single_observation_space
         self._obs_shape = tuple(obs_space.shape)
         self._obs_dtype = obs_space.dtype
+        self._env_id = env_id
 
     def __call__(self, ctx: OnlineRLContext) -> None:
         start = time.perf_counter()
@@ -123,7 +130,7 @@ class StepCollector:
                         extras.setdefault(key, []).append(value)
             if finished:
                 returns.extend(finished)
-        _check_finite(obs_buf, next_buf, reward_buf)
+        _check_finite(obs_buf, next_buf, reward_buf, self._env_id, ctx.env_step)
         chunk = {"obs": torch.from_numpy(obs_buf), "action": torch.from_numpy(np.stack(actions)),
                  "reward": torch.from_numpy(reward_buf), "next_obs": torch.from_numpy(next_buf),
                  "terminated": torch.from_numpy(term_buf), "truncated": torch.from_numpy(trunc_buf)}

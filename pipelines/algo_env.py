@@ -111,15 +111,22 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
     spec = _spec(env_id)
     if isinstance(spec.entry_point, str) and spec.entry_point.startswith("ale_py"):
         return _atari(env_id)
+    # a variant of a task (cartpole_masked) is chosen by name, not by id (its type's by_id is False)
+    family = next((name for name in ENV_REGISTRY.names()
+                   if name != GYM_TYPE and getattr(ENV_REGISTRY.get(name), "env_id", None) == env_id
+                   and getattr(ENV_REGISTRY.get(name), "by_id", True)), None)
+    if family is not None and hasattr(ENV_REGISTRY.get(family), "check_requires"):
+        try:  # the family's extra named before gymnasium's own hint (MuJoCo ids without the mujoco extra)
+            ENV_REGISTRY.get(family).check_requires(env_id)
+        except ImportError as err:
+            raise AlgoEnvError(f"--env {env_id}: {err}") from err
     observation_space, action_space = _spaces(env_id)
     if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
         raise AlgoEnvError(f"--env {env_id}: its observation space {observation_space} is not a flat Box; --env "
                            f"takes ids with flat observations and Atari ids (write a config with an env type of "
                            f"your own for others)")
-    for name in ENV_REGISTRY.names():
-        env_type = ENV_REGISTRY.get(name)  # a variant of a task (cartpole_masked) is chosen by name, not by id
-        if name != GYM_TYPE and getattr(env_type, "env_id", None) == env_id and getattr(env_type, "by_id", True):
-            return name, observation_space, action_space, None
+    if family is not None:
+        return family, observation_space, action_space, None
     threshold = spec.reward_threshold
     return GYM_TYPE, observation_space, action_space, float(threshold) if threshold is not None else math.inf
 

@@ -38,19 +38,26 @@ ALGOS: Dict[str, AlgoRow] = {
     "a2c": AlgoRow(True, True, "on_policy"),     # advantage actor-critic
     "bc": AlgoRow(True, True, "offline"),        # behaviour cloning
     "cql": AlgoRow(True, False, "offline"),      # conservative Q-learning, discrete
+    "ddpg": AlgoRow(False, True, "off_policy"),  # TD3's special case: one critic, no delay, no smoothing
     "dqn": AlgoRow(True, False, "off_policy"),
     "ppo": AlgoRow(True, True, "on_policy"),
     "rainbow": AlgoRow(True, False, "off_policy"),  # DQN with C51, noisy layers, PER, n-step, dueling, double Q
     "sac": AlgoRow(False, True, "off_policy"),
+    "td3": AlgoRow(False, True, "off_policy"),
     "td3bc": AlgoRow(False, True, "offline"),
 }
 
 ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
+    "ant": EnvFamilyRow("Ant-v5", "mujoco"),
     ATARI_TYPE: EnvFamilyRow("any ale-py game: ALE/<Game>-v5 or <Game>NoFrameskip-v4, e.g. ALE/Pong-v5", "atari"),
     "cartpole": EnvFamilyRow("CartPole-v1", None),
     "cartpole_masked": EnvFamilyRow("CartPole-v1", None),  # its velocities hidden: a partially observed task
+    "halfcheetah": EnvFamilyRow("HalfCheetah-v5", "mujoco"),
+    "hopper": EnvFamilyRow("Hopper-v5", "mujoco"),
+    "humanoid": EnvFamilyRow("Humanoid-v5", "mujoco"),
     "lunarlander": EnvFamilyRow("LunarLander-v3", "box2d"),
     "pendulum": EnvFamilyRow("Pendulum-v1", None),
+    "walker2d": EnvFamilyRow("Walker2d-v5", "mujoco"),
 }
 
 #: batched torch env types (``data.torch_env``; registered by the modules of the families above) and their ids

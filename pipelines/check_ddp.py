@@ -13,9 +13,10 @@ reports:
   never averages them).
 
 Exact agreement is expected for a loss that is a mean over the batch with no randomness (DQN, with a scalar
-or distributional head), and for PPO, whose advantages are normalised with the statistics of every rank's
-minibatch together (``policies.ppo.normalise_advantages``). A loss that draws random numbers (SAC's sampled
-actions) differs from one process by design; the other findings still hold.
+or distributional head), for PPO, whose advantages are normalised with the statistics of every rank's
+minibatch together (``policies.ppo.normalise_advantages``), and for TD3, whose target smoothing noise is drawn
+for the global batch, each rank taking its rows (``policies.td3``). A loss that draws random numbers per rank
+(SAC's sampled actions) differs from one process by design; the other findings still hold.
 
 Noisy layers (``policies.noisy``, Rainbow) draw new noise at every forward, and under DDP each rank draws its
 own, by design (each rank's generator is seeded ``seed + rank``): the averaged gradient is then an average over

@@ -82,7 +82,8 @@ def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int,
         return DeviceStepCollector(policy.collect_mode, env, pcfg["collect"]["n_sample"], nstep=pcfg.get("nstep", 1),
                                    gamma=pcfg["discount_factor"], seed=seed, time_major=on_policy)
     return StepCollector(policy.collect_mode, env, pcfg["collect"]["n_sample"], nstep=pcfg.get("nstep", 1),
-                         gamma=pcfg["discount_factor"], seed=seed, time_major=on_policy)
+                         gamma=pcfg["discount_factor"], seed=seed, time_major=on_policy,
+                         env_id=cfg["env"].get("env_id"))
 
 
 def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], saver: Optional[CkptSaver] = None,

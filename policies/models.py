@@ -18,7 +18,7 @@ from .distributional import support
 from .noisy import NoisyLinear
 
 __all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "Q_DISTRIBUTIONS", "ActorCritic", "SquashedGaussianActor",
-           "DeterministicActor", "TwinQ"]
+           "DeterministicActor", "TwinQ", "SingleQ"]
 
 
 class NatureCNN(nn.Module):
@@ -250,7 +250,7 @@ class SquashedGaussianActor(nn.Module):
 
 
 class DeterministicActor(nn.Module):
-    """``tanh(mu(obs))``: a deterministic action in (-1, 1) (continuous behaviour cloning, TD3+BC)."""
+    """``tanh(mu(obs))``: a deterministic action in (-1, 1) (continuous behaviour cloning, TD3, DDPG, TD3+BC)."""
 
     def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
         super().__init__()
@@ -272,3 +272,15 @@ class TwinQ(nn.Module):
     def forward(self, obs: torch.Tensor, action: torch.Tensor):
         x = torch.cat([obs, action], dim=-1)
         return self.q1(x).squeeze(-1).float(), self.q2(x).squeeze(-1).float()
+
+
+class SingleQ(nn.Module):
+    """One Q(s, a) MLP with TwinQ's interface (``q1``; ``forward`` returns a tuple, of one ``[B]`` tensor), so
+    a loss written over "every critic" serves DDPG's single critic and TD3's twins alike."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
+        super().__init__()
+        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor):
+        return (self.q1(torch.cat([obs, action], dim=-1)).squeeze(-1).float(),)

@@ -120,6 +120,9 @@ RUNS = [
      r"env 'CartPole-v1'.*obs_shape=5.*expected \(4,\)"),
     ("discrete algo on continuous env", lambda tmp: _cfg_and_policy(tmp, "pendulum_sac", "dqn"), ValueError,
      r"'dqn' needs a discrete action space.*use a continuous-action policy"),
+    ("continuous algo on discrete env", lambda tmp: _algo_env("td3", "CartPole-v1"), ValueError,
+     r"--algo td3 does not fit --env CartPole-v1.*'td3' needs a continuous \(Box\).*use a discrete-action policy "
+     r"such as 'dqn' or 'ppo'.*Algorithms that fit: a2c, bc, cql, dqn, ppo"),
     ("device string", lambda tmp: _train(tmp, **{"policy.device.collect": "gpu1"}), ValueError,
      r"policy.device.collect='gpu1' is not a device torch knows here; use 'cpu', 'cuda' or 'cuda:N'"),
     ("device env on a GPU this process lacks", lambda tmp: _train(tmp, CARTPOLE_DQN_TORCH, **{"env.device": "cuda:9"}),
@@ -136,6 +139,11 @@ RUNS = [
     ("resume and force together", lambda tmp: _resume_nothing(tmp, force=True), ValueError,
      r"--resume continues a run and --force starts it over: give one of them"),
 ]
+
+
+def _algo_env(algo, env_id):
+    from pipelines.algo_env import build_config
+    return build_config(algo, env_id)
 
 
 def _cfg_and_policy(tmp, config, policy_type):

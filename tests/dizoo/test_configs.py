@@ -33,7 +33,8 @@ def _quick(path):
 
 
 def _needs(path):
-    return ["Box2D", "pygame"] if "box2d" in path else ["ale_py"] if "atari" in path else []
+    return ["Box2D", "pygame"] if "box2d" in path else ["ale_py"] if "atari" in path else \
+        ["mujoco"] if "mujoco" in path else []
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[os.path.basename(p) for p in CONFIGS])

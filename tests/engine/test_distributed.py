@@ -143,9 +143,11 @@ def test_multi_gpu_without_launcher_warns_and_runs(quick_cartpole_config, caplog
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["dizoo.classic_control.cartpole.config.cartpole_ppo_ddp_config",
-                                    "dizoo.classic_control.pendulum.config.pendulum_sac_ddp_config"])
+                                    "dizoo.classic_control.pendulum.config.pendulum_sac_ddp_config",
+                                    "dizoo.classic_control.pendulum.config.pendulum_td3_ddp_config"])
 def test_ddp_on_policy_and_sac_keep_ranks_identical(config, tmp_path):
-    overrides = {"0": {"random_collect_size": 64}, "1": {"random_collect_size": 64}} if "sac" in config else {}
+    warmup = "sac" in config or "td3" in config
+    overrides = {"0": {"random_collect_size": 64}, "1": {"random_collect_size": 64}} if warmup else {}
     launch(ddp_workers.cartpole_run, nprocs=2, args=(str(tmp_path), overrides, 768, config), timeout=TIMEOUT)
     r0, r1 = _read(tmp_path, "run")
     assert r0["summary"]["train_iter"] == r1["summary"]["train_iter"] > 0
@@ -187,9 +189,10 @@ def test_every_ddp_config_trains_under_torchrun(tmp_path):
     tests/test_doc_commands.py)."""
     script = tmp_path / "all_configs.py"
     script.write_text(ALL_CONFIGS_JOB)
-    # trained under DDP elsewhere: the CartPole DQN/PPO and Pendulum SAC configs above, BC and CQL by the
+    # trained under DDP elsewhere: the CartPole DQN/PPO and Pendulum SAC and TD3 configs above, BC and CQL by the
     # docs' commands and tests/engine/test_offline_ddp.py
-    elsewhere = ("cartpole_dqn_ddp", "cartpole_ppo_ddp", "pendulum_sac_ddp", "cartpole_bc_ddp", "cartpole_cql_ddp")
+    elsewhere = ("cartpole_dqn_ddp", "cartpole_ppo_ddp", "pendulum_sac_ddp", "pendulum_td3_ddp", "cartpole_bc_ddp",
+                 "cartpole_cql_ddp")
     configs = [c for c in DDP_CONFIGS if ("atari" not in c or _has("ale_py"))
                and not os.path.basename(c).startswith(elsewhere)]
     env = dict(os.environ, BATON_DDP_TIMEOUT=str(TIMEOUT), OMP_NUM_THREADS="1", PYTHONPATH=ROOT)

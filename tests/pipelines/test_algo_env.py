@@ -56,8 +56,8 @@ def test_atari_ids_use_the_atari_family():
 @pytest.mark.parametrize("argv,message", [
     (["--algo", "dqn", "--env", "Pendulum-v1"],
      r"--algo dqn does not fit --env Pendulum-v1 \(action space Box\(-2\.0, 2\.0, \(1,\), float32\)\).*"
-     r"Algorithms that fit: a2c, bc, ppo, sac"),
-    (["--algo", "dqm", "--env", "CartPole-v1"], r"--algo 'dqm' is not a registered algorithm; choose one of a2c, bc, cql, dqn"),
+     r"Algorithms that fit: a2c, bc, ddpg, ppo, sac, td3"),
+    (["--algo", "dqm", "--env", "CartPole-v1"], r"--algo 'dqm' is not a registered algorithm; choose one of a2c, bc, cql, ddpg, dqn"),
     (["--algo", "dqn", "--env", "CartPol-v1"], r"--env 'CartPol-v1' is not a gymnasium id; did you mean CartPole-v1"),
     (["--algo", "dqn", "--env", "FrozenLake-v1"], r"observation space Discrete\(16\) is not a flat Box"),
     (["--algo", "dqn", "--env", "CartPole-v1", "policy.learn.batch_sz=3"], r"did you mean 'policy.learn.batch_size'"),

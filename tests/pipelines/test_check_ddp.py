@@ -13,19 +13,23 @@ DQN_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "
 
 
 PPO_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_ppo_ddp_config.py")
+TD3_DDP = os.path.join(ROOT, "dizoo", "classic_control", "pendulum", "config", "pendulum_td3_ddp_config.py")
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("config", [DQN_DDP, PPO_DDP], ids=["dqn", "ppo"])
-def test_check_ddp_passes(config, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("config,overrides", [(DQN_DDP, []), (PPO_DDP, []),
+                                              (TD3_DDP, ["policy.learn.actor_update_freq=1"])],
+                         ids=["dqn", "ppo", "td3"])
+def test_check_ddp_passes(config, overrides, tmp_path, monkeypatch, capsys):
     """PPO too: its advantages are normalised over every rank's minibatch (9e-4 off when each rank used its
-    own statistics)."""
+    own statistics). TD3 too: its target smoothing noise is drawn for the global batch, each rank taking its
+    rows; the check's one update is an actor step (delay 1), so the actor is compared as well."""
     from pipelines.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BATON_DDP_TIMEOUT", "60")
-    assert main(["check-ddp", "-c", config, "--nproc", "2"]) == 0
+    assert main(["check-ddp", "-c", config, "--nproc", "2", *overrides]) == 0
     assert "OK: the data-parallel update equals the one-process update" in capsys.readouterr().out
     assert os.listdir(tmp_path) == []  # it writes nothing where it runs
 

@@ -31,6 +31,7 @@ from policies.accel import HotPath
 from policies.base import Policy, common_config
 from policies.bc import BCPolicy
 from policies.cql import DiscreteCQLPolicy
+from policies.td3 import TD3Policy
 from policies.td3bc import TD3BCPolicy
 
 OBS = gym.spaces.Box(-1, 1, (4,), np.float32)
@@ -125,7 +126,7 @@ def _learn_path(policy):
 # ---- config ----------------------------------------------------------------------------------------
 def test_common_config_has_both_switches_off_by_default():
     assert common_config()["compile"] == "none" and common_config()["amp"] == "none"
-    for cls in (DQNPolicy, PPOPolicy, A2CPolicy, SACPolicy, BCPolicy, DiscreteCQLPolicy, TD3BCPolicy):
+    for cls in (DQNPolicy, PPOPolicy, A2CPolicy, SACPolicy, BCPolicy, DiscreteCQLPolicy, TD3BCPolicy, TD3Policy):
         cfg = cls.default_config()
         assert (cfg["compile"], cfg["amp"]) == ("none", "none"), cls
 
@@ -205,6 +206,7 @@ def test_compiled_policy_state_dict_and_acting_weights_are_unchanged(dqn_runs):
     (BCPolicy, BOX, {}),
     (DiscreteCQLPolicy, DISCRETE, {}),
     (TD3BCPolicy, BOX, dict(learn=dict(actor_update_freq=1))),
+    (TD3Policy, BOX, dict(learn=dict(actor_update_freq=1))),  # DDPG: the same paths, one critic
 ])
 def test_every_policy_learns_and_acts_compiled_as_eager(cls, action_space, overrides):
     """Two updates, then collect and eval outputs; the RNG draws (sampling) are eager's too under this
