@@ -317,9 +317,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                           baton=dict(source=setup.source, eval_freq=setup.eval_freq,
                                                      eval_env_steps=setup.eval_env_steps),
                                           runs=runs, summary=summaries)
-            if args.json:  # after every task, so a long run keeps what it measured
-                with open(args.json, "w") as f:
-                    json.dump(results, f, indent=1)
+            _write_json(args.json, results)  # after every task, so a long run keeps what it measured
+    _write_json(args.json, results)
+
+
+def _write_json(path: Optional[str], results: Mapping[str, Any]) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
