@@ -72,7 +72,8 @@ TASKS: Dict[str, Task] = {
     "cartpole-dqn": Task("CartPole-v1", "dqn", 50_000, "dizoo/classic_control/cartpole/config/cartpole_dqn_config.py"),
     "cartpole-ppo": Task("CartPole-v1", "ppo", 100_000, "dizoo/classic_control/cartpole/config/cartpole_ppo_config.py"),
     "pendulum-sac": Task("Pendulum-v1", "sac", 20_000, "dizoo/classic_control/pendulum/config/pendulum_sac_config.py"),
-    "lunarlander-ppo": Task("LunarLander-v3", "ppo", 1_000_000, "dizoo/box2d/lunarlander/config/lunarlander_ppo_config.py"),
+    "lunarlander-ppo": Task("LunarLander-v3", "ppo", 1_000_000,
+                            "dizoo/box2d/lunarlander/config/lunarlander_ppo_config.py"),
     "hopper-sac": Task("Hopper-v5", "sac", 100_000, "dizoo/mujoco/config/hopper_sac_config.py"),
     "hopper-td3": Task("Hopper-v5", "td3", 100_000, "dizoo/mujoco/config/hopper_td3_config.py"),
     "halfcheetah-sac": Task("HalfCheetah-v5", "sac", 100_000, "dizoo/mujoco/config/halfcheetah_sac_config.py"),
@@ -241,7 +242,8 @@ def format_rows(summaries: Mapping[str, Mapping[str, Any]]) -> List[str]:
         final = f"{_score(s['final'])} ({' '.join(_score(v) for v in s['finals'])})"
         best = f"{_score(s['best'])} ({' '.join(_score(v) for v in s['bests'])})"
         each = s["to_peer_final_each_s"]
-        partial = f" [{s['seeds_reaching_peer_final']}/{len(each)} seeds]" if 0 < s["seeds_reaching_peer_final"] < len(each) else ""
+        reaching = s["seeds_reaching_peer_final"]
+        partial = f" [{reaching}/{len(each)} seeds]" if 0 < reaching < len(each) else ""
         to_peer = f"{_seconds(s['to_peer_final_s'])}{partial} ({' '.join(_seconds(t) for t in each)})"
         lines.append(f"  {framework:<6} {final:<34} {best:<34} {s['env_steps_per_s']:>9.0f} {s['updates_per_s']:>7.0f} "
                      f"{s['wall_time_s']:>7.1f} {s['process_s']:>7.1f}  {to_peer}")

@@ -70,8 +70,9 @@ def test_eval_schedule_matches_env_steps_with_whole_iterations(on_policy, learn,
 
 
 def test_summarise_times_each_seed_to_the_peers_final():
-    runs = [dict(curve=[[100, 1.0, 10.0], [200, 2.0, 80.0]], env_step=200, train_iter=50, wall_time_s=2.0, process_s=3.0),
-            dict(curve=[[100, 1.5, 20.0], [200, 3.0, 40.0]], env_step=200, train_iter=50, wall_time_s=4.0, process_s=5.0)]
+    counts = dict(env_step=200, train_iter=50)
+    runs = [dict(curve=[[100, 1.0, 10.0], [200, 2.0, 80.0]], wall_time_s=2.0, process_s=3.0, **counts),
+            dict(curve=[[100, 1.5, 20.0], [200, 3.0, 40.0]], wall_time_s=4.0, process_s=5.0, **counts)]
     s = peers.summarise(runs, peer_final=70.0)
     assert s["finals"] == [80.0, 40.0] and s["final"] == 60.0
     assert s["bests"] == [80.0, 40.0]
