@@ -100,7 +100,7 @@ class BatonSetup(NamedTuple):
     evaluator_env_num: int
 
 
-# ---- the pure parts (tests/test_bench_peers.py) ---------------------------------------------------
+# ---- the pure parts (tests/bench/test_peers.py) ----------------------------------------------------
 def baton_curve(progress_csv: str) -> List[Evaluation]:
     """The evaluations of a baton run's ``progress.csv``, in ``env_step`` order (a background evaluation's
     row is written a few rows after its weights' step)."""
