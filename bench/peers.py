@@ -1,0 +1,333 @@
+"""baton side by side with Stable-Baselines3: the same task, seeds and env-step budget in one run.
+
+Run: ``python bench/peers.py [--tasks cartpole-dqn,pendulum-sac] [--seeds 0,1,2] [--json OUT]``
+(needs the ``bench`` extra: ``pip install -c constraints.txt -e ".[bench]"``, Stable-Baselines3).
+
+For each task and seed, SB3 and then baton train on the task's env for its budget, alternating (SB3 seed 0,
+baton seed 0, SB3 seed 1, ...), each in a fresh subprocess with one torch thread (``OMP_NUM_THREADS=1``),
+one at a time. Per task it prints, for each framework, the mean over seeds and each seed's value of:
+
+- final return: the mean return of the last evaluation (within one evaluation interval of the budget);
+- best return: the highest evaluation of the run;
+- env steps/s and updates/s: env steps and gradient updates over the training wall time;
+- wall s: training time, from the first env step to the end, **evaluations included for both**; the
+  build (envs, networks) is not in it, interpreter start-up and imports neither: ``proc s`` is the whole
+  subprocess;
+- to peer's final: the training wall time at which an evaluation first reaches the other framework's mean
+  final return ("never" where no evaluation does), the mean over the seeds that reach it.
+
+The two sides
+-------------
+SB3: rl-baselines3-zoo's hyperparameters for the task (``bench/peers_sb3.py``, which names the zoo file,
+key and commit of each); baton: its dizoo config for the task (the path is printed), or where there is none
+``baton train --algo ALGO --env ENV`` from defaults. baton runs as a user does, ``python CONFIG --seed S
+--max-env-step N`` with ``env.stop_value=none`` (the whole budget, no early stop), and its ``progress.csv``
+(env_step, wall_time_s, eval/episode_return_mean) and ``summary.json`` are read back.
+
+Evaluation, the same protocol for both: ``--eval-episodes`` (10) greedy episodes, split evenly over a
+separate vector env of baton's ``env.evaluator_env_num`` envs, every ``--eval-every`` env steps (default:
+the budget / 25). SB3 evaluates at each multiple of it (an ``EvalCallback``-like callback). baton's
+``policy.eval.evaluator.eval_freq`` counts train iterations, not env steps: it is set to whole loop
+iterations, ``k`` iterations of ``E`` env steps and ``U`` updates each (``E``: ``n_sample`` rounded up to
+whole vector steps; ``U``: ``update_per_collect`` off-policy, epochs x minibatches on-policy), ``k`` the
+nearest to ``--eval-every / E``: eval_freq ``k*U`` updates, every ``k*E`` env steps (printed). baton also
+evaluates once after its first update.
+
+Tasks (name: env, baton algo, budget): cartpole-dqn CartPole-v1 50k, cartpole-ppo CartPole-v1 100k,
+pendulum-sac Pendulum-v1 20k, lunarlander-ppo LunarLander-v3 1M, and hopper-sac, hopper-td3,
+halfcheetah-sac, halfcheetah-td3 on MuJoCo's v5 tasks at 100k (the size of a 2-core machine). A task whose
+baton algorithm or env cannot be built (not registered, an extra not installed) is skipped with one line.
+The full 1M-step MuJoCo runs (the published tables' budget)::
+
+    python bench/peers.py --tasks hopper-sac,hopper-td3,halfcheetah-sac,halfcheetah-td3 --budget 1000000
+
+``--budget N`` sets every task's budget, ``--budget-scale X`` multiplies each task's own.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SB3_WORKER = os.path.join(ROOT, "bench", "peers_sb3.py")
+RETURN_COLUMN = "eval/episode_return_mean"
+
+
+class Task(NamedTuple):
+    env_id: str
+    algo: str                  # baton's algorithm name
+    budget: int                # env steps
+    config: Optional[str]      # baton's dizoo config, relative to the repository; None or absent: --algo/--env
+
+
+TASKS: Dict[str, Task] = {
+    "cartpole-dqn": Task("CartPole-v1", "dqn", 50_000, "dizoo/classic_control/cartpole/config/cartpole_dqn_config.py"),
+    "cartpole-ppo": Task("CartPole-v1", "ppo", 100_000, "dizoo/classic_control/cartpole/config/cartpole_ppo_config.py"),
+    "pendulum-sac": Task("Pendulum-v1", "sac", 20_000, "dizoo/classic_control/pendulum/config/pendulum_sac_config.py"),
+    "lunarlander-ppo": Task("LunarLander-v3", "ppo", 1_000_000,
+                            "dizoo/box2d/lunarlander/config/lunarlander_ppo_config.py"),
+    "hopper-sac": Task("Hopper-v5", "sac", 100_000, "dizoo/mujoco/config/hopper_sac_config.py"),
+    "hopper-td3": Task("Hopper-v5", "td3", 100_000, "dizoo/mujoco/config/hopper_td3_config.py"),
+    "halfcheetah-sac": Task("HalfCheetah-v5", "sac", 100_000, "dizoo/mujoco/config/halfcheetah_sac_config.py"),
+    "halfcheetah-td3": Task("HalfCheetah-v5", "td3", 100_000, "dizoo/mujoco/config/halfcheetah_td3_config.py"),
+}
+EVALS_PER_RUN = 25  # the default --eval-every is the budget divided by this
+
+
+class TaskSkipped(Exception):
+    """A task baton (or the env) cannot run here; the message says why, in one line."""
+
+
+class Evaluation(NamedTuple):
+    env_step: int
+    wall_time_s: float
+    mean: float
+
+
+class BatonSetup(NamedTuple):
+    source: str            # what is printed: the config's path, or the --algo/--env command
+    argv: List[str]        # the command, before the per-run options
+    eval_freq: int         # policy.eval.evaluator.eval_freq (train iterations)
+    eval_env_steps: int    # env steps between evaluations that eval_freq makes
+    evaluator_env_num: int
+
+
+# ---- the pure parts (tests/bench/test_peers.py) ----------------------------------------------------
+def baton_curve(progress_csv: str) -> List[Evaluation]:
+    """The evaluations of a baton run's ``progress.csv``, in ``env_step`` order (a background evaluation's
+    row is written a few rows after its weights' step)."""
+    from middleware.progress_csv import read_progress
+
+    columns = read_progress(progress_csv)
+    if RETURN_COLUMN not in columns:
+        return []
+    rows = zip(columns["env_step"], columns["wall_time_s"], columns[RETURN_COLUMN])
+    return sorted(Evaluation(int(step), float(wall), float(mean)) for step, wall, mean in rows if not math.isnan(mean))
+
+
+def time_to_score(curve: Sequence[Evaluation], score: float) -> Optional[float]:
+    """The wall time of the first evaluation whose mean reaches ``score``; None when none does."""
+    reached = [e.wall_time_s for e in curve if e.mean >= score]
+    return min(reached) if reached else None
+
+
+def eval_schedule(cfg: Mapping[str, Any], on_policy: bool, eval_every: int) -> Tuple[int, int]:
+    """``(eval_freq, env steps between evaluations)``: baton's ``eval_freq`` (train iterations) that
+    evaluates every whole loop iteration nearest to ``eval_every`` env steps (the module docstring)."""
+    envs = int(cfg["env"]["collector_env_num"])
+    iter_env_steps = math.ceil(int(cfg["policy"]["collect"]["n_sample"]) / envs) * envs
+    learn = cfg["policy"]["learn"]
+    if on_policy:
+        iter_updates = int(learn["epoch_per_collect"]) * math.ceil(iter_env_steps / int(learn["batch_size"]))
+    else:
+        iter_updates = int(learn["update_per_collect"])
+    iterations = max(1, round(eval_every / iter_env_steps))
+    return iterations * iter_updates, iterations * iter_env_steps
+
+
+def resolve_baton(task: Task, eval_every: int, root: str = ROOT) -> BatonSetup:
+    """How baton runs ``task``: its dizoo config when the file exists, else ``baton train --algo --env``.
+
+    Raises:
+        TaskSkipped: the algorithm or env type is not registered, or the env cannot be made (its extra).
+    """
+    import gymnasium as gym
+
+    from engine.config import ConfigError, compile_config
+    from engine.registry import POLICY_REGISTRY, UnknownTypeError
+    from pipelines.algo_env import AlgoEnvError, build_config
+    from pipelines.cli import load_config_file
+
+    config = os.path.join(root, task.config) if task.config else None
+    try:
+        if config is not None and os.path.isfile(config):
+            main_config, create_config = load_config_file(config)
+            source, argv = os.path.relpath(config, root), [sys.executable, config]
+        else:
+            main_config, create_config = build_config(task.algo, task.env_id)
+            source = f"baton train --algo {task.algo} --env {task.env_id} (defaults: no dizoo config)"
+            argv = [sys.executable, "-m", "pipelines", "train", "--algo", task.algo, "--env", task.env_id]
+        cfg = compile_config(main_config, create_config, save=False)
+        on_policy = POLICY_REGISTRY.get(cfg.policy.type).pipeline == "on_policy"
+        gym.make(task.env_id).close()
+    except (AlgoEnvError, UnknownTypeError, ConfigError, ValueError, ImportError, gym.error.Error) as err:
+        raise TaskSkipped(f"baton cannot run {task.algo} on {task.env_id} here: {err}") from err
+    eval_freq, eval_env_steps = eval_schedule(cfg, on_policy, eval_every)
+    return BatonSetup(source, argv, eval_freq, eval_env_steps, int(cfg.env.evaluator_env_num))
+
+
+def summarise(runs: Sequence[Mapping[str, Any]], peer_final: Optional[float]) -> Dict[str, Any]:
+    """One framework's numbers over its seeds; ``peer_final`` is the other framework's mean final return."""
+    curves = [[Evaluation(*e) for e in run["curve"]] for run in runs]
+    finals = [c[-1].mean if c else None for c in curves]
+    bests = [max(e.mean for e in c) if c else None for c in curves]
+    to_peer = [None if peer_final is None else time_to_score(c, peer_final) for c in curves]
+    reached = [t for t in to_peer if t is not None]
+    return dict(
+        final=_mean(finals), finals=finals, best=_mean(bests), bests=bests,
+        env_steps_per_s=statistics.mean(r["env_step"] / r["wall_time_s"] for r in runs),
+        updates_per_s=statistics.mean(r["train_iter"] / r["wall_time_s"] for r in runs),
+        wall_time_s=statistics.mean(r["wall_time_s"] for r in runs),
+        process_s=statistics.mean(r["process_s"] for r in runs),
+        to_peer_final_s=statistics.mean(reached) if reached else None, to_peer_final_each_s=to_peer,
+        seeds_reaching_peer_final=len(reached))
+
+
+def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return statistics.mean(known) if known else None
+
+
+# ---- running ---------------------------------------------------------------------------------------
+def _child_env() -> Dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def _run(cmd: List[str], workdir: str, what: str) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=workdir, env=_child_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def run_sb3(name: str, task: Task, seed: int, budget: int, eval_every: int, eval_episodes: int, eval_envs: int,
+            workdir: str) -> Dict[str, Any]:
+    out = os.path.join(workdir, f"sb3_{name}_seed{seed}.json")
+    process = _run([sys.executable, SB3_WORKER, "--task", name, "--env", task.env_id, "--seed", str(seed),
+                    "--budget", str(budget), "--eval-every", str(eval_every), "--eval-episodes", str(eval_episodes),
+                    "--eval-envs", str(eval_envs), "--out", out], workdir, f"SB3 {name} seed {seed}")
+    with open(out) as f:
+        return dict(json.load(f), process_s=process)
+
+
+def run_baton(name: str, setup: BatonSetup, seed: int, budget: int, eval_episodes: int,
+              workdir: str) -> Dict[str, Any]:
+    exp = os.path.join(workdir, f"baton_{name}_seed{seed}")
+    process = _run(setup.argv + ["--seed", str(seed), "--max-env-step", str(budget), "--exp-name", exp,
+                                 "--no-progress", "env.stop_value=none", f"env.n_evaluator_episode={eval_episodes}",
+                                 f"policy.eval.evaluator.eval_freq={setup.eval_freq}"],
+                   workdir, f"baton {name} seed {seed}")
+    with open(os.path.join(exp, "summary.json")) as f:
+        summary = json.load(f)
+    curve = baton_curve(os.path.join(exp, "progress.csv"))
+    return dict(framework="baton", task=name, seed=seed, env_step=summary["env_step"], train_iter=summary["train_iter"],
+                wall_time_s=summary["wall_time_s"], process_s=process, run_dir=exp, curve=[list(e) for e in curve])
+
+
+# ---- printing --------------------------------------------------------------------------------------
+def _score(value: Optional[float]) -> str:
+    return "none" if value is None else f"{value:.1f}"
+
+
+def _seconds(value: Optional[float]) -> str:
+    return "never" if value is None else f"{value:.1f}"
+
+
+def format_rows(summaries: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """The table of one task: a header and one row per framework."""
+    lines = [f"  {'':<6} {'final return (per seed)':<34} {'best return (per seed)':<34} {'env st/s':>9} "
+             f"{'upd/s':>7} {'wall s':>7} {'proc s':>7}  wall s to peer's final (per seed)"]
+    for framework, s in summaries.items():
+        final = f"{_score(s['final'])} ({' '.join(_score(v) for v in s['finals'])})"
+        best = f"{_score(s['best'])} ({' '.join(_score(v) for v in s['bests'])})"
+        each = s["to_peer_final_each_s"]
+        reaching = s["seeds_reaching_peer_final"]
+        partial = f" [{reaching}/{len(each)} seeds]" if 0 < reaching < len(each) else ""
+        to_peer = f"{_seconds(s['to_peer_final_s'])}{partial} ({' '.join(_seconds(t) for t in each)})"
+        lines.append(f"  {framework:<6} {final:<34} {best:<34} {s['env_steps_per_s']:>9.0f} {s['updates_per_s']:>7.0f} "
+                     f"{s['wall_time_s']:>7.1f} {s['process_s']:>7.1f}  {to_peer}")
+    return lines
+
+
+def _task_list(text: str) -> List[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TASKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown task {', '.join(unknown) or '(none given)'}; choose from "
+                                         f"{', '.join(TASKS)}")
+    return names
+
+
+def _seed_list(text: str) -> List[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes integers separated by commas (0,1,2), got {text!r}") from None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=_task_list, default=list(TASKS), help=f"comma-separated, of {', '.join(TASKS)}")
+    parser.add_argument("--seeds", type=_seed_list, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--budget", type=int, default=None, help="env steps of every task (default: each task's)")
+    budget.add_argument("--budget-scale", type=float, default=1.0, help="multiply each task's budget")
+    parser.add_argument("--eval-every", type=int, default=None, help=f"env steps between evaluations (default: "
+                                                                      f"the budget / {EVALS_PER_RUN})")
+    parser.add_argument("--eval-episodes", type=int, default=10, help="greedy episodes per evaluation (default 10)")
+    parser.add_argument("--json", metavar="OUT", help="write every run (curves included) and the summaries here")
+    parser.add_argument("--keep", metavar="DIR", help="keep the runs under DIR instead of a temporary directory")
+    args = parser.parse_args(argv)
+    from peers_sb3 import ZOO  # bench/ is on sys.path when this file runs; imports no SB3
+
+    results: Dict[str, Any] = dict(seeds=args.seeds, eval_episodes=args.eval_episodes, tasks={}, skipped={})
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = os.path.abspath(args.keep) if args.keep else tmp
+        os.makedirs(workdir, exist_ok=True)
+        for name in args.tasks:
+            task = TASKS[name]
+            steps = args.budget if args.budget is not None else int(task.budget * args.budget_scale)
+            eval_every = args.eval_every or max(1, steps // EVALS_PER_RUN)
+            try:
+                setup = resolve_baton(task, eval_every)
+            except TaskSkipped as err:
+                print(f"{name}: skipped: {err}", flush=True)
+                results["skipped"][name] = str(err)
+                continue
+            zoo = ZOO[name]
+            print(f"\n{name}: {task.env_id}, {steps:,} env steps, seeds {','.join(map(str, args.seeds))}; evaluation: "
+                  f"{args.eval_episodes} greedy episodes on {setup.evaluator_env_num} envs every {eval_every:,} env "
+                  f"steps (baton: eval_freq {setup.eval_freq} updates = every {setup.eval_env_steps:,} env steps); "
+                  f"wall times are training time, evaluations included", flush=True)
+            print(f"  sb3    {zoo.algo}, rl-baselines3-zoo {zoo.zoo_entry}\n  baton  {setup.source}", flush=True)
+            runs: Dict[str, List[Dict[str, Any]]] = dict(sb3=[], baton=[])
+            for seed in args.seeds:  # alternating, one process at a time
+                runs["sb3"].append(run_sb3(name, task, seed, steps, eval_every, args.eval_episodes,
+                                           setup.evaluator_env_num, workdir))
+                runs["baton"].append(run_baton(name, setup, seed, steps, args.eval_episodes, workdir))
+                for framework in runs:
+                    r = runs[framework][-1]
+                    print(f"  {framework} seed {seed}: final {_score(r['curve'][-1][2] if r['curve'] else None)}, "
+                          f"{r['env_step']} env steps, {r['train_iter']} updates in {r['wall_time_s']:.1f} s",
+                          flush=True)
+            finals = {f: summarise(runs[f], None)["final"] for f in runs}
+            summaries = {f: summarise(runs[f], finals["baton" if f == "sb3" else "sb3"]) for f in runs}
+            print("\n".join(format_rows(summaries)), flush=True)
+            results["tasks"][name] = dict(env_id=task.env_id, budget=steps, eval_every=eval_every,
+                                          sb3=dict(algo=zoo.algo, zoo_entry=zoo.zoo_entry),
+                                          baton=dict(source=setup.source, eval_freq=setup.eval_freq,
+                                                     eval_env_steps=setup.eval_env_steps),
+                                          runs=runs, summary=summaries)
+            _write_json(args.json, results)  # after every task, so a long run keeps what it measured
+    _write_json(args.json, results)
+
+
+def _write_json(path: Optional[str], results: Mapping[str, Any]) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""bench/peers.py without training: baton's progress.csv read into a curve, the time to a score, the
+eval_freq that matches an env-step interval, the summary of seeds, and the skip of a task baton cannot run."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from middleware.progress_csv import ProgressCSV
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(ROOT, "bench", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+peers = _load("peers")
+peers_sb3 = _load("peers_sb3")
+Evaluation = peers.Evaluation
+
+
+def test_baton_curve_reads_evaluation_rows_in_env_step_order(tmp_path):
+    path = str(tmp_path / "progress.csv")
+    out = ProgressCSV(path)
+    out.write({"env_step": 64, "train_iter": 8, "wall_time_s": 0.5, "train/loss": 0.25})  # an interval row
+    out.write({"env_step": 128, "train_iter": 16, "wall_time_s": 1.0, "eval/episode_return_mean": 9.5})
+    out.write({"env_step": 256, "train_iter": 32, "wall_time_s": 2.5, "eval/episode_return_mean": 30.0})
+    # a background evaluation's row comes in after a later step's row, at the step of its weights
+    out.write({"env_step": 192, "train_iter": 24, "wall_time_s": 1.5, "eval/episode_return_mean": 20.0})
+    out.close()
+    assert peers.baton_curve(path) == [Evaluation(128, 1.0, 9.5), Evaluation(192, 1.5, 20.0),
+                                       Evaluation(256, 2.5, 30.0)]
+
+
+def test_baton_curve_of_a_run_without_evaluations_is_empty(tmp_path):
+    path = str(tmp_path / "progress.csv")
+    out = ProgressCSV(path)
+    out.write({"env_step": 64, "train_iter": 8, "wall_time_s": 0.5, "train/loss": 0.25})
+    out.close()
+    assert peers.baton_curve(path) == []
+
+
+def test_time_to_score_is_the_first_evaluation_reaching_it():
+    curve = [Evaluation(100, 1.0, 10.0), Evaluation(200, 2.0, 50.0), Evaluation(300, 3.0, 40.0),
+             Evaluation(400, 4.0, 60.0)]
+    assert peers.time_to_score(curve, 45.0) == 2.0
+    assert peers.time_to_score(curve, 50.0) == 2.0  # reaching is >=
+    assert peers.time_to_score(curve, 60.5) is None
+    assert peers.time_to_score([], 0.0) is None
+
+
+@pytest.mark.parametrize("on_policy, learn, n_sample, envs, eval_every, expected", [
+    # off-policy: 64 env steps and 8 updates an iteration; 2000 env steps ~ 31 iterations
+    (False, dict(update_per_collect=8), 64, 8, 2000, (248, 1984)),
+    # n_sample rounded up to whole vector steps: 10 on 4 envs is 12 env steps an iteration
+    (False, dict(update_per_collect=3), 10, 4, 120, (30, 120)),
+    # on-policy: 10 epochs of 256 / 64 = 4 minibatches
+    (True, dict(epoch_per_collect=10, batch_size=64), 256, 8, 1000, (160, 1024)),
+    # an interval below one iteration evaluates every iteration
+    (True, dict(epoch_per_collect=1, batch_size=100), 250, 5, 10, (3, 250)),
+])
+def test_eval_schedule_matches_env_steps_with_whole_iterations(on_policy, learn, n_sample, envs, eval_every, expected):
+    cfg = dict(env=dict(collector_env_num=envs), policy=dict(collect=dict(n_sample=n_sample), learn=learn))
+    assert peers.eval_schedule(cfg, on_policy, eval_every) == expected
+
+
+def test_summarise_times_each_seed_to_the_peers_final():
+    counts = dict(env_step=200, train_iter=50)
+    runs = [dict(curve=[[100, 1.0, 10.0], [200, 2.0, 80.0]], wall_time_s=2.0, process_s=3.0, **counts),
+            dict(curve=[[100, 1.5, 20.0], [200, 3.0, 40.0]], wall_time_s=4.0, process_s=5.0, **counts)]
+    s = peers.summarise(runs, peer_final=70.0)
+    assert s["finals"] == [80.0, 40.0] and s["final"] == 60.0
+    assert s["bests"] == [80.0, 40.0]
+    assert s["to_peer_final_each_s"] == [2.0, None]
+    assert s["to_peer_final_s"] == 2.0 and s["seeds_reaching_peer_final"] == 1
+    assert s["env_steps_per_s"] == pytest.approx((100 + 50) / 2)
+    assert s["updates_per_s"] == pytest.approx((25 + 12.5) / 2)
+    assert "never" in " ".join(peers.format_rows({"baton": s, "sb3": peers.summarise(runs[1:], 80.0)}))
+
+
+def test_a_task_whose_algorithm_is_not_registered_is_skipped(tmp_path):
+    task = peers.Task("CartPole-v1", "notanalgo", 1000, "dizoo/none/notanalgo_config.py")
+    with pytest.raises(peers.TaskSkipped, match="notanalgo.*not a registered algorithm"):
+        peers.resolve_baton(task, eval_every=100, root=str(tmp_path))
+
+
+def test_a_task_with_a_dizoo_config_runs_the_config():
+    setup = peers.resolve_baton(peers.TASKS["cartpole-dqn"], eval_every=2000)
+    assert setup.source == peers.TASKS["cartpole-dqn"].config
+    assert setup.argv[-1] == os.path.join(ROOT, setup.source)
+    assert (setup.eval_freq, setup.eval_env_steps) == (248, 1984)  # the config: 64 env steps, 8 updates
+
+
+def test_every_task_has_sb3_settings_and_bad_task_names_are_named(capsys):
+    assert set(peers.TASKS) == set(peers_sb3.ZOO)
+    with pytest.raises(SystemExit):
+        peers.main(["--tasks", "cartpole-dqn,nosuchtask"])
+    assert "unknown task nosuchtask; choose from cartpole-dqn" in capsys.readouterr().err
