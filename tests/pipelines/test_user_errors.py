@@ -85,6 +85,9 @@ def _in_process(argv, work, monkeypatch, capsys):
     """``baton ARGV`` run by ``pipelines.cli.main`` in this process, in ``work``: (exit status, stderr)."""
     from pipelines.cli import main
 
+    # --debug sets BATON_DEBUG in os.environ (for the processes a run starts): recorded here, so that it is
+    # undone after the test and later tests in this worker see no traceback
+    monkeypatch.setenv("BATON_DEBUG", os.environ.get("BATON_DEBUG", "0"))  # "0": off, as when unset
     monkeypatch.chdir(work)
     try:
         code = main(argv)
