@@ -63,6 +63,32 @@ def _check_finite(obs: np.ndarray, next_obs: np.ndarray, reward: np.ndarray, env
                                  f"its stability at these actions)")
 
 
+def record_counts(ctx: OnlineRLContext, env_steps: int, samples: int, returns: List[float], start: float) -> None:
+    """What every collector adds to the context after a call that began at ``start`` (``time.perf_counter``):
+    the env steps, the finished episodes and their returns, the seconds it took (summed over ranks under DDP:
+    the logger's global collection speed), and this call's ``collect_stats``."""
+    ctx.env_step += env_steps
+    ctx.env_episode += len(returns)
+    ctx.episode_return_total += float(sum(returns))
+    ctx.episode_returns = returns
+    duration = time.perf_counter() - start
+    ctx.collect_time_total += duration
+    ctx.collect_stats = {"samples": samples, "env_steps": env_steps, "episodes": len(returns), "duration": duration}
+
+
+def record_chunk(ctx: OnlineRLContext, chunk: Dict[str, Any], nstep: Optional[NStepBuilder], env_steps: int,
+                 returns: List[float], start: float) -> None:
+    """A step collector's ``[T, E]`` chunk into ``ctx.trajectories``: as it is (``nstep`` None: the on-policy,
+    time-major mode), or through the n-step builder (off-policy); then ``record_counts``."""
+    if nstep is None:
+        transitions, samples = chunk, env_steps
+    else:
+        transitions = nstep.push(chunk)
+        samples = len(transitions.get("reward", ()))
+    ctx.trajectories = make_batch(transitions) if transitions else None
+    record_counts(ctx, env_steps, samples, returns, start)
+
+
 class StepCollector:
     """Collect ``n_sample`` transitions per call into ``ctx.trajectories``.
 
@@ -93,7 +119,6 @@ class StepCollector:
                              f"them with data.envs.make_vector_env(..., groups=2) (config: env.manager.overlap=True)")
         self.overlap = grouped if overlap is None else bool(overlap)
         self._loop = OverlappedEnvLoop(policy, env, seed) if self.overlap else EnvLoop(policy, env, seed)
-        self._time_major = time_major
         self.num_envs = env.num_envs
         self.steps_per_call = math.ceil(n_sample / self.num_envs)
         self._nstep = None if time_major else NStepBuilder(int(nstep), float(gamma))
@@ -136,21 +161,7 @@ class StepCollector:
                  "terminated": torch.from_numpy(term_buf), "truncated": torch.from_numpy(trunc_buf)}
         for key, values in extras.items():
             chunk[key] = torch.as_tensor(np.stack([to_numpy(v) for v in values]))
-        if self._time_major:
-            transitions = chunk
-            samples = steps * envs
-        else:
-            transitions = self._nstep.push(chunk)
-            samples = len(transitions.get("reward", ()))
-        ctx.trajectories = make_batch(transitions) if transitions else None
-        env_steps = steps * envs
-        ctx.env_step += env_steps
-        ctx.env_episode += len(returns)
-        ctx.episode_return_total += float(sum(returns))
-        ctx.episode_returns = returns
-        duration = time.perf_counter() - start
-        ctx.collect_time_total += duration
-        ctx.collect_stats = {"samples": samples, "env_steps": env_steps, "episodes": len(returns), "duration": duration}
+        record_chunk(ctx, chunk, self._nstep, steps * envs, returns, start)
 
 
 class EpisodeCollector:
@@ -199,14 +210,7 @@ class EpisodeCollector:
         ctx.trajectories = make_batch({k: torch.cat([e[k] for e in episodes])
                                        for k in ("obs", "action", "reward", "next_obs", "terminated",
                                                  "truncated", "discount")})
-        ctx.env_step += env_steps
-        ctx.env_episode += len(returns)
-        ctx.episode_return_total += float(sum(returns))
-        ctx.episode_returns = returns
-        duration = time.perf_counter() - start
-        ctx.collect_time_total += duration
-        ctx.collect_stats = {"samples": len(ctx.trajectories.reward), "env_steps": env_steps,
-                             "episodes": len(returns), "duration": duration}
+        record_counts(ctx, env_steps, len(ctx.trajectories.reward), returns, start)
 
     def _to_episode(self, steps: List[Dict[str, Any]]) -> Any:
         data = {k: torch.as_tensor(np.stack([s[k] for s in steps])) for k in steps[0]}

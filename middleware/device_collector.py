@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 
-from data.batch import make_batch
 from data.nstep import NStepBuilder
 from data.torch_env import TorchVectorEnv
 from engine.context import OnlineRLContext
 from engine.protocols import CollectPolicy, require
 
-from .collector import NonFiniteDataError
+from .collector import _check_finite, record_chunk
 
 __all__ = ["DeviceStepCollector"]
 
@@ -64,7 +63,6 @@ class DeviceStepCollector:
         self.seed = seed
         self.num_envs = env.num_envs
         self.steps_per_call = math.ceil(n_sample / self.num_envs)
-        self._time_major = time_major
         self._nstep = None if time_major else NStepBuilder(int(nstep), float(gamma))
         self._obs_shape = tuple(env.single_observation_space.shape)
         self._obs: Optional[torch.Tensor] = None
@@ -113,37 +111,11 @@ class DeviceStepCollector:
         # once per call: the checks and the finished episodes' returns, read back together
         done_buf = term_buf | trunc_buf
         finite = torch.isfinite(obs_buf).all() & torch.isfinite(next_buf).all() & torch.isfinite(reward_buf).all()
-        if not bool(finite):
-            _raise_non_finite(obs_buf, next_buf, reward_buf)
+        if not bool(finite):  # the error path only: it reads the data back to name the first bad value
+            _check_finite(obs_buf.cpu().numpy(), next_buf.cpu().numpy(), reward_buf.cpu().numpy(),
+                          env_step=ctx.env_step)
         returns = return_buf[done_buf].tolist()
         chunk = {"obs": obs_buf, "action": out_bufs.pop("action"), "reward": reward_buf, "next_obs": next_buf,
                  "terminated": term_buf, "truncated": trunc_buf, **out_bufs}
-        if self._time_major:
-            transitions = chunk
-            samples = steps * envs
-        else:
-            transitions = self._nstep.push(chunk)
-            samples = len(transitions.get("reward", ()))
-        ctx.trajectories = make_batch(transitions) if transitions else None
-        env_steps = steps * envs
-        ctx.env_step += env_steps
-        ctx.env_episode += len(returns)
-        ctx.episode_return_total += float(sum(returns))
-        ctx.episode_returns = returns
-        ctx.collect_stats = {"samples": samples, "env_steps": env_steps, "episodes": len(returns),
-                             "duration": time.perf_counter() - start}
+        record_chunk(ctx, chunk, self._nstep, steps * envs, returns, start)
 
-
-def _raise_non_finite(obs: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor) -> None:
-    """Name the first non-finite value (earliest step, then env), as ``StepCollector`` does; the error path
-    only, so it reads what it needs back to the host."""
-    first: Any = None
-    for name, values in (("observation", obs), ("reward", reward), ("next observation", next_obs)):
-        bad = (~torch.isfinite(values)).nonzero()
-        if len(bad):
-            where = tuple(int(i) for i in bad[0])
-            if first is None or where[0] < first[0]:
-                first = (where[0], where[1], name, float(values[where]))
-    step, env, name, value = first
-    raise NonFiniteDataError(f"env {env} returned a non-finite {name} ({value}) at step {step} of this collection: "
-                             f"the env must return finite numbers (check its dynamics or its reward computation)")

@@ -97,6 +97,8 @@ def test_device_collector_transitions_keep_final_obs_and_episode_returns():
         lengths[done[t]] = 0
     assert ctx.episode_returns == expected and ctx.env_episode == len(expected) > 4
     assert (tr.truncated.float().sum(0) >= 1).all() and lengths.max() < 7
+    # the logger's collection time counts this collector too, as every collector's (middleware.collector)
+    assert ctx.collect_time_total == ctx.collect_stats["duration"] > 0
 
 
 def test_device_collector_nstep_matches_on_device_layout():
