@@ -37,7 +37,7 @@ from engine.protocols import ReplayBuffer, Saveable, require
 
 from .evaluator import NewEvaluation
 
-__all__ = ["CkptSaver", "ShardSaver", "shard_path", "load_shard", "load_checkpoint", "load_newest_checkpoint", "CheckpointError", "NonFiniteWeightsError",
+__all__ = ["CkptSaver", "ShardSaver", "shard_path", "load_shard", "load_checkpoint", "load_newest_checkpoint", "CheckpointError", "check_policy_type", "NonFiniteWeightsError",
            "LATEST", "BEST"]
 
 logger = logging.getLogger(__name__)
@@ -105,6 +105,18 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
     if "policy" not in state:
         raise CheckpointError(f"{path} is not a baton checkpoint (format {FORMAT_VERSION})")
     return state
+
+
+def check_policy_type(state: Mapping[str, Any], path: str, policy_type: str, builder: str, fix: str) -> None:
+    """Refuse a checkpoint whose record names another policy than ``policy_type`` (one written before the
+    record existed passes): ``"{path} was written by policy ..., {builder} builds ...: {fix}"``.
+
+    Raises:
+        CheckpointError: naming both policies and ``fix``.
+    """
+    wrote = (state.get("meta") or {}).get("policy_type")
+    if wrote is not None and wrote != policy_type:
+        raise CheckpointError(f"{path} was written by policy {wrote!r}, {builder} builds {policy_type!r}: {fix}")
 
 
 def non_finite_tensors(state: Any, path: str = "") -> List[str]:

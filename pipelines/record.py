@@ -25,7 +25,7 @@ from data.envs import make_vector_env
 from data.offline import Episode, write_dataset
 from engine.config import compile_config
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
-from middleware.checkpoint import CheckpointError, load_checkpoint
+from middleware.checkpoint import CheckpointError, check_policy_type, load_checkpoint
 
 __all__ = ["record_dataset", "EpsGreedy"]
 
@@ -84,10 +84,8 @@ def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt:
         raise ValueError(f"--num-envs must be >= 1, got {num_envs}")
     cfg = compile_config(input_cfg[0], input_cfg[1], seed=seed, save=False)
     state = load_checkpoint(ckpt)
-    wrote = (state.get("meta") or {}).get("policy_type")
-    if wrote is not None and wrote != cfg.policy.type:
-        raise CheckpointError(f"{ckpt} was written by policy {wrote!r}, the config {cfg.exp_name!r} builds "
-                              f"{cfg.policy.type!r}: record with the config it was trained with")
+    check_policy_type(state, ckpt, cfg.policy.type, f"the config {cfg.exp_name!r}", "record with the config it was "
+                      "trained with")
     env_type = ENV_REGISTRY.get(cfg.env.type)
     env = make_vector_env(env_type, cfg.env, num_envs, seed, manager="sync", training=False)
     try:

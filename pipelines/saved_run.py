@@ -22,7 +22,7 @@ from easydict import EasyDict
 
 from engine.config import CONFIG_FILE, compile_config
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
-from middleware.checkpoint import BEST, LATEST, CheckpointError, load_checkpoint
+from middleware.checkpoint import BEST, LATEST, CheckpointError, check_policy_type, load_checkpoint
 
 from .catalog import GYM_TYPE
 from .run_dir import RunDirError
@@ -106,10 +106,7 @@ def load_saved_run(run_dir: str, ckpt: Optional[str] = None) -> SavedRun:
     cfg = load_run_config(run_dir)
     path = checkpoint_path(run_dir, ckpt)
     state = load_checkpoint(path)
-    wrote = (state.get("meta") or {}).get("policy_type")
-    if wrote is not None and wrote != cfg.policy.type:
-        raise CheckpointError(f"{path} was written by policy {wrote!r}, but {run_dir}/{CONFIG_FILE} builds "
-                              f"{cfg.policy.type!r}: give a checkpoint of this run")
+    check_policy_type(state, path, cfg.policy.type, f"but {run_dir}/{CONFIG_FILE}", "give a checkpoint of this run")
     env_type = ENV_REGISTRY.get(cfg.env.type)
     from data.envs import make_vector_env
 

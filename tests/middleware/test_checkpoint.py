@@ -141,3 +141,13 @@ def test_load_checkpoint_missing_and_corrupt_name_the_path(tmp_path):
     torch.save({"state_dict": {}}, foreign)
     with pytest.raises(CheckpointError, match="foreign.pth.tar"):
         load_checkpoint(str(foreign))
+
+
+def test_check_policy_type_refuses_a_checkpoint_of_another_policy():
+    from middleware.checkpoint import CheckpointError, check_policy_type
+
+    check_policy_type({"meta": {"policy_type": "dqn"}}, "a.pth.tar", "dqn", "the config", "fix")
+    check_policy_type({}, "old.pth.tar", "dqn", "the config", "fix")  # written before the record existed
+    with pytest.raises(CheckpointError, match=r"^a.pth.tar was written by policy 'ppo', the config 'x' builds "
+                                              r"'dqn': record with it$"):
+        check_policy_type({"meta": {"policy_type": "ppo"}}, "a.pth.tar", "dqn", "the config 'x'", "record with it")
