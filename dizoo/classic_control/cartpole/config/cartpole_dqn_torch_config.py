@@ -5,31 +5,16 @@ cartpole_dqn_config.py's settings, with the replay buffer on the learner's devic
 (``replay_buffer.device="learn"``): with ``policy.cuda=True`` the envs, the n-step transitions and the replay
 all stay on the GPU, and nothing crosses to the host between an env step and an update.
 """
-from easydict import EasyDict
+import copy
 
-main_config = EasyDict(dict(
-    exp_name="cartpole_dqn_torch",
-    env=dict(collector_env_num=8),
-    policy=dict(
-        model=dict(encoder_hidden_size_list=[64, 64]),
-        nstep=3,
-        learn=dict(
-            update_per_collect=8,
-            learning_rate=0.002,
-            td_loss="mse",
-        ),
-        collect=dict(n_sample=64),
-        eval=dict(evaluator=dict(eval_freq=50)),
-        other=dict(
-            eps=dict(type="linear", start=1.0, decay=4000),
-            replay_buffer=dict(replay_buffer_size=20000, device="learn"),
-        ),
-    ),
-))
-create_config = EasyDict(dict(
-    env=dict(type="cartpole_torch", import_names=["dizoo.classic_control.cartpole.envs"]),
-    policy=dict(type="dqn"),
-))
+from dizoo.classic_control.cartpole.config import cartpole_dqn_config as base
+
+main_config = copy.deepcopy(base.main_config)
+main_config.exp_name = "cartpole_dqn_torch"
+main_config.env.collector_env_num = 8
+main_config.policy.other.replay_buffer.device = "learn"
+create_config = copy.deepcopy(base.create_config)
+create_config.env = dict(type="cartpole_torch", import_names=["dizoo.classic_control.cartpole.envs"])
 
 if __name__ == "__main__":
     from pipelines import cli_main

@@ -8,22 +8,14 @@ swinging back, and stays far below the stop value of 195: seed 0 reached a best 
 in 100,000 env steps and 7,820 updates (``--max-env-step 100000``; BENCHMARKS.md). A policy with memory is what this
 task needs (issue 21, item 2: recurrent PPO, not built yet).
 """
-from easydict import EasyDict
+import copy
 
-main_config = EasyDict(dict(
-    exp_name="cartpole_masked_ppo",
-    env=dict(),  # every env value is the default; the empty section lets callers set main_config.env.<key>
-    policy=dict(
-        discount_factor=0.98,
-        learn=dict(batch_size=128, learning_rate=0.001),
-        collect=dict(n_sample=256, gae_lambda=0.8),
-        eval=dict(evaluator=dict(eval_freq=40)),
-    ),
-))
-create_config = EasyDict(dict(
-    env=dict(type="cartpole_masked"),
-    policy=dict(type="ppo"),
-))
+from dizoo.classic_control.cartpole.config import cartpole_ppo_config as base
+
+main_config = copy.deepcopy(base.main_config)
+main_config.exp_name = "cartpole_masked_ppo"
+create_config = copy.deepcopy(base.create_config)
+create_config.env = dict(type="cartpole_masked")
 
 if __name__ == "__main__":
     from pipelines import cli_main
