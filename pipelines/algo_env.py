@@ -120,7 +120,7 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
             ENV_REGISTRY.get(family).check_requires(env_id)
         except ImportError as err:
             raise AlgoEnvError(f"--env {env_id}: {err}") from err
-    observation_space, action_space = _spaces(env_id)
+    observation_space, action_space = _spaces(env_id, ENV_REGISTRY.get(family) if family is not None else None)
     if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
         raise AlgoEnvError(f"--env {env_id}: its observation space {observation_space} is not a flat Box; --env "
                            f"takes ids with flat observations and Atari ids (write a config with an env type of "
@@ -147,9 +147,14 @@ def _spec(env_id: str) -> Any:
     return gym.spec(env_id)
 
 
-def _spaces(env_id: str) -> Tuple[gym.Space, gym.Space]:
+def _spaces(env_id: str, env_type: Any = None) -> Tuple[gym.Space, gym.Space]:
+    """The spaces the env has in training: made by its family's env type when it has one (MuJoCo's float32
+    observations; its warnings to the log, not a MUJOCO_LOG.TXT here), else by ``gym.make``."""
     try:
-        env = gym.make(env_id)
+        if env_type is not None:
+            env = env_type.make(dict(env_type.default_config(), env_id=env_id))
+        else:
+            env = gym.make(env_id)
     except (ImportError, gym.error.Error) as err:  # e.g. box2d ids without the box2d extra
         raise AlgoEnvError(f"--env {env_id}: cannot make it: {err}") from err
     try:

@@ -77,6 +77,18 @@ def test_algo_and_env_from_defaults_use_the_mujoco_family(algo):
     assert main["env"] == dict(env_id="Hopper-v5")  # the family's stop value (3,800) stays
 
 
+def test_algo_and_env_read_the_spaces_from_the_family_and_leave_no_mujoco_log(tmp_path, monkeypatch):
+    """HalfCheetah's model compiles with a MuJoCo warning: the spaces --env reads come from the family's env
+    (float32, as in training), whose warnings go to the log, not to a MUJOCO_LOG.TXT in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    from pipelines.algo_env import _resolve_env
+
+    family, observation_space, _, _ = _resolve_env("HalfCheetah-v5")
+    assert family == "halfcheetah" and observation_space.dtype == np.float32
+    assert build_config("sac", "HalfCheetah-v5")[1]["env"] == dict(type="halfcheetah")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_config_trains_a_few_updates(tmp_path):
     from dizoo.mujoco.config.hopper_td3_config import create_config, main_config
     from pipelines import serial_pipeline

@@ -32,9 +32,15 @@ def _wait_for_rows(csv_path: str, rows: int, proc: subprocess.Popen, timeout: fl
     pytest.fail(f"no {rows} rows in {csv_path} within {timeout} s")
 
 
+def _as_a_terminal_starts_it() -> None:
+    """The command's SIGINT as a terminal's foreground job has it: delivered, handled by default."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(cmd, run_dir, env=None):
     proc = subprocess.Popen(cmd, cwd=os.path.dirname(run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env=env)
+                            text=True, start_new_session=True, env=env, preexec_fn=_as_a_terminal_starts_it)
     try:
         _wait_for_rows(os.path.join(run_dir, "progress.csv"), 2, proc)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
