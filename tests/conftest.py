@@ -180,3 +180,30 @@ def sigint_left_as_found():
     yield
     after = _sigint_ignored_or_blocked()
     assert after == before, f"this test left SIGINT {after or 'delivered'} in the test process (was {before or 'delivered'})"
+
+
+# ---- the long files first ------------------------------------------------------------------------------
+def _weight(item) -> int:
+    """How early ``item``'s file should start: the documented commands (minutes each file), then files with
+    learning tests, then files that launch processes, then the rest."""
+    name = item.path.name
+    if name.startswith("test_doc_commands"):
+        return 3
+    if item.get_closest_marker("slow") is not None:
+        return 2
+    if item.get_closest_marker("distributed") is not None:
+        return 1
+    return 0
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files in order of their heaviest test (``_weight``), each file's tests kept together and in order.
+    ``--dist loadfile`` hands files to the workers in collection order; in path order the documented commands
+    (tests/test_doc_commands*.py, a third of the suite) came last, and one worker ran them alone at the end."""
+    weight = {}
+    for item in items:
+        weight[item.path] = max(weight.get(item.path, 0), _weight(item))
+    first_seen = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(item.path, i)
+    items.sort(key=lambda item: (-weight[item.path], first_seen[item.path]))
