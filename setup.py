@@ -77,6 +77,7 @@ setup(
             "rainbow=policies.rainbow",
             "ppo=policies.ppo",
             "a2c=policies.ppo",
+            "ppo_lstm=policies.ppo_lstm",
             "sac=policies.sac",
             "td3=policies.td3",
             "ddpg=policies.td3",
