@@ -174,7 +174,6 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
         raise ConfigError(f"policy {cfg.policy.type!r} is recurrent but learns from a replay buffer, whose single "
                           f"transitions lose the memory each step acted from: a recurrent policy needs the on-policy "
                           f"pipeline (pipeline = 'on_policy', as ppo_lstm)")
-    stages.sequence_length(cfg, policy)  # a recurrent policy's sequences fit the rollout: checked before any step
     follow_device(collector_env, policy.collect_mode.device)  # torch envs without env.device: where the policy acts
     frame_stack = cfg.env.get("frame_stack") if len(collector_env.single_observation_space.shape) == 3 else None
     buffer = None if on_policy else stages.replay_buffer(cfg.policy, seed=seed_r, frame_stack=frame_stack,

@@ -24,19 +24,22 @@ envs' episodes (an env's state is not in a checkpoint either), and an episode st
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+import math
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 import torch
 
+from data.sequences import SequenceError, check_seq_len
+from engine.config import ConfigError
 from engine.registry import POLICY_REGISTRY
 
 from .base import to_numpy
 from .greedy import NotExportableError
-from .models import RecurrentActorCritic
+from .models import RNN_TYPES, RecurrentActorCritic
 from .ppo import PPOPolicy
 
-__all__ = ["PPOLSTMPolicy"]
+__all__ = ["PPOLSTMPolicy", "check_sequences"]
 
 
 @POLICY_REGISTRY.register("ppo_lstm")
@@ -52,7 +55,10 @@ class PPOLSTMPolicy(PPOPolicy):
         cfg["model"].update(
             encoder_hidden_size_list=[64],   # MLP (or Nature CNN + MLP for images) before the cell
             rnn_type="lstm",                 # "lstm" or "gru"
-            hidden_size=64,                  # the cell's size
+            hidden_size=64,                  # the recurrent layer's size
+            shared_core=False,               # one encoder + recurrent layer for actor and critic (CleanRL); False:
+                                             # one each (SB3-contrib's default), so the value loss cannot drown
+                                             # the policy gradient in their common clipped gradient norm
             actor_head_hidden_size_list=[64],
             critic_head_hidden_size_list=[64],
         )
@@ -65,22 +71,24 @@ class PPOLSTMPolicy(PPOPolicy):
 
     def __init__(self, cfg: Any, observation_space: Any, action_space: Any,
                  device: Optional[str | torch.device] = None) -> None:
-        learn = cfg["learn"]
-        self.seq_len = int(learn["seq_len"])
-        if self.seq_len < 1:
-            raise ValueError(f"policy.learn.seq_len must be >= 1, got {learn['seq_len']}")
-        if int(learn["batch_size"]) % self.seq_len:
-            raise ValueError(f"policy.learn.batch_size={learn['batch_size']} is not a whole number of sequences of "
-                             f"policy.learn.seq_len={self.seq_len} steps: a recurrent minibatch is whole sequences; "
-                             f"set batch_size to a multiple of seq_len (e.g. {max(1, int(learn['batch_size']) // self.seq_len) * self.seq_len})")
+        check_sequences(cfg["model"], cfg["learn"])
+        self.seq_len = int(cfg["learn"]["seq_len"])
         super().__init__(cfg, observation_space, action_space, device)
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """At compile time, before any env starts: the recurrent model and the sequences, which must fit the steps
+        per env of a collect (``check_sequences``)."""
+        policy = cfg["policy"]
+        envs = int(cfg["env"]["collector_env_num"])
+        check_sequences(policy["model"], policy["learn"], math.ceil(int(policy["collect"]["n_sample"]) / envs), envs)
 
     def _make_model(self, obs_shape: tuple, action_dim: int) -> torch.nn.Module:
         model_cfg = self.cfg["model"]
         return RecurrentActorCritic(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"], model_cfg["rnn_type"],
                                     model_cfg["hidden_size"], model_cfg["actor_head_hidden_size_list"],
                                     model_cfg["critic_head_hidden_size_list"], self.continuous,
-                                    model_cfg["init_log_std"])
+                                    model_cfg["init_log_std"], bool(model_cfg["shared_core"]))
 
     # ---- memory --------------------------------------------------------------------------------------
     def initial_state_on(self, mode: str) -> Callable[[int], torch.Tensor]:
@@ -161,3 +169,32 @@ class PPOLSTMPolicy(PPOPolicy):
         raise NotExportableError("policy ppo_lstm acts from a memory carried from step to step (its LSTM/GRU state), "
                                  "which a module of observations in, actions out cannot hold: it is not exported. "
                                  "Evaluate it with baton eval, which carries the memory per env")
+
+
+def check_sequences(model: Mapping[str, Any], learn: Mapping[str, Any], steps: Optional[int] = None,
+                    envs: Optional[int] = None) -> None:
+    """The recurrent model and the learning sequences of a ``ppo_lstm`` config; with ``steps`` per env of a
+    collect of ``envs`` envs, also that a sequence fits them (``data.sequences.check_seq_len``).
+
+    Raises:
+        ConfigError: an unknown ``model.rnn_type``, ``model.hidden_size`` or ``learn.seq_len`` below 1, a
+            ``seq_len`` that does not divide ``steps``, or a ``learn.batch_size`` that is not a whole number of
+            sequences (names the nearest one that is).
+    """
+    if model["rnn_type"] not in RNN_TYPES:
+        raise ConfigError(f"policy.model.rnn_type={model['rnn_type']!r} is not one of "
+                          f"{', '.join(map(repr, RNN_TYPES))}")
+    if int(model["hidden_size"]) < 1:
+        raise ConfigError(f"policy.model.hidden_size={model['hidden_size']} must be at least 1")
+    seq_len, batch_size = int(learn["seq_len"]), int(learn["batch_size"])
+    if seq_len < 1:
+        raise ConfigError(f"policy.learn.seq_len={seq_len} must be at least 1 (steps per learning sequence)")
+    if steps is not None:
+        try:
+            check_seq_len(steps, int(envs or 1), seq_len)
+        except SequenceError as err:
+            raise ConfigError(str(err)) from None
+    if batch_size % seq_len:
+        raise ConfigError(f"policy.learn.batch_size={batch_size} is not a whole number of sequences of "
+                          f"policy.learn.seq_len={seq_len} steps: a recurrent minibatch is whole sequences; set "
+                          f"batch_size to a multiple of seq_len (e.g. {max(1, batch_size // seq_len) * seq_len})")
