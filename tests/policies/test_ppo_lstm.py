@@ -89,7 +89,7 @@ def test_check_seq_len_names_the_rollout_and_the_fix(steps, seq_len, match):
     assert "n_sample to a multiple of seq_len * collector_env_num" in str(err.value)
 
 
-def _policy_and_env(rnn_type="lstm", num_envs=4, **env):
+def _policy_and_env(rnn_type="lstm", num_envs=4, groups=1, **env):
     from dizoo.classic_control.cartpole.config.cartpole_masked_ppo_lstm_config import create_config, main_config
 
     main = copy.deepcopy(main_config)
@@ -97,18 +97,19 @@ def _policy_and_env(rnn_type="lstm", num_envs=4, **env):
                                       actor_head_hidden_size_list=[16], critic_head_hidden_size_list=[16]))
     main.env.update(env)
     cfg = compile_config(main, create_config, save=False)
-    vec = make_vector_env(ENV_REGISTRY.get(cfg.env.type), cfg.env, num_envs, seed=0)
+    vec = make_vector_env(ENV_REGISTRY.get(cfg.env.type), cfg.env, num_envs, seed=0, groups=groups)
     policy = POLICY_REGISTRY.get("ppo_lstm")(cfg.policy, vec.single_observation_space, vec.single_action_space)
     return policy, vec
 
 
-@pytest.mark.parametrize("rnn_type", ["lstm", "gru"])
-def test_unroll_of_stored_sequences_equals_acting(rnn_type):
+@pytest.mark.parametrize("rnn_type,groups", [("lstm", 1), ("gru", 1), ("lstm", 2)], ids=["lstm", "gru", "overlapped"])
+def test_unroll_of_stored_sequences_equals_acting(rnn_type, groups):
     """Learning's unroll from each sequence's stored memory, zeroed at the episode starts inside it, gives the
     log-probs and values acting gave, exactly; the memory stored after each step is the next step's (GAE's
-    bootstrap from it is the value acting would have given); and the first update's ratio is 1."""
+    bootstrap from it is the value acting would have given); and the first update's ratio is 1. Also with the
+    overlapped collector, whose env groups each hold their own envs' memories."""
     torch.manual_seed(0)
-    policy, env = _policy_and_env(rnn_type, max_episode_steps=15)  # truncations as well as terminations
+    policy, env = _policy_and_env(rnn_type, groups=groups, max_episode_steps=15)  # truncations and terminations
     ctx = OnlineRLContext()
     try:
         StepCollector(policy.collect_mode, env, 4 * 32, time_major=True)(ctx)
@@ -160,3 +161,21 @@ def test_a_replay_collector_refuses_a_recurrent_policy():
             StepCollector(policy.collect_mode, env, 8, nstep=1)
     finally:
         env.close()
+
+
+def test_continuous_actions_train_and_resume_from_defaults(tmp_path):
+    """``--algo ppo_lstm`` on Pendulum (continuous actions) trains, checkpoints and resumes: the checkpoint holds
+    the model and optimizer; the acting memory starts from zero with the resumed run's fresh episodes."""
+    from pipelines import serial_pipeline
+    from pipelines.algo_env import build_config
+
+    main, create = build_config("ppo_lstm", "Pendulum-v1")
+    main.update(exp_name=str(tmp_path / "run"), log=dict(progress=False))
+    main["env"].update(collector_env_num=2, evaluator_env_num=1, n_evaluator_episode=1)
+    main["policy"] = dict(collect=dict(n_sample=32), learn=dict(seq_len=8, batch_size=16, epoch_per_collect=1),
+                          model=dict(hidden_size=8, encoder_hidden_size_list=[8]),
+                          eval=dict(evaluator=dict(eval_freq=1000)))
+    first = serial_pipeline((main, create), max_env_step=64)
+    assert first["env_step"] == 64 and first["train_iter"] == 4
+    resumed = serial_pipeline((main, create), max_env_step=128, resume=True)
+    assert resumed["env_step"] == 128 and resumed["train_iter"] == 8
