@@ -53,7 +53,7 @@ class PPOLSTMPolicy(PPOPolicy):
     def default_config(cls) -> Dict[str, Any]:
         cfg = PPOPolicy.default_config()
         cfg["model"].update(
-            encoder_hidden_size_list=[64],   # MLP (or Nature CNN + MLP for images) before the cell
+            encoder_hidden_size_list=[64],   # MLP (or Nature CNN + MLP for images) before the recurrent layer
             rnn_type="lstm",                 # "lstm" or "gru"
             hidden_size=64,                  # the recurrent layer's size
             shared_core=False,               # one encoder + recurrent layer for actor and critic (CleanRL); False:
@@ -72,7 +72,6 @@ class PPOLSTMPolicy(PPOPolicy):
     def __init__(self, cfg: Any, observation_space: Any, action_space: Any,
                  device: Optional[str | torch.device] = None) -> None:
         check_sequences(cfg["model"], cfg["learn"])
-        self.seq_len = int(cfg["learn"]["seq_len"])
         super().__init__(cfg, observation_space, action_space, device)
 
     @classmethod

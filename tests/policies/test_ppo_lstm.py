@@ -89,12 +89,13 @@ def test_check_seq_len_names_the_rollout_and_the_fix(steps, seq_len, match):
     assert "n_sample to a multiple of seq_len * collector_env_num" in str(err.value)
 
 
-def _policy_and_env(rnn_type="lstm", num_envs=4, groups=1, **env):
+def _policy_and_env(rnn_type="lstm", num_envs=4, groups=1, shared_core=False, **env):
     from dizoo.classic_control.cartpole.config.cartpole_masked_ppo_lstm_config import create_config, main_config
 
     main = copy.deepcopy(main_config)
     main.policy.model = EasyDict(dict(rnn_type=rnn_type, hidden_size=16, encoder_hidden_size_list=[16],
-                                      actor_head_hidden_size_list=[16], critic_head_hidden_size_list=[16]))
+                                      actor_head_hidden_size_list=[16], critic_head_hidden_size_list=[16],
+                                      shared_core=shared_core))
     main.env.update(env)
     cfg = compile_config(main, create_config, save=False)
     vec = make_vector_env(ENV_REGISTRY.get(cfg.env.type), cfg.env, num_envs, seed=0, groups=groups)
@@ -102,14 +103,15 @@ def _policy_and_env(rnn_type="lstm", num_envs=4, groups=1, **env):
     return policy, vec
 
 
-@pytest.mark.parametrize("rnn_type,groups", [("lstm", 1), ("gru", 1), ("lstm", 2)], ids=["lstm", "gru", "overlapped"])
-def test_unroll_of_stored_sequences_equals_acting(rnn_type, groups):
+@pytest.mark.parametrize("rnn_type,groups,shared", [("lstm", 1, False), ("gru", 1, False), ("lstm", 2, False),
+                                                    ("gru", 1, True)], ids=["lstm", "gru", "overlapped", "shared"])
+def test_unroll_of_stored_sequences_equals_acting(rnn_type, groups, shared):
     """Learning's unroll from each sequence's stored memory, zeroed at the episode starts inside it, gives the
     log-probs and values acting gave, exactly; the memory stored after each step is the next step's (GAE's
     bootstrap from it is the value acting would have given); and the first update's ratio is 1. Also with the
     overlapped collector, whose env groups each hold their own envs' memories."""
     torch.manual_seed(0)
-    policy, env = _policy_and_env(rnn_type, groups=groups, max_episode_steps=15)  # truncations and terminations
+    policy, env = _policy_and_env(rnn_type, groups=groups, shared_core=shared, max_episode_steps=15)  # truncations and terminations
     ctx = OnlineRLContext()
     try:
         StepCollector(policy.collect_mode, env, 4 * 32, time_major=True)(ctx)
