@@ -111,12 +111,18 @@ def test_unroll_of_stored_sequences_equals_acting(rnn_type, groups, shared):
     bootstrap from it is the value acting would have given); and the first update's ratio is 1. Also with the
     overlapped collector, whose env groups each hold their own envs' memories."""
     torch.manual_seed(0)
-    policy, env = _policy_and_env(rnn_type, groups=groups, shared_core=shared, max_episode_steps=15)  # truncations and terminations
+    # episodes cut at 15 steps: truncations as well as terminations
+    policy, env = _policy_and_env(rnn_type, groups=groups, shared_core=shared, max_episode_steps=15)
     ctx = OnlineRLContext()
     try:
         StepCollector(policy.collect_mode, env, 4 * 32, time_major=True)(ctx)
     finally:
         env.close()
+    _check_unroll_equals_acting(policy, ctx)
+
+
+def _check_unroll_equals_acting(policy, ctx):
+    """The checks of test_unroll_of_stored_sequences_equals_acting on a ``[32, 4]`` rollout in ``ctx``."""
     traj = ctx.trajectories
     assert bool(traj.truncated.any()) and bool(traj.terminated.any())
     done = traj.terminated | traj.truncated
@@ -134,6 +140,23 @@ def test_unroll_of_stored_sequences_equals_acting(rnn_type, groups, shared):
     assert torch.allclose(value, seqs.value.flatten(0, 1), atol=1e-6)
     out = policy.learn_mode.forward(seqs[:4])
     assert float(out["approx_kl"]) == pytest.approx(0.0, abs=1e-6) and float(out["clipfrac"]) == 0.0
+
+
+def test_device_collector_carries_the_memory_per_env():
+    """Batched torch envs (``data.torch_env``, here on the CPU): the device collector holds each env's memory and
+    zeroes it where an episode ended, as the env loop does; learning's unroll reproduces acting there too."""
+    from dizoo.classic_control.cartpole.torch_env import CartPoleTorch
+    from middleware import DeviceStepCollector
+
+    torch.manual_seed(0)
+    main = dict(policy=dict(model=dict(hidden_size=16, encoder_hidden_size_list=[16]), collect=dict(n_sample=128),
+                            learn=dict(seq_len=8, batch_size=64)), env=dict(collector_env_num=4))
+    cfg = compile_config(main, dict(env=dict(type="cartpole_torch"), policy=dict(type="ppo_lstm")), save=False)
+    env = CartPoleTorch(4, max_episode_steps=15)
+    policy = POLICY_REGISTRY.get("ppo_lstm")(cfg.policy, env.single_observation_space, env.single_action_space)
+    ctx = OnlineRLContext()
+    DeviceStepCollector(policy.collect_mode, env, 128, time_major=True)(ctx)
+    _check_unroll_equals_acting(policy, ctx)
 
 
 def test_eval_mode_carries_memory_through_the_evaluator_loop():
