@@ -37,8 +37,8 @@ from middleware.trackers import TRACKERS, start_trackers
 from policies.base import Policy
 
 __all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration", "random_collect",
-           "off_policy_learner", "on_policy_learner", "gae", "sequence_length", "checkpoint_saver", "shard_saver", "logs", "logger",
-           "preemption", "termination", "ddp", "OFFLINE_DEFAULT_UPDATES"]
+           "off_policy_learner", "on_policy_learner", "gae", "sequence_length", "checkpoint_saver", "shard_saver",
+           "logs", "logger", "preemption", "termination", "ddp", "OFFLINE_DEFAULT_UPDATES"]
 
 logger_ = logging.getLogger(__name__)
 
