@@ -11,8 +11,8 @@ the contracts of ``engine.protocols``:
   collection (at least ``action``); ``value(obs)`` for actor-critic algorithms, else None.
 - ``eval_mode`` (``EvalPolicy``): ``forward(obs) -> dict`` acts greedily for evaluation.
 
-A recurrent policy (``policies.ppo_lstm``) defines ``initial_state(num_envs)``; its collect and eval modes
-then expose it, and their ``forward(obs, state=...)`` takes the memory of each env and returns the next one
+A recurrent policy (``policies.ppo_lstm``, ``recurrent = True``) defines ``initial_state_on(mode)``; its collect
+and eval modes then expose ``initial_state(num_envs)``, and their ``forward(obs, state=...)`` takes the memory of each env and returns the next one
 (``next_state``). The env loop that steps them holds that memory (``data.env_loop``); the modes of a
 feed-forward policy have ``initial_state = None``.
 
