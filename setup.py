@@ -55,8 +55,9 @@ setup(
         "mujoco": ["gymnasium[mujoco]>=1.0"],
         # offline RL: datasets in Minari's format (HDF5 through h5py), read and written from a local root
         "offline": ["minari[hdf5]>=0.5"],
-        # bench/peers.py: baton side by side with Stable-Baselines3 (rl-baselines3-zoo's settings)
-        "bench": ["stable-baselines3>=2.3"],
+        # bench/peers.py: baton side by side with Stable-Baselines3 (rl-baselines3-zoo's settings) and
+        # SB3-contrib (RecurrentPPO)
+        "bench": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],
     },
     entry_points={
         "console_scripts": ["baton=pipelines.cli:main"],
@@ -77,6 +78,7 @@ setup(
             "rainbow=policies.rainbow",
             "ppo=policies.ppo",
             "a2c=policies.ppo",
+            "ppo_lstm=policies.ppo_lstm",
             "sac=policies.sac",
             "td3=policies.td3",
             "ddpg=policies.td3",

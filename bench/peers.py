@@ -35,7 +35,10 @@ evaluates once after its first update.
 
 Tasks (name: env, baton algo, budget): cartpole-dqn CartPole-v1 50k, cartpole-ppo CartPole-v1 100k,
 pendulum-sac Pendulum-v1 20k, lunarlander-ppo LunarLander-v3 1M, and hopper-sac, hopper-td3,
-halfcheetah-sac, halfcheetah-td3 on MuJoCo's v5 tasks at 100k (the size of a 2-core machine). A task whose
+halfcheetah-sac, halfcheetah-td3 on MuJoCo's v5 tasks at 100k (the size of a 2-core machine);
+cartpole_masked-ppo_lstm: CartPole-v1 with its velocities hidden (``dizoo``'s ``VelocityMasked`` wrapper on both
+sides; rl-baselines3-zoo's CartPoleNoVel-v1) at 100k, recurrent PPO against SB3-contrib's RecurrentPPO (the
+``bench`` extra installs it), with the wall time and env steps to the solving score (195) per seed. A task whose
 baton algorithm or env cannot be built (not registered, an extra not installed) is skipped with one line.
 The full 1M-step MuJoCo runs (the published tables' budget)::
 
@@ -66,6 +69,8 @@ class Task(NamedTuple):
     algo: str                  # baton's algorithm name
     budget: int                # env steps
     config: Optional[str]      # baton's dizoo config, relative to the repository; None or absent: --algo/--env
+    wrapper: Optional[str] = None  # "module:Class" around env_id for SB3 (baton's config names the env type)
+    solve_at: Optional[float] = None  # the score that solves the task: the time and env steps to it are reported
 
 
 TASKS: Dict[str, Task] = {
@@ -78,6 +83,10 @@ TASKS: Dict[str, Task] = {
     "hopper-td3": Task("Hopper-v5", "td3", 100_000, "dizoo/mujoco/config/hopper_td3_config.py"),
     "halfcheetah-sac": Task("HalfCheetah-v5", "sac", 100_000, "dizoo/mujoco/config/halfcheetah_sac_config.py"),
     "halfcheetah-td3": Task("HalfCheetah-v5", "td3", 100_000, "dizoo/mujoco/config/halfcheetah_td3_config.py"),
+    # CartPole with its velocities hidden: baton's env type cartpole_masked, the same wrapper around SB3's envs
+    "cartpole_masked-ppo_lstm": Task("CartPole-v1", "ppo_lstm", 100_000,
+                                     "dizoo/classic_control/cartpole/config/cartpole_masked_ppo_lstm_config.py",
+                                     wrapper="dizoo.classic_control.cartpole.envs:VelocityMasked", solve_at=195.0),
 }
 EVALS_PER_RUN = 25  # the default --eval-every is the budget divided by this
 
@@ -164,8 +173,10 @@ def resolve_baton(task: Task, eval_every: int, root: str = ROOT) -> BatonSetup:
     return BatonSetup(source, argv, eval_freq, eval_env_steps, int(cfg.env.evaluator_env_num))
 
 
-def summarise(runs: Sequence[Mapping[str, Any]], peer_final: Optional[float]) -> Dict[str, Any]:
-    """One framework's numbers over its seeds; ``peer_final`` is the other framework's mean final return."""
+def summarise(runs: Sequence[Mapping[str, Any]], peer_final: Optional[float],
+              solve_at: Optional[float] = None) -> Dict[str, Any]:
+    """One framework's numbers over its seeds; ``peer_final`` is the other framework's mean final return;
+    ``solve_at``: the task's solving score, whose first wall time and env step per seed are added."""
     curves = [[Evaluation(*e) for e in run["curve"]] for run in runs]
     finals = [c[-1].mean if c else None for c in curves]
     bests = [max(e.mean for e in c) if c else None for c in curves]
@@ -178,7 +189,10 @@ def summarise(runs: Sequence[Mapping[str, Any]], peer_final: Optional[float]) ->
         wall_time_s=statistics.mean(r["wall_time_s"] for r in runs),
         process_s=statistics.mean(r["process_s"] for r in runs),
         to_peer_final_s=statistics.mean(reached) if reached else None, to_peer_final_each_s=to_peer,
-        seeds_reaching_peer_final=len(reached))
+        seeds_reaching_peer_final=len(reached),
+        **({} if solve_at is None else dict(
+            solve_at=solve_at, to_solve_each_s=[time_to_score(c, solve_at) for c in curves],
+            to_solve_each_env_steps=[next((e.env_step for e in c if e.mean >= solve_at), None) for c in curves])))
 
 
 def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
@@ -206,7 +220,8 @@ def run_sb3(name: str, task: Task, seed: int, budget: int, eval_every: int, eval
     out = os.path.join(workdir, f"sb3_{name}_seed{seed}.json")
     process = _run([sys.executable, SB3_WORKER, "--task", name, "--env", task.env_id, "--seed", str(seed),
                     "--budget", str(budget), "--eval-every", str(eval_every), "--eval-episodes", str(eval_episodes),
-                    "--eval-envs", str(eval_envs), "--out", out], workdir, f"SB3 {name} seed {seed}")
+                    "--eval-envs", str(eval_envs), "--out", out]
+                   + (["--wrapper", task.wrapper] if task.wrapper else []), workdir, f"SB3 {name} seed {seed}")
     with open(out) as f:
         return dict(json.load(f), process_s=process)
 
@@ -247,6 +262,14 @@ def format_rows(summaries: Mapping[str, Mapping[str, Any]]) -> List[str]:
         to_peer = f"{_seconds(s['to_peer_final_s'])}{partial} ({' '.join(_seconds(t) for t in each)})"
         lines.append(f"  {framework:<6} {final:<34} {best:<34} {s['env_steps_per_s']:>9.0f} {s['updates_per_s']:>7.0f} "
                      f"{s['wall_time_s']:>7.1f} {s['process_s']:>7.1f}  {to_peer}")
+    for framework, s in summaries.items():
+        if s.get("solve_at") is not None:
+            seconds, steps = s["to_solve_each_s"], s["to_solve_each_env_steps"]
+            solved = [t for t in seconds if t is not None]
+            lines.append(f"  {framework:<6} to {s['solve_at']:g}: {len(solved)}/{len(seconds)} seeds, wall s "
+                         f"{_seconds(statistics.mean(solved) if solved else None)} "
+                         f"({' '.join(_seconds(t) for t in seconds)}), env steps "
+                         f"({' '.join('never' if n is None else str(n) for n in steps)})")
     return lines
 
 
@@ -312,7 +335,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                           f"{r['env_step']} env steps, {r['train_iter']} updates in {r['wall_time_s']:.1f} s",
                           flush=True)
             finals = {f: summarise(runs[f], None)["final"] for f in runs}
-            summaries = {f: summarise(runs[f], finals["baton" if f == "sb3" else "sb3"]) for f in runs}
+            summaries = {f: summarise(runs[f], finals["baton" if f == "sb3" else "sb3"], task.solve_at) for f in runs}
             print("\n".join(format_rows(summaries)), flush=True)
             results["tasks"][name] = dict(env_id=task.env_id, budget=steps, eval_every=eval_every,
                                           sb3=dict(algo=zoo.algo, zoo_entry=zoo.zoo_entry),

@@ -8,7 +8,7 @@ thread here too), so SB3 and baton each have the process to themselves::
         --eval-every 2000 --eval-episodes 10 --eval-envs 5 --out result.json
 
 Hyperparameters: rl-baselines3-zoo's ``hyperparams/{dqn,ppo,sac,td3}.yml`` at commit 22e3ff2450fd (April
-2026), transcribed in ``ZOO`` below (``lin_X`` there: a learning rate or clip range falling linearly from X
+2026) and ``ppo_lstm.yml`` (SB3-contrib's RecurrentPPO) at 038ab1617a48, transcribed in ``ZOO`` below (``lin_X`` there: a learning rate or clip range falling linearly from X
 to 0 over the run, as the zoo's ``linear_schedule``). The zoo tunes MuJoCo on the v4 tasks; the same
 settings run here on v5. ``n_timesteps`` is left out: the budget is the bench's.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any, Dict, List, NamedTuple
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -41,11 +41,16 @@ class Linear(NamedTuple):
 
 
 class ZooSettings(NamedTuple):
-    algo: str              # SB3 class name
+    algo: str              # SB3 class name (SB3-contrib's for RecurrentPPO)
     zoo_entry: str         # the yml file and key the settings come from
     n_envs: int            # training envs (the zoo's n_envs; 1 when the entry has none)
     kwargs: Dict[str, Any]  # constructor arguments besides policy, env and seed
     noise_std: float = 0.0  # the zoo's noise_type 'normal' with noise_std (TD3's action noise)
+    policy: str = "MlpPolicy"  # the zoo's policy
+
+
+#: the algorithms SB3-contrib, not SB3, provides
+CONTRIB = ("RecurrentPPO",)
 
 
 _MUJOCO_SAC = ZooSettings("SAC", "sac.yml HalfCheetah-v4 (mujoco-defaults)", 1, dict(learning_starts=10_000))
@@ -69,6 +74,12 @@ ZOO: Dict[str, ZooSettings] = {
     "hopper-td3": _MUJOCO_TD3._replace(zoo_entry="td3.yml Hopper-v4 (mujoco-defaults)"),
     "halfcheetah-sac": _MUJOCO_SAC,
     "halfcheetah-td3": _MUJOCO_TD3,
+    # ppo_lstm.yml at commit 038ab1617a48: CartPoleNoVel-v1 is CartPole with the velocities dropped, as the
+    # VelocityMasked wrapper the bench puts around CartPole-v1 (--wrapper); MlpLstmPolicy's defaults otherwise
+    # (an LSTM of 256 for the actor and one for the critic)
+    "cartpole_masked-ppo_lstm": ZooSettings("RecurrentPPO", "ppo_lstm.yml CartPoleNoVel-v1", 8, dict(
+        n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+        learning_rate=Linear(0.001), clip_range=Linear(0.2)), policy="MlpLstmPolicy"),
 }
 
 
@@ -79,8 +90,11 @@ def _update_optimizer(model: Any) -> Any:
 
 
 def train(task: str, env_id: str, seed: int, budget: int, eval_every: int, eval_episodes: int,
-          eval_envs: int) -> Dict[str, Any]:
-    """Train the zoo's settings of ``task`` on ``env_id`` for ``budget`` env steps; the JSON of the run."""
+          eval_envs: int, wrapper: Optional[str] = None) -> Dict[str, Any]:
+    """Train the zoo's settings of ``task`` on ``env_id`` (each env wrapped in ``wrapper``, "module:Class") for
+    ``budget`` env steps; the JSON of the run."""
+    import importlib
+
     import stable_baselines3 as sb3
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
@@ -90,13 +104,18 @@ def train(task: str, env_id: str, seed: int, budget: int, eval_every: int, eval_
 
     torch.set_num_threads(1)
     zoo = ZOO[task]
-    env = make_vec_env(env_id, n_envs=zoo.n_envs, seed=seed)
-    eval_env = make_vec_env(env_id, n_envs=eval_envs, seed=seed + 100_000)
+    wrapper_class = None
+    if wrapper:
+        module, name = wrapper.split(":")
+        wrapper_class = getattr(importlib.import_module(module), name)
+    env = make_vec_env(env_id, n_envs=zoo.n_envs, seed=seed, wrapper_class=wrapper_class)
+    eval_env = make_vec_env(env_id, n_envs=eval_envs, seed=seed + 100_000, wrapper_class=wrapper_class)
     kwargs = dict(zoo.kwargs)
     if zoo.noise_std:
         n_actions = env.action_space.shape[-1]
         kwargs["action_noise"] = NormalActionNoise(np.zeros(n_actions), zoo.noise_std * np.ones(n_actions))
-    model = getattr(sb3, zoo.algo)("MlpPolicy", env, seed=seed, verbose=0, **kwargs)
+    library = importlib.import_module("sb3_contrib") if zoo.algo in CONTRIB else sb3
+    model = getattr(library, zoo.algo)(zoo.policy, env, seed=seed, verbose=0, **kwargs)
     updates = [0]
     _update_optimizer(model).register_step_post_hook(lambda *_: updates.__setitem__(0, updates[0] + 1))
 
@@ -138,8 +157,10 @@ def main(argv: Any = None) -> None:
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--eval-envs", type=int, default=5)
     parser.add_argument("--out", required=True, help="the JSON file to write")
+    parser.add_argument("--wrapper", default=None, help="module:Class wrapped around each env (the task's)")
     args = parser.parse_args(argv)
-    result = train(args.task, args.env, args.seed, args.budget, args.eval_every, args.eval_episodes, args.eval_envs)
+    result = train(args.task, args.env, args.seed, args.budget, args.eval_every, args.eval_episodes, args.eval_envs,
+                   args.wrapper)
     with open(args.out, "w") as f:
         json.dump(result, f)
 

@@ -10,6 +10,14 @@ One ``EnvLoop.step``:
    (``info["final_obs"]``, gymnasium's SAME_STEP autoreset) replaces the reset observation in
    ``next_obs``, and the episode's return and length are reported, then restarted.
 
+A recurrent policy (one whose mode has ``initial_state(num_envs)``, e.g. ``ppo_lstm``) keeps its memory in
+the loop, not in itself: ``act`` passes the loop's ``state`` (one row per env) as ``forward(obs, state=...)``,
+and ``observe`` keeps the forward's ``next_state``, with the rows of envs whose episode ended (terminated or
+truncated alike) set back to the initial (zero) state. In SAME_STEP autoreset the observation after such a
+step is already the new episode's first, so the next forward starts it from zero memory. Holding the state
+in the loop gives every loop its own: the collector's, each env group's of an overlapped collector, the
+evaluator's.
+
 ``act`` and ``observe`` are separate so that a loop over env groups (``data.env_groups``) can run the policy
 on one group while another steps.
 """
@@ -22,7 +30,7 @@ import torch
 
 from engine.protocols import CollectPolicy, EvalPolicy, VectorEnv
 
-__all__ = ["EnvLoop", "EnvStep", "to_numpy"]
+__all__ = ["EnvLoop", "EnvStep", "to_numpy", "reset_rows"]
 
 _NO_KWARGS: Mapping[str, Any] = {}
 
@@ -30,6 +38,22 @@ _NO_KWARGS: Mapping[str, Any] = {}
 def to_numpy(value: Any) -> np.ndarray:
     """Policy outputs as numpy: tensors (on any device) are detached and copied to the host."""
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def reset_rows(state: torch.Tensor, rows: Any) -> torch.Tensor:
+    """A recurrent ``state`` (one row per env) with ``rows`` set to zero, the initial state; a new tensor
+    where any row changes, since the policy's output that ``state`` is may also be stored (the collector keeps
+    it as the step's ``next_state``, from which GAE bootstraps a truncated episode).
+
+    Examples:
+        >>> reset_rows(torch.ones(3, 2), [1]).tolist()
+        [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
+    """
+    if len(rows) == 0:
+        return state
+    state = state.clone()
+    state[torch.as_tensor(np.asarray(rows), dtype=torch.long, device=state.device)] = 0
+    return state
 
 
 class EnvStep(NamedTuple):
@@ -65,6 +89,10 @@ class EnvLoop:
         self._return = np.zeros(self.num_envs, dtype=np.float64)
         self._started_at = np.zeros(self.num_envs, dtype=np.int64)  # loop step at which each episode began
         self._steps = 0
+        initial_state = getattr(policy, "initial_state", None)
+        self._initial_state = initial_state if callable(initial_state) else None
+        #: a recurrent policy's memory, one row per env (None: a feed-forward policy)
+        self.state: Any = None
 
     def reset(self, seed: Optional[int] = None) -> np.ndarray:
         """Reset every env (env i with ``seed + i``; default the loop's seed) and restart its episode."""
@@ -72,6 +100,8 @@ class EnvLoop:
         self.obs, _ = self.env.reset(seed=[seed + i for i in range(self.num_envs)])
         self._return[:] = 0.0
         self._started_at[:] = self._steps
+        if self._initial_state is not None:
+            self.state = self._initial_state(self.num_envs)
         return self.obs
 
     def current_obs(self) -> np.ndarray:
@@ -92,7 +122,10 @@ class EnvLoop:
     def act(self, policy_kwargs: Mapping[str, Any] = _NO_KWARGS) -> Tuple[np.ndarray, dict, np.ndarray]:
         """The policy's forward on the current observations: ``(obs, out, action as numpy)``."""
         obs = self.current_obs()
-        out = self.policy.forward(obs, **policy_kwargs)
+        if self._initial_state is None:
+            out = self.policy.forward(obs, **policy_kwargs)
+        else:
+            out = self.policy.forward(obs, state=self.state, **policy_kwargs)
         action = out["action"]
         if type(action) is not np.ndarray:
             action = to_numpy(action)
@@ -115,5 +148,7 @@ class EnvLoop:
             lengths = (self._steps - self._started_at[done_envs]).tolist()
             self._return[done] = 0.0
             self._started_at[done] = self._steps
+        if self._initial_state is not None:
+            self.state = reset_rows(out["next_state"], done_envs)
         self.obs = next_obs
         return EnvStep(obs, out, action, real_next, reward, terminated, truncated, done_envs, returns, lengths)

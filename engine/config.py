@@ -130,6 +130,7 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
                                                 create_config["env_manager"], path="create_config.env_manager")
     user_policy.pop("type", None)
     user_env.pop("type", None)
+    _check_recurrent_keys(policy_type, policy_cls, user_policy)
     user = dict(main_config, policy=user_policy, env=user_env)
     merged = deep_merge(defaults, user, path="")
     if seed is not None:
@@ -145,6 +146,30 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     if save:
         save_config(cfg)
     return cfg
+
+
+#: the keys of a recurrent policy (``ppo_lstm``): given to another one, the config asks for a memory it cannot have
+_RECURRENT_KEYS = ("model.rnn_type", "model.hidden_size", "learn.seq_len")
+
+
+def _check_recurrent_keys(policy_type: str, policy_cls: type, user_policy: Mapping[str, Any]) -> None:
+    """Refuse a recurrent policy's keys on a policy without a memory, saying why that algorithm cannot have one
+    (a replay-based one learns from shuffled single transitions) and which policy does, rather than reporting
+    an unknown key."""
+    if getattr(policy_cls, "recurrent", False):
+        return
+    for path in _RECURRENT_KEYS:
+        section, key = path.split(".")
+        given = user_policy.get(section)
+        if isinstance(given, Mapping) and key in given:
+            pipeline = getattr(policy_cls, "pipeline", "")
+            why = {"off_policy": "it learns from single transitions sampled from a replay buffer, in an order no "
+                                 "memory can follow",
+                   "offline": "it learns from single transitions of a dataset, in an order no memory can follow"}.get(
+                pipeline, "its networks are feed-forward")
+            raise ConfigError(f"policy.{path} asks for a recurrent policy, but policy {policy_type!r} is not "
+                              f"recurrent ({why}): for recurrent PPO set policy.type='ppo_lstm' (baton train --algo "
+                              f"ppo_lstm), or remove policy.{path}")
 
 
 def deep_merge(defaults: Mapping[str, Any], user: Mapping[str, Any], path: str = "", *,

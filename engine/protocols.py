@@ -63,7 +63,9 @@ class CollectPolicy(Protocol):
     """``policy.collect_mode``: acts for data collection.
 
     ``forward(obs, **collect_kwargs)`` takes a batch of observations (numpy, one row per env) and returns
-    at least ``action`` (numpy or tensor); on-policy algorithms add ``logp`` and ``value``.
+    at least ``action`` (numpy or tensor); on-policy algorithms add ``logp`` and ``value``. A recurrent policy's
+    mode also has ``initial_state(num_envs)``; its forward then takes ``state=`` (each env's memory) and returns
+    ``next_state``, which the env loop carries (``data.env_loop``).
     """
 
     def forward(self, obs: "np.ndarray", **kwargs: Any) -> Dict[str, Any]: ...

@@ -113,6 +113,11 @@ class StepCollector:
         n_sample = int(n_sample)
         if n_sample <= 0:
             raise ValueError(f"policy.collect.n_sample must be positive, got {n_sample}")
+        if not time_major and callable(getattr(policy, "initial_state", None)):
+            raise ValueError(f"{type(getattr(policy, 'policy', policy)).__name__} is recurrent: its steps depend on "
+                             f"the memory of the steps before them, which n-step transitions for a replay buffer "
+                             f"lose; collect for it in the on-policy mode (time_major=True), whose rollout GAE cuts "
+                             f"into sequences (data.sequences)")
         grouped = isinstance(env, EnvGroups)
         if overlap and not grouped:
             raise ValueError(f"an overlapped collector needs its envs in groups, got {type(env).__name__}: build "

@@ -9,6 +9,8 @@ for ``E`` envs and ``T = ceil(n_sample / E)`` vector steps, is:
    inside the step, ``info["final_obs"]`` holds the real next observations), and the step's tensors are
    written into preallocated ``[T, E]`` buffers on the device, with each env's running episode return;
    nothing is read back to the host (tests/middleware/test_device_collector.py counts host reads);
+   A recurrent policy (``ppo_lstm``) acts from each env's memory, kept here and zeroed where an episode
+   ended, as ``data.env_loop`` does for gymnasium envs;
 2. once per call: the data is checked finite and the returns of the episodes that ended are read back,
    together (the logger and ``ctx.episode_returns`` need them as numbers);
 3. as ``StepCollector``: n-step transitions per env stream (``NStepBuilder``), or the time-major chunk for
@@ -55,6 +57,11 @@ class DeviceStepCollector:
         if not isinstance(env, TorchVectorEnv):
             raise TypeError(f"DeviceStepCollector steps a data.torch_env.TorchVectorEnv, got {type(env).__name__}: "
                             f"use middleware.StepCollector for gymnasium vector envs")
+        self._recurrent = callable(getattr(policy, "initial_state", None))
+        if self._recurrent and not time_major:
+            raise ValueError(f"{type(getattr(policy, 'policy', policy)).__name__} is recurrent: its steps depend on "
+                             f"the memory of the steps before them, which n-step transitions for a replay buffer "
+                             f"lose; collect for it in the on-policy mode (time_major=True)")
         n_sample = int(n_sample)
         if n_sample <= 0:
             raise ValueError(f"policy.collect.n_sample must be positive, got {n_sample}")
@@ -67,6 +74,7 @@ class DeviceStepCollector:
         self._obs_shape = tuple(env.single_observation_space.shape)
         self._obs: Optional[torch.Tensor] = None
         self._episode_return: Optional[torch.Tensor] = None
+        self._state: Optional[torch.Tensor] = None  # a recurrent policy's memory, one row per env
 
     def __call__(self, ctx: OnlineRLContext) -> None:
         start = time.perf_counter()
@@ -75,6 +83,8 @@ class DeviceStepCollector:
         if self._obs is None:  # first use: reset with the seed
             self._obs = env.reset(seed=self.seed)[0]
             self._episode_return = torch.zeros(envs, dtype=torch.float64, device=device)
+            if self._recurrent:
+                self._state = policy.initial_state(envs)
         obs_buf = torch.empty((steps, envs) + self._obs_shape, dtype=torch.float32, device=device)
         next_buf = torch.empty_like(obs_buf)
         reward_buf = torch.empty((steps, envs), dtype=torch.float32, device=device)
@@ -86,7 +96,8 @@ class DeviceStepCollector:
         for t in range(steps):
             # 1. act on the current observations, and keep what the policy returned
             obs = self._obs
-            out = policy.forward(obs, **kwargs)
+            out = policy.forward(obs, **kwargs) if not self._recurrent else policy.forward(obs, state=self._state,
+                                                                                            **kwargs)
             for key, value in out.items():
                 if t == 0 and key not in out_bufs:
                     if not isinstance(value, torch.Tensor):
@@ -107,6 +118,10 @@ class DeviceStepCollector:
             episode_return += reward
             return_buf[t] = episode_return
             episode_return.masked_fill_(terminated | truncated, 0.0)
+            if self._recurrent:  # an episode that ended starts its successor from zero memory (data.env_loop)
+                next_state = out["next_state"]
+                ended = (terminated | truncated).reshape((envs,) + (1,) * (next_state.dim() - 1))
+                self._state = next_state.masked_fill(ended, 0.0)
             self._obs = next_obs
         # once per call: the checks and the finished episodes' returns, read back together
         done_buf = term_buf | trunc_buf

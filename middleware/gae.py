@@ -1,24 +1,35 @@
 """The GAE middleware: advantages and returns for what an on-policy collector just gathered
-(the computation itself is ``data.gae.gae_advantages``)."""
+(the computation itself is ``data.gae.gae_advantages``).
+
+A recurrent policy's values depend on its memory: the collector stored the memory after each step
+(``next_state``, before the reset at an episode end), and ``V(next_obs)`` is taken from it, so a truncated
+episode bootstraps from its real final observation with the memory that saw the episode. Its rollout is then
+cut into sequences (``data.sequences``) instead of flattened into transitions."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
+from data.batch import make_batch
 from data.gae import gae_advantages
+from data.sequences import to_sequences
 from engine.context import OnlineRLContext
 from engine.protocols import ValuePolicy, require
 
 __all__ = ["gae_estimator"]
 
 
-def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float) -> Callable[[OnlineRLContext], None]:
+def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
+                  seq_len: Optional[int] = None) -> Callable[[OnlineRLContext], None]:
     """Middleware: add ``adv`` and ``returns`` to the time-major ``[T, E]`` ``ctx.trajectories`` of an
-    on-policy collector, in place, then flatten the batch to ``[T * E]`` transitions for minibatching.
+    on-policy collector, in place, then flatten the batch to ``[T * E]`` transitions for minibatching, or
+    (``seq_len``) cut it into ``[E * T / seq_len, seq_len]`` sequences for a recurrent policy.
 
     Args:
-        policy: ``policy.collect_mode``; its ``value(obs)`` gives the bootstrap values.
+        policy: ``policy.collect_mode``; its ``value(obs)`` gives the bootstrap values (a recurrent policy's
+            ``value(obs, state=next_state)``, when the rollout holds ``next_state``).
         gamma: discount factor (``policy.discount_factor``).
         lam: GAE lambda (``policy.collect.gae_lambda``).
+        seq_len: cut the rollout into sequences of this many steps (``policy.learn.seq_len`` of ``ppo_lstm``).
     """
     require(policy, ValuePolicy, "the GAE estimator's policy")
     if policy.value is None:
@@ -31,9 +42,14 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float) -> Callable[
         if traj is None:
             return
         steps, envs = traj.reward.shape[:2]
-        next_value = policy.value(traj.next_obs.reshape((steps * envs,) + tuple(traj.next_obs.shape[2:])))
+        rows = lambda x: x.reshape((steps * envs,) + tuple(x.shape[2:]))  # noqa: E731
+        memory = {"state": rows(traj.next_state)} if "next_state" in traj else {}
+        next_value = policy.value(rows(traj.next_obs), **memory)
         traj.adv, traj.returns = gae_advantages(traj.reward, traj.value, next_value.reshape(steps, envs),
                                                 traj.terminated, traj.truncated, gamma, lam)
-        ctx.trajectories = traj.flatten(0, 1)
+        if seq_len is None:
+            ctx.trajectories = traj.flatten(0, 1)
+        else:
+            ctx.trajectories = make_batch(to_sequences({key: traj[key] for key in traj.keys()}, seq_len))
 
     return _gae_estimator

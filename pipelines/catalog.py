@@ -41,6 +41,7 @@ ALGOS: Dict[str, AlgoRow] = {
     "ddpg": AlgoRow(False, True, "off_policy"),  # TD3's special case: one critic, no delay, no smoothing
     "dqn": AlgoRow(True, False, "off_policy"),
     "ppo": AlgoRow(True, True, "on_policy"),
+    "ppo_lstm": AlgoRow(True, True, "on_policy"),  # recurrent PPO: an LSTM/GRU actor-critic for partial observability
     "rainbow": AlgoRow(True, False, "off_policy"),  # DQN with C51, noisy layers, PER, n-step, dueling, double Q
     "sac": AlgoRow(False, True, "off_policy"),
     "td3": AlgoRow(False, True, "off_policy"),

@@ -18,6 +18,10 @@ minibatch together (``policies.ppo.normalise_advantages``), and for TD3, whose t
 for the global batch, each rank taking its rows (``policies.td3``). A loss that draws random numbers per rank
 (SAC's sampled actions) differs from one process by design; the other findings still hold.
 
+A recurrent policy (``ppo_lstm``) learns from whole sequences, each unrolled from the memory stored with its
+first step: the ranks' sequences, joined along the sequence axis, are the one-process batch, and the
+comparison is exact as for PPO.
+
 Noisy layers (``policies.noisy``, Rainbow) draw new noise at every forward, and under DDP each rank draws its
 own, by design (each rank's generator is seeded ``seed + rank``): the averaged gradient is then an average over
 noise draws too, which no one-process update reproduces. The check therefore turns their noise off on every
@@ -156,7 +160,15 @@ def compare_ranks(records: List[Mapping[str, Any]], reference: Mapping[str, torc
     return DDPCheckReport(max_difference=max_diff, worst_parameter=worst, differ_across_ranks=differ,
                           unused=unused, buffers_differ=buffers_differ, ok=ok, tolerance=tolerance,
                           noise_off=bool(records[0].get("noise_off", False)),
-                          world_size=len(records), batch_size=len(next(iter(records[0]["batch"].values()))))
+                          world_size=len(records), batch_size=_transitions(records[0]["batch"]))
+
+
+def _transitions(batch: Mapping[str, torch.Tensor]) -> int:
+    """Transitions in a rank's batch: its rows, or the steps of its sequences (a recurrent policy's ``[B, L]``
+    fields, ``data.sequences``)."""
+    if "reward" in batch:
+        return int(batch["reward"].numel())
+    return len(next(iter(batch.values())))
 
 
 def check_ddp(input_cfg: ConfigPair, nproc: int = 2, seed: int = 0, tolerance: float = 1e-5) -> DDPCheckReport:

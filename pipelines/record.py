@@ -49,9 +49,15 @@ class EpsGreedy:
         self._space = action_space
         self._eps = float(eps)
         self._rng = np.random.default_rng(seed)
+        #: a recurrent policy's (``ppo_lstm``): the env loop then carries its memory through this wrapper
+        self.initial_state = getattr(policy, "initial_state", None)
 
-    def forward(self, obs: np.ndarray) -> Dict[str, Any]:
-        action = np.asarray(self._policy.forward(obs)["action"])
+    def forward(self, obs: np.ndarray, **kwargs: Any) -> Dict[str, Any]:
+        """The policy's greedy action, replaced at random with probability ``eps``; ``kwargs`` (a recurrent
+        policy's ``state``) go to the policy, and what it returns besides the action (its ``next_state``) comes
+        back with it."""
+        out = self._policy.forward(obs, **kwargs)
+        action = np.asarray(out["action"])
         if self._eps > 0:
             explore = self._rng.random(len(action)) < self._eps
             if explore.any():
@@ -62,7 +68,7 @@ class EpsGreedy:
                                                       (len(action),) + tuple(self._space.shape))
                 mask = explore.reshape((-1,) + (1,) * (action.ndim - 1))
                 action = np.where(mask, random_action.astype(action.dtype), action)
-        return {"action": action}
+        return {**out, "action": action}
 
 
 def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt: str, episodes: int, dataset: str,

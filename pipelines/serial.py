@@ -170,6 +170,10 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
         raise SpaceMismatchError(f"env {cfg.env.env_id!r} (type {cfg.env.type!r}): {err}") from err
     except ValueError as err:  # a value of its config the policy refuses: the user's to fix
         raise ConfigError(f"policy {cfg.policy.type!r}: {err}") from err
+    if getattr(policy, "recurrent", False) and not on_policy:
+        raise ConfigError(f"policy {cfg.policy.type!r} is recurrent but learns from a replay buffer, whose single "
+                          f"transitions lose the memory each step acted from: a recurrent policy needs the on-policy "
+                          f"pipeline (pipeline = 'on_policy', as ppo_lstm)")
     follow_device(collector_env, policy.collect_mode.device)  # torch envs without env.device: where the policy acts
     frame_stack = cfg.env.get("frame_stack") if len(collector_env.single_observation_space.shape) == 3 else None
     buffer = None if on_policy else stages.replay_buffer(cfg.policy, seed=seed_r, frame_stack=frame_stack,

@@ -18,6 +18,7 @@ from data.envs import make_vector_env
 from data.torch_env import TorchVectorEnv
 from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, RingStorage, Sampler, UniformSampler
 from data.replay.device import resolve_replay_device
+from data.sequences import SequenceError, check_seq_len
 from engine.config import ConfigError, plain
 from engine.distributed import DistributedError, default_timeout
 from engine.preemption import PreemptionGuard
@@ -36,8 +37,8 @@ from middleware.trackers import TRACKERS, start_trackers
 from policies.base import Policy
 
 __all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration", "random_collect",
-           "off_policy_learner", "on_policy_learner", "gae", "checkpoint_saver", "shard_saver", "logs", "logger",
-           "preemption", "termination", "ddp", "OFFLINE_DEFAULT_UPDATES"]
+           "off_policy_learner", "on_policy_learner", "gae", "sequence_length", "checkpoint_saver", "shard_saver",
+           "logs", "logger", "preemption", "termination", "ddp", "OFFLINE_DEFAULT_UPDATES"]
 
 logger_ = logging.getLogger(__name__)
 
@@ -163,13 +164,31 @@ def off_policy_learner(cfg: Mapping[str, Any], policy: Policy, buffer: ReplayBuf
 
 
 def on_policy_learner(cfg: Mapping[str, Any], policy: Policy) -> OnPolicyLearner:
+    """Epochs of minibatches of ``policy.learn.batch_size`` transitions: rows of the flattened rollout, or
+    for a recurrent policy ``batch_size / seq_len`` whole sequences (``data.sequences``)."""
     learn = cfg["policy"]["learn"]
-    return OnPolicyLearner(policy.learn_mode, epochs=learn["epoch_per_collect"], batch_size=learn["batch_size"])
+    seq_len = sequence_length(cfg, policy)
+    rows = learn["batch_size"] if seq_len is None else max(1, learn["batch_size"] // seq_len)
+    return OnPolicyLearner(policy.learn_mode, epochs=learn["epoch_per_collect"], batch_size=rows)
 
 
 def gae(cfg: Mapping[str, Any], policy: Policy) -> Any:
     pcfg = cfg["policy"]
-    return gae_estimator(policy.collect_mode, gamma=pcfg["discount_factor"], lam=pcfg["collect"]["gae_lambda"])
+    return gae_estimator(policy.collect_mode, gamma=pcfg["discount_factor"], lam=pcfg["collect"]["gae_lambda"],
+                         seq_len=sequence_length(cfg, policy))
+
+
+def sequence_length(cfg: Mapping[str, Any], policy: Policy) -> Optional[int]:
+    """A recurrent policy's ``policy.learn.seq_len``, checked at start against the steps per env of a collect
+    (``n_sample / env.collector_env_num``, rounded up as the collector does); None for a feed-forward policy."""
+    if not getattr(policy, "recurrent", False):
+        return None
+    envs = int(cfg["env"]["collector_env_num"])
+    try:
+        return check_seq_len(math.ceil(int(cfg["policy"]["collect"]["n_sample"]) / envs), envs,
+                             cfg["policy"]["learn"]["seq_len"])
+    except SequenceError as err:
+        raise ConfigError(str(err)) from None
 
 
 def checkpoint_saver(cfg: Mapping[str, Any], policy: Policy, buffer: Optional[ReplayBuffer],

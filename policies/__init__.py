@@ -2,8 +2,9 @@
 from .base import CollectMode, EvalMode, LearnMode, NonFiniteLossError, Policy, SpaceMismatchError
 from .dqn import DQNPolicy
 from .ppo import A2CPolicy, PPOPolicy
+from .ppo_lstm import PPOLSTMPolicy
 from .rainbow import RainbowPolicy
 from .sac import SACPolicy
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DQNPolicy", "RainbowPolicy", "PPOPolicy", "A2CPolicy", "SACPolicy"]
+           "DQNPolicy", "RainbowPolicy", "PPOPolicy", "A2CPolicy", "PPOLSTMPolicy", "SACPolicy"]

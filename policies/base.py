@@ -11,6 +11,11 @@ the contracts of ``engine.protocols``:
   collection (at least ``action``); ``value(obs)`` for actor-critic algorithms, else None.
 - ``eval_mode`` (``EvalPolicy``): ``forward(obs) -> dict`` acts greedily for evaluation.
 
+A recurrent policy (``policies.ppo_lstm``, ``recurrent = True``) defines ``initial_state_on(mode)``; its collect
+and eval modes then expose ``initial_state(num_envs)``, and their ``forward(obs, state=...)`` takes the memory of each env and returns the next one
+(``next_state``). The env loop that steps them holds that memory (``data.env_loop``); the modes of a
+feed-forward policy have ``initial_state = None``.
+
 ``acting_weights()`` / ``load_acting_weights()`` carry the weights a policy acts with to a copy of it in
 another process (background evaluation, ``middleware.background_eval``).
 
@@ -113,7 +118,8 @@ class CollectMode:
         self.forward: Callable[..., Dict[str, Any]] = policy._checked("collect", policy._watched(
             "collect", policy._forward_collect))
         value = getattr(policy, "_value", None)
-        self.value: Optional[Callable[[Any], Any]] = policy._checked("collect", value) if value else None
+        self.value: Optional[Callable[..., Any]] = policy._checked("collect", value) if value else None
+        self.initial_state: Optional[Callable[[int], torch.Tensor]] = policy.initial_state_on("collect")
         self.cfg = policy.cfg
 
     @property
@@ -128,6 +134,7 @@ class EvalMode:
         self.policy = policy
         self.forward: Callable[..., Dict[str, Any]] = policy._checked("eval", policy._watched(
             "eval", policy._forward_eval))
+        self.initial_state: Optional[Callable[[int], torch.Tensor]] = policy.initial_state_on("eval")
         self.cfg = policy.cfg
 
     @property
@@ -216,6 +223,14 @@ class Policy:
         if self._eval_mode is None:
             self._eval_mode = EvalMode(self)
         return self._eval_mode
+
+    #: whether the policy acts with a memory carried from step to step (``initial_state_on``)
+    recurrent: bool = False
+
+    def initial_state_on(self, mode: str) -> Optional[Callable[[int], torch.Tensor]]:
+        """A recurrent policy's ``initial_state(num_envs)`` for ``mode`` ("collect" or "eval"): the memory an
+        episode starts from, one row per env, on that mode's device. None for a feed-forward policy."""
+        return None
 
     # ---- weights for a copy of this policy elsewhere -------------------------------------------------
     def acting_weights(self) -> Dict[str, Any]:

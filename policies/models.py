@@ -17,7 +17,8 @@ from torch import nn
 from .distributional import support
 from .noisy import NoisyLinear
 
-__all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "Q_DISTRIBUTIONS", "ActorCritic", "SquashedGaussianActor",
+__all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "Q_DISTRIBUTIONS", "ActorCritic", "RecurrentActorCritic",
+           "RNN_TYPES", "SquashedGaussianActor",
            "DeterministicActor", "TwinQ", "SingleQ"]
 
 
@@ -230,6 +231,147 @@ class ActorCritic(nn.Module):
         """The actor's output alone (logits, or the mean for continuous actions): ``forward``'s first part
         without the critic, for a module that only acts (``policies.greedy``)."""
         return self.actor_head(self.actor(self.shared(obs))).float()
+
+
+#: the recurrent cells ``RecurrentActorCritic`` builds, by ``policy.model.rnn_type``
+RNN_TYPES = ("lstm", "gru")
+
+
+class _RecurrentCore(nn.Module):
+    """An encoder and one LSTM or GRU layer: observations and a memory ``[B, S, H]`` in, features and the next
+    memory out."""
+
+    def __init__(self, obs_shape: Sequence[int], encoder_hidden: Sequence[int], lstm: bool, hidden_size: int) -> None:
+        super().__init__()
+        self.lstm = lstm
+        self.encoder, in_dim = encoder(obs_shape, encoder_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
+        self.rnn = (nn.LSTM if lstm else nn.GRU)(in_dim, hidden_size, batch_first=True)
+        for layer in self.encoder.modules():
+            if isinstance(layer, (nn.Linear, nn.Conv2d)):
+                _orthogonal(layer, 2 ** 0.5)
+        for name, param in self.rnn.named_parameters():  # CleanRL's LSTM init: orthogonal weights, zero biases
+            if "weight" in name:
+                nn.init.orthogonal_(param, 1.0)
+            else:
+                nn.init.zeros_(param)
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs [B, L, *obs_shape]`` -> ``[B, L, in]``."""
+        batch, length = obs.shape[:2]
+        return self.encoder(obs.reshape((batch * length,) + tuple(obs.shape[2:]))).reshape(batch, length, -1)
+
+    def run(self, x: torch.Tensor, state: torch.Tensor) -> tuple:
+        """The recurrent layer over ``x [B, T, in]`` from ``state [B, S, H]``: ``(outputs [B, T, H], next state)``."""
+        if self.lstm:
+            out, (h, c) = self.rnn(x, (state[:, 0].unsqueeze(0).contiguous(), state[:, 1].unsqueeze(0).contiguous()))
+            return out, torch.stack((h[0], c[0]), 1)
+        out, h = self.rnn(x, state[:, 0].unsqueeze(0).contiguous())
+        return out, h[0].unsqueeze(1)
+
+
+class RecurrentActorCritic(nn.Module):
+    """An actor-critic with a memory: an encoder and one LSTM or GRU layer (a core), and actor and critic heads on
+    its output. By default the actor and the critic each have their own core, as in SB3-contrib's RecurrentPPO:
+    one shared core (``shared_core``, CleanRL's ``ppo_atari_lstm.py``) lets the value loss, whose scale is the
+    returns', drown the policy's gradient in their common clipped norm.
+
+    The memory of a batch of envs is one tensor ``[B, S, H]``: for each core, 2 rows (h, c) for an LSTM or 1 (h)
+    for a GRU (actor's first); zeros at an episode's start (``initial_state``).
+
+    - ``step(obs, state) -> (head, value, next_state)``: one time step for ``B`` envs (acting);
+    - ``forward(obs, state, episode_start) -> (head, value)``: the unroll of ``B`` sequences of ``L`` steps
+      (``obs [B, L, *obs_shape]``, ``state [B, S, H]`` the memory before each sequence's first step,
+      ``episode_start [B, L]`` True where an episode begins inside a sequence), with outputs for the ``B * L``
+      steps in row order ``b * L + t``. The memory is zeroed before a step whose ``episode_start`` is set, as
+      acting zeroed it there, so the unroll reproduces acting exactly. Learning goes through ``forward``: one
+      forward per update for a DDP wrapper, every parameter used.
+
+    The unroll runs the recurrent layers over whole stretches of time in one call (torch's fused LSTM/GRU, ~5x
+    faster on a CPU than a Python loop over time steps), and splits the sequences only at the time steps where
+    some sequence starts an episode, where the memory of those rows is zeroed. Finding those steps reads
+    ``episode_start`` on the host: one small wait per update on a GPU.
+
+    Examples:
+        >>> net = RecurrentActorCritic(2, 2, [8], "lstm", 16, [8], [8], continuous=False)
+        >>> logits, value, state = net.step(torch.zeros(3, 2), net.initial_state(3))
+        >>> logits.shape, value.shape, state.shape
+        (torch.Size([3, 2]), torch.Size([3]), torch.Size([3, 4, 16]))
+        >>> logits, value = net(torch.zeros(3, 5, 2), net.initial_state(3), torch.zeros(3, 5, dtype=torch.bool))
+        >>> logits.shape, value.shape
+        (torch.Size([15, 2]), torch.Size([15]))
+    """
+
+    def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, encoder_hidden: Sequence[int], rnn_type: str,
+                 hidden_size: int, actor_hidden: Sequence[int], critic_hidden: Sequence[int], continuous: bool,
+                 init_log_std: float = 0.0, shared_core: bool = False) -> None:
+        super().__init__()
+        if rnn_type not in RNN_TYPES:
+            raise ValueError(f"policy.model.rnn_type={rnn_type!r} is not a recurrent layer baton builds: choose one "
+                             f"of {', '.join(RNN_TYPES)}")
+        if int(hidden_size) < 1:
+            raise ValueError(f"policy.model.hidden_size must be >= 1, got {hidden_size}")
+        self.continuous = continuous
+        self.hidden_size = int(hidden_size)
+        obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
+        lstm = rnn_type == "lstm"
+        self.cores = nn.ModuleList(_RecurrentCore(obs_shape, encoder_hidden, lstm, self.hidden_size)
+                                   for _ in range(1 if shared_core else 2))
+        self.core_rows = 2 if lstm else 1
+        self.actor = mlp(self.hidden_size, actor_hidden, nn.Tanh)
+        self.critic = mlp(self.hidden_size, critic_hidden, nn.Tanh)
+        for layer in list(self.actor) + list(self.critic):
+            if isinstance(layer, nn.Linear):
+                _orthogonal(layer, 2 ** 0.5)
+        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1] if actor_hidden else self.hidden_size, action_dim),
+                                      0.01)
+        self.critic_head = _orthogonal(nn.Linear(critic_hidden[-1] if critic_hidden else self.hidden_size, 1), 1.0)
+        if continuous:
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+
+    def initial_state(self, batch: int, device: Optional[torch.device] = None) -> torch.Tensor:
+        """The memory at an episode's start: zeros ``[batch, S, H]``."""
+        return torch.zeros(batch, self.core_rows * len(self.cores), self.hidden_size, device=device)
+
+    def _unroll(self, xs: list, state: torch.Tensor) -> tuple:
+        """Every core over its encoded inputs ``xs[i] [B, T, in]`` from ``state``: features of the actor and the
+        critic ``[B, T, H]`` each, and the next memory."""
+        rows, outs, states = self.core_rows, [], []
+        for i, (core, x) in enumerate(zip(self.cores, xs)):
+            out, next_state = core.run(x, state[:, i * rows:(i + 1) * rows])
+            outs.append(out)
+            states.append(next_state)
+        return outs[0], outs[-1], torch.cat(states, 1)
+
+    def _heads(self, actor_features: torch.Tensor, critic_features: torch.Tensor) -> tuple:
+        value = self.critic_head(self.critic(critic_features)).squeeze(-1).float()
+        out = self.actor_head(self.actor(actor_features)).float()
+        if self.continuous:
+            return (out, self.log_std.expand_as(out)), value
+        return out, value
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple:
+        xs = [core.encode(obs.unsqueeze(1)) for core in self.cores]
+        actor, critic, next_state = self._unroll(xs, state)
+        head, value = self._heads(actor[:, 0], critic[:, 0])
+        return head, value, next_state
+
+    def value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """V of ``obs`` for envs whose memory before it is ``state``."""
+        return self.step(obs, state)[1]
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor) -> tuple:
+        batch, length = episode_start.shape[:2]
+        xs = [core.encode(obs) for core in self.cores]
+        keep = (~episode_start.bool()).to(state.dtype).reshape(batch, length, 1, 1)
+        # the stretches of time between the steps where some sequence starts an episode
+        cuts = [0] + [t for t in episode_start.bool().any(0).nonzero().flatten().tolist() if t > 0] + [length]
+        actor, critic = [], []
+        for lo, hi in zip(cuts[:-1], cuts[1:]):  # the memory zeroed where an episode starts at lo
+            a, c, state = self._unroll([x[:, lo:hi] for x in xs], state * keep[:, lo])
+            actor.append(a)
+            critic.append(c)
+        return self._heads(torch.cat(actor, 1).reshape(batch * length, -1),
+                           torch.cat(critic, 1).reshape(batch * length, -1))
 
 
 class SquashedGaussianActor(nn.Module):

@@ -81,9 +81,7 @@ class PPOPolicy(Policy):
         resolve_shape(model_cfg, "obs_shape", observation_space.shape, self.algo, f"observation shape "
                       f"{observation_space.shape}")
         resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
-        self._init_model(lambda: ActorCritic(obs_shape, action_dim, model_cfg["actor_head_hidden_size_list"],
-                                             model_cfg["critic_head_hidden_size_list"], self.continuous,
-                                             model_cfg["init_log_std"]))
+        self._init_model(lambda: self._make_model(obs_shape, action_dim))
         learn = cfg["learn"]
         self._optimizer = make_adam(self._model.parameters(), eps=1e-5, **self._optimizer_settings()[0])
         self._clip = float(learn["clip_ratio"])
@@ -96,6 +94,12 @@ class PPOPolicy(Policy):
         if self.continuous:
             self._low, self._high = action_space.low, action_space.high
             self._bounds_on: Dict[torch.device, tuple] = {}
+
+    def _make_model(self, obs_shape: tuple, action_dim: int) -> torch.nn.Module:
+        """The actor-critic of ``policy.model`` (a recurrent one for ``ppo_lstm``)."""
+        model_cfg = self.cfg["model"]
+        return ActorCritic(obs_shape, action_dim, model_cfg["actor_head_hidden_size_list"],
+                           model_cfg["critic_head_hidden_size_list"], self.continuous, model_cfg["init_log_std"])
 
     # ---- distributions ---------------------------------------------------------------------------
     def _dist(self, head: Any) -> torch.distributions.Distribution:
@@ -125,28 +129,39 @@ class PPOPolicy(Policy):
         return -surrogate.mean(), stats
 
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
-        dev = self.device
-        obs = self._obs(batch.obs)
-        action = batch.raw_action.to(dev).float() if self.continuous else batch.action.to(dev).long()
-        adv = batch.adv.to(dev).float()
+        dev, rows = self.device, self._rows
+        inputs = self._learn_inputs(batch)
+        action = rows(batch.raw_action.to(dev).float() if self.continuous else batch.action.to(dev).long())
+        adv = rows(batch.adv.to(dev).float())
         if self._adv_norm and len(adv) > 1:
             adv = normalise_advantages(adv)
-        returns = batch.returns.to(dev).float()
-        logp_old = batch.logp.to(dev).float()
-        value_old = batch.value.to(dev).float() if self._value_clip else None
+        returns = rows(batch.returns.to(dev).float())
+        logp_old = rows(batch.logp.to(dev).float())
+        value_old = rows(batch.value.to(dev).float()) if self._value_clip else None
 
-        loss, stats = self._hot("loss", self._loss, "learn")(obs, action, adv, returns, logp_old, value_old)
+        loss, stats = self._hot("loss", self._loss, "learn")(inputs, action, adv, returns, logp_old, value_old)
         self._check_finite(loss, self.algo)
 
         self._optimize(loss, self._grad_clip)
         return {"loss": loss.detach(), **stats}
 
-    def _loss(self, obs: torch.Tensor, action: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor,
+    def _learn_inputs(self, batch: Any) -> tuple:
+        """What the learn model's forward takes for ``batch``: its observations (a recurrent policy adds its
+        start states and episode starts, ``policies.ppo_lstm``)."""
+        return (self._obs(batch.obs),)
+
+    def _rows(self, value: torch.Tensor) -> torch.Tensor:
+        """A field of the learn batch laid out as the model's outputs are: one row per transition (a
+        recurrent policy's sequences ``[B, L]`` are flattened, ``policies.ppo_lstm``)."""
+        return value
+
+    def _loss(self, inputs: tuple, action: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor,
               logp_old: torch.Tensor, value_old: Optional[torch.Tensor]) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``; the
         advantages arrive normalised (``normalise_advantages``: its collective stays out of the compiled
-        graph)."""
-        head, value = self._learn_model(obs)
+        graph). One forward of the learn model on ``inputs`` (``_learn_inputs``), so that a DDP wrapper sees
+        one forward and one backward per update."""
+        head, value = self._learn_model(*inputs)
         dist = self._dist(head)
         logp = self._log_prob(dist, action)
         policy_loss, stats = self._policy_loss(logp, logp_old, adv)

@@ -29,7 +29,7 @@ QUICK_ATARI_DQN = ["policy.random_collect_size=0", "policy.learn.update_per_coll
 def _quick(path):
     if "atari" not in path:
         return []
-    return QUICK_ATARI + (QUICK_ATARI_PPO if "ppo" in path else QUICK_ATARI_DQN)
+    return QUICK_ATARI + (QUICK_ATARI_PPO if "ppo" in os.path.basename(path) else QUICK_ATARI_DQN)
 
 
 def _needs(path):

@@ -30,6 +30,7 @@ def test_dqn_on_cartpole_trains_without_a_config_file(tmp_path, monkeypatch, alg
     ("sac", "MountainCarContinuous-v0", "gym", [2], 1),
     ("a2c", "Acrobot-v1", "gym", [6], 3),
     ("rainbow", "Acrobot-v1", "gym", [6], 3),
+    ("ppo_lstm", "Pendulum-v1", "pendulum", [3], 1),
 ])
 def test_algo_env_builds_a_model_sized_from_the_env(tmp_path, algo, env_id, env_type, obs_shape, action_shape):
     main_config, create_config = build_config(algo, env_id)
@@ -56,7 +57,7 @@ def test_atari_ids_use_the_atari_family():
 @pytest.mark.parametrize("argv,message", [
     (["--algo", "dqn", "--env", "Pendulum-v1"],
      r"--algo dqn does not fit --env Pendulum-v1 \(action space Box\(-2\.0, 2\.0, \(1,\), float32\)\).*"
-     r"Algorithms that fit: a2c, bc, ddpg, ppo, sac, td3"),
+     r"Algorithms that fit: a2c, bc, ddpg, ppo, ppo_lstm, sac, td3"),
     (["--algo", "dqm", "--env", "CartPole-v1"], r"--algo 'dqm' is not a registered algorithm; choose one of a2c, bc, cql, ddpg, dqn"),
     (["--algo", "dqn", "--env", "CartPol-v1"], r"--env 'CartPol-v1' is not a gymnasium id; did you mean CartPole-v1"),
     (["--algo", "dqn", "--env", "FrozenLake-v1"], r"observation space Discrete\(16\) is not a flat Box"),

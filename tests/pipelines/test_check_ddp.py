@@ -14,17 +14,21 @@ DQN_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "
 
 PPO_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_ppo_ddp_config.py")
 TD3_DDP = os.path.join(ROOT, "dizoo", "classic_control", "pendulum", "config", "pendulum_td3_ddp_config.py")
+PPO_LSTM_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config",
+                            "cartpole_masked_ppo_lstm_ddp_config.py")
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("config,overrides", [(DQN_DDP, []), (PPO_DDP, []),
-                                              (TD3_DDP, ["policy.learn.actor_update_freq=1"])],
-                         ids=["dqn", "ppo", "td3"])
+                                              (TD3_DDP, ["policy.learn.actor_update_freq=1"]),
+                                              (PPO_LSTM_DDP, ["policy.model.hidden_size=16"])],
+                         ids=["dqn", "ppo", "td3", "ppo_lstm"])
 def test_check_ddp_passes(config, overrides, tmp_path, monkeypatch, capsys):
     """PPO too: its advantages are normalised over every rank's minibatch (9e-4 off when each rank used its
     own statistics). TD3 too: its target smoothing noise is drawn for the global batch, each rank taking its
-    rows; the check's one update is an actor step (delay 1), so the actor is compared as well."""
+    rows; the check's one update is an actor step (delay 1), so the actor is compared as well. Recurrent PPO
+    too: each rank's whole sequences, unrolled from their stored memories, joined along the sequence axis."""
     from pipelines.cli import main
 
     monkeypatch.chdir(tmp_path)

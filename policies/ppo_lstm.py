@@ -1,0 +1,199 @@
+"""Recurrent PPO (``create_config.policy.type='ppo_lstm'``): PPO whose actor-critic carries a memory (an LSTM or
+GRU cell, ``policies.models.RecurrentActorCritic``), for tasks whose state is not in one observation (CartPole
+with its velocities hidden, ``cartpole_masked``).
+
+The loss is PPO's own (``PPOPolicy._loss``, the clipped surrogate, value and entropy terms, advantages
+normalised over every rank's minibatch); what differs is where the memory lives and how learning replays it:
+
+- acting: ``collect_mode.forward(obs, state=...)`` / ``eval_mode.forward(obs, state=...)`` take each env's
+  memory and return the next one (``next_state``); the env loop holds it per env and zeroes the rows of envs
+  whose episode ended, terminated and truncated alike (``data.env_loop``). The collect forward also returns
+  the memory it acted from (``state``), which the collector stores with each step.
+- GAE (``middleware.gae``): ``V(next_obs)`` is taken from the memory after the step (``next_state``, before any
+  reset), so a truncated episode bootstraps from its real final observation with the memory that saw it.
+- learning: the ``[T, E]`` rollout is cut per env into sequences of ``learn.seq_len`` steps
+  (``data.sequences``), each with the memory before its first step and the flags of episodes that begin
+  inside it; a minibatch is ``learn.batch_size / seq_len`` whole sequences, shuffled as sequences, unrolled
+  from their stored memories with the memory zeroed at each episode start: in the first epoch it reproduces
+  the acting forward exactly (tests/policies/test_ppo_lstm.py). One forward and one backward per update, so
+  DDP wraps it like any model (``baton check-ddp``).
+
+Checkpoints hold the model and optimizer, as PPO's. The acting memory is not kept: a resumed run restarts its
+envs' episodes (an env's state is not in a checkpoint either), and an episode starts from zero memory.
+``baton export`` refuses this policy: its action depends on a memory that a one-input module cannot carry.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import numpy as np
+import torch
+
+from data.sequences import SequenceError, check_seq_len
+from engine.config import ConfigError
+from engine.registry import POLICY_REGISTRY
+
+from .base import to_numpy
+from .greedy import NotExportableError
+from .models import RNN_TYPES, RecurrentActorCritic
+from .ppo import PPOPolicy
+
+__all__ = ["PPOLSTMPolicy", "check_sequences"]
+
+
+@POLICY_REGISTRY.register("ppo_lstm")
+class PPOLSTMPolicy(PPOPolicy):
+    """PPO with an LSTM (or GRU) actor-critic (module docstring)."""
+
+    algo = "PPO-LSTM"
+    recurrent = True
+
+    @classmethod
+    def default_config(cls) -> Dict[str, Any]:
+        cfg = PPOPolicy.default_config()
+        cfg["model"].update(
+            encoder_hidden_size_list=[64],   # MLP (or Nature CNN + MLP for images) before the recurrent layer
+            rnn_type="lstm",                 # "lstm" or "gru"
+            hidden_size=64,                  # the recurrent layer's size
+            shared_core=False,               # one encoder + recurrent layer for actor and critic (CleanRL); False:
+                                             # one each (SB3-contrib's default), so the value loss cannot drown
+                                             # the policy gradient in their common clipped gradient norm
+            actor_head_hidden_size_list=[64],
+            critic_head_hidden_size_list=[64],
+        )
+        cfg["learn"].update(
+            batch_size=256,                  # transitions per minibatch: batch_size / seq_len whole sequences
+            seq_len=32,                      # steps per learning sequence; must divide the steps per env of a
+                                             # collect (n_sample / env.collector_env_num)
+        )
+        return cfg
+
+    def __init__(self, cfg: Any, observation_space: Any, action_space: Any,
+                 device: Optional[str | torch.device] = None) -> None:
+        check_sequences(cfg["model"], cfg["learn"])
+        super().__init__(cfg, observation_space, action_space, device)
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """At compile time, before any env starts: the recurrent model and the sequences, which must fit the steps
+        per env of a collect (``check_sequences``)."""
+        policy = cfg["policy"]
+        envs = int(cfg["env"]["collector_env_num"])
+        check_sequences(policy["model"], policy["learn"], math.ceil(int(policy["collect"]["n_sample"]) / envs), envs)
+
+    def _make_model(self, obs_shape: tuple, action_dim: int) -> torch.nn.Module:
+        model_cfg = self.cfg["model"]
+        return RecurrentActorCritic(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"], model_cfg["rnn_type"],
+                                    model_cfg["hidden_size"], model_cfg["actor_head_hidden_size_list"],
+                                    model_cfg["critic_head_hidden_size_list"], self.continuous,
+                                    model_cfg["init_log_std"], bool(model_cfg["shared_core"]))
+
+    # ---- memory --------------------------------------------------------------------------------------
+    def initial_state_on(self, mode: str) -> Callable[[int], torch.Tensor]:
+        device = self.mode_devices[mode]
+        return lambda num_envs: self._model.initial_state(int(num_envs), device)
+
+    def _state(self, state: Optional[torch.Tensor], mode: str) -> torch.Tensor:
+        if state is None:
+            raise TypeError(f"policy ppo_lstm acts with a memory: call its {mode}_mode.forward(obs, state=...) with "
+                            f"{mode}_mode.initial_state(num_envs) at the episodes' start and the returned "
+                            f"next_state after (data.env_loop.EnvLoop does this)")
+        return torch.as_tensor(state, device=self.mode_devices[mode]).float()
+
+    # ---- learn ---------------------------------------------------------------------------------------
+    def _learn_inputs(self, batch: Any) -> tuple:
+        """A batch of sequences ``[B, L]`` (``data.sequences``): observations, the memory before each sequence,
+        and where episodes start inside them."""
+        dev = self.device
+        return self._obs(batch.obs), batch.state.to(dev).float(), batch.episode_start.to(dev).bool()
+
+    def _rows(self, value: torch.Tensor) -> torch.Tensor:
+        return value.flatten(0, 1)
+
+    # ---- act -----------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _forward_collect(self, obs: Any, state: Optional[torch.Tensor] = None, random: bool = False) -> Dict[str, Any]:
+        """Sample an action from each env's memory ``state``; also return its log-prob, the state value, the
+        memory it acted from (``state``, stored with the step) and the next one (``next_state``)."""
+        state = self._state(state, "collect")
+        action, logp, value, next_state = self._hot("sample", self._sample_step, "collect")(
+            self._actor("collect"), self._obs(obs, "collect"), state)
+        if not isinstance(obs, torch.Tensor):
+            action, logp, value = to_numpy(action, logp, value)
+        out = {"action": action, "logp": logp, "value": value, "state": state, "next_state": next_state}
+        if self.continuous:
+            out["raw_action"] = action
+            if isinstance(action, torch.Tensor):
+                low, high = self._bounds(action.device)
+                out["action"] = torch.maximum(torch.minimum(action, high), low)
+            else:
+                out["action"] = np.clip(action, self._low, self._high)
+        return out
+
+    @torch.inference_mode()
+    def _forward_eval(self, obs: Any, state: Optional[torch.Tensor] = None) -> Dict[str, Any]:
+        """The most likely action from each env's memory; ``next_state`` for the loop to carry."""
+        state = self._state(state, "eval")
+        action, next_state = self._hot("mode", self._mode_step, "eval")(self._actor("eval"), self._obs(obs, "eval"),
+                                                                       state)
+        action = action.cpu().numpy()
+        if self.continuous:
+            action = np.clip(action, self._low, self._high)
+        return {"action": action, "next_state": next_state}
+
+    @torch.inference_mode()
+    def _value(self, obs: Any, state: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """V(obs) from the memory ``state`` each row had before it (GAE passes the steps' ``next_state``)."""
+        state = self._state(state, "collect")
+        value = self._hot("value", self._state_value_from, "collect")(self._actor("collect"),
+                                                                      self._obs(obs, "collect"), state)
+        return value.to(obs.device) if isinstance(obs, torch.Tensor) else value.cpu()
+
+    # the acting hot paths (compiled with policy.compile)
+    def _sample_step(self, model: torch.nn.Module, obs: torch.Tensor, state: torch.Tensor) -> tuple:
+        head, value, next_state = model.step(obs, state)
+        dist = self._dist(head)
+        action = dist.sample()
+        return action, self._log_prob(dist, action), value, next_state
+
+    def _mode_step(self, model: torch.nn.Module, obs: torch.Tensor, state: torch.Tensor) -> tuple:
+        head, _, next_state = model.step(obs, state)
+        return (head[0] if self.continuous else head.argmax(dim=-1)), next_state
+
+    def _state_value_from(self, model: torch.nn.Module, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        return model.value(obs, state)
+
+    def greedy_module(self) -> torch.nn.Module:
+        raise NotExportableError("policy ppo_lstm acts from a memory carried from step to step (its LSTM/GRU state), "
+                                 "which a module of observations in, actions out cannot hold: it is not exported. "
+                                 "Evaluate it with baton eval, which carries the memory per env")
+
+
+def check_sequences(model: Mapping[str, Any], learn: Mapping[str, Any], steps: Optional[int] = None,
+                    envs: Optional[int] = None) -> None:
+    """The recurrent model and the learning sequences of a ``ppo_lstm`` config; with ``steps`` per env of a
+    collect of ``envs`` envs, also that a sequence fits them (``data.sequences.check_seq_len``).
+
+    Raises:
+        ConfigError: an unknown ``model.rnn_type``, ``model.hidden_size`` or ``learn.seq_len`` below 1, a
+            ``seq_len`` that does not divide ``steps``, or a ``learn.batch_size`` that is not a whole number of
+            sequences (names the nearest one that is).
+    """
+    if model["rnn_type"] not in RNN_TYPES:
+        raise ConfigError(f"policy.model.rnn_type={model['rnn_type']!r} is not one of "
+                          f"{', '.join(map(repr, RNN_TYPES))}")
+    if int(model["hidden_size"]) < 1:
+        raise ConfigError(f"policy.model.hidden_size={model['hidden_size']} must be at least 1")
+    seq_len, batch_size = int(learn["seq_len"]), int(learn["batch_size"])
+    if seq_len < 1:
+        raise ConfigError(f"policy.learn.seq_len={seq_len} must be at least 1 (steps per learning sequence)")
+    if steps is not None:
+        try:
+            check_seq_len(steps, int(envs or 1), seq_len)
+        except SequenceError as err:
+            raise ConfigError(str(err)) from None
+    if batch_size % seq_len:
+        raise ConfigError(f"policy.learn.batch_size={batch_size} is not a whole number of sequences of "
+                          f"policy.learn.seq_len={seq_len} steps: a recurrent minibatch is whole sequences; set "
+                          f"batch_size to a multiple of seq_len (e.g. {max(1, batch_size // seq_len) * seq_len})")
