@@ -39,6 +39,7 @@ class PPOPolicy(Policy):
 
     pipeline = "on_policy"
     algo = "PPO"
+    supports_obs_norm = True
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -191,8 +192,9 @@ class PPOPolicy(Policy):
         """The most likely action: ``argmax`` of the logits, or the Gaussian mean clipped to the bounds
         (``Policy.greedy_module``)."""
         if self.continuous:
-            return GreedyActor(ActorOut(self._model), discrete=False, image=self._image, low=self._low, high=self._high)
-        return GreedyActor(ActorOut(self._model), discrete=True, image=self._image)
+            return GreedyActor(ActorOut(self._model), discrete=False, image=self._image, low=self._low, high=self._high,
+                               preprocess=self._export_obs_norm())
+        return GreedyActor(ActorOut(self._model), discrete=True, image=self._image, preprocess=self._export_obs_norm())
 
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -224,10 +226,11 @@ class PPOPolicy(Policy):
         return model.value(obs)
 
     def _obs(self, obs: Any, mode: str = "learn") -> torch.Tensor:
-        """Observations as a tensor on ``mode``'s device: float for vectors, uint8 frames left to the CNN."""
+        """Observations as a tensor on ``mode``'s device: float vectors (normalised with ``policy.obs_norm``),
+        uint8 frames left to the CNN."""
         device = self.device if mode == "learn" else self.mode_devices[mode]
         obs_t = torch.as_tensor(np.asarray(obs) if not isinstance(obs, torch.Tensor) else obs, device=device)
-        return obs_t if self._image else obs_t.float()
+        return obs_t if self._image else self._norm_obs(obs_t.float())
 
     # ---- state -----------------------------------------------------------------------------------
     def _optimizer_settings(self) -> List[Dict[str, float]]:
