@@ -1,0 +1,42 @@
+"""PPO on Hopper-v5: ``python dizoo/mujoco/config/hopper_ppo_config.py [--seed N] [--max-env-step N]``.
+
+Needs the mujoco extra: ``pip install "baton-rl[mujoco]"``. Settings of CleanRL's ``ppo_continuous_action.py``
+(Huang et al., 2022, "The 37 implementation details of PPO"; its MuJoCo benchmark): one env, 2,048 steps per
+collect, 10 epochs of 32 minibatches (64 transitions), Adam at 3e-4 (eps 1e-5), discount 0.99, GAE lambda 0.95,
+clip 0.2, value weight 0.5, no entropy bonus, advantages normalised per minibatch, gradient norm clipped at 0.5,
+separate 64x64 tanh actor and critic with orthogonal init and a state-independent log std starting at 0 (the
+policy's defaults), and observations normalised by their running mean and variance, clipped to [-10, 10]
+(``policy.obs_norm``: gymnasium's NormalizeObservation algorithm, which CleanRL wraps its env in).
+
+Where it departs from CleanRL, and why:
+
+- no reward scaling (CleanRL's NormalizeReward and its clip at 10): baton has none yet; without it the returns
+  are in the hundreds, so
+- no value clipping (CleanRL's ``clip_vloss``): its range is ``clip_ratio`` in return units, which would hold
+  the critic back at these returns (pendulum_ppo_config.py measured that);
+- a constant learning rate (CleanRL anneals it linearly to 0 over its 1M steps: baton has no schedule);
+- truncation bootstraps from the final observation (CleanRL treats the 1,000-step time limit as a
+  termination).
+
+Evaluation: 5 greedy episodes every 1,600 learner updates (5 collects, 10,240 env steps), with the statistics
+frozen. The budget is the caller's (the reference runs 1M env steps); the stop value is the env's.
+"""
+from easydict import EasyDict
+
+main_config = EasyDict(dict(
+    exp_name="hopper_ppo",
+    env=dict(),  # the mujoco family's defaults: 1 collecting env, 5 evaluation episodes
+    policy=dict(
+        obs_norm=True,  # the rest of CleanRL's settings are the policy's defaults (docstring)
+        eval=dict(evaluator=dict(eval_freq=1600)),  # every 5 collects of 320 updates
+    ),
+))
+create_config = EasyDict(dict(
+    env=dict(type="hopper"),
+    policy=dict(type="ppo"),
+))
+
+if __name__ == "__main__":
+    from pipelines import cli_main
+
+    cli_main((main_config, create_config))
