@@ -2,7 +2,9 @@
 (the computation itself is ``data.gae.gae_advantages``)."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
+
+import torch
 
 from data.gae import gae_advantages
 from engine.context import OnlineRLContext
@@ -11,7 +13,9 @@ from engine.protocols import ValuePolicy, require
 __all__ = ["gae_estimator"]
 
 
-def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float) -> Callable[[OnlineRLContext], None]:
+def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
+                  reward_scale: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None
+                  ) -> Callable[[OnlineRLContext], None]:
     """Middleware: add ``adv`` and ``returns`` to the time-major ``[T, E]`` ``ctx.trajectories`` of an
     on-policy collector, in place, then flatten the batch to ``[T * E]`` transitions for minibatching.
 
@@ -19,6 +23,9 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float) -> Callable[
         policy: ``policy.collect_mode``; its ``value(obs)`` gives the bootstrap values.
         gamma: discount factor (``policy.discount_factor``).
         lam: GAE lambda (``policy.collect.gae_lambda``).
+        reward_scale: ``(reward [T, E], done [T, E]) -> scaled reward``, used for the advantages and returns in
+            place of the rewards (PPO's ``policy.reward_norm``: ``policy.scale_rewards``); ``traj.reward`` stays
+            the env's.
     """
     require(policy, ValuePolicy, "the GAE estimator's policy")
     if policy.value is None:
@@ -32,7 +39,8 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float) -> Callable[
             return
         steps, envs = traj.reward.shape[:2]
         next_value = policy.value(traj.next_obs.reshape((steps * envs,) + tuple(traj.next_obs.shape[2:])))
-        traj.adv, traj.returns = gae_advantages(traj.reward, traj.value, next_value.reshape(steps, envs),
+        reward = traj.reward if reward_scale is None else reward_scale(traj.reward, traj.terminated | traj.truncated)
+        traj.adv, traj.returns = gae_advantages(reward, traj.value, next_value.reshape(steps, envs),
                                                 traj.terminated, traj.truncated, gamma, lam)
         ctx.trajectories = traj.flatten(0, 1)
 

@@ -10,7 +10,7 @@ __all__ = ["statistics_merger"]
 
 
 def statistics_merger(merge: Callable[[], None]) -> Callable[[OnlineRLContext], None]:
-    """Middleware that calls ``merge`` (e.g. ``policy.merge_obs_stats``) once every iteration, on every rank:
+    """Middleware that calls ``merge`` (e.g. ``policy.merge_statistics``) once every iteration, on every rank:
     under DDP ``merge`` is a collective, so no rank may skip it. Put it after the learner: what was collected
     and learned from in one iteration used the same statistics, and the next collection uses the merged ones.
     """

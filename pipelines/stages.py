@@ -169,7 +169,8 @@ def on_policy_learner(cfg: Mapping[str, Any], policy: Policy) -> OnPolicyLearner
 
 def gae(cfg: Mapping[str, Any], policy: Policy) -> Any:
     pcfg = cfg["policy"]
-    return gae_estimator(policy.collect_mode, gamma=pcfg["discount_factor"], lam=pcfg["collect"]["gae_lambda"])
+    return gae_estimator(policy.collect_mode, gamma=pcfg["discount_factor"], lam=pcfg["collect"]["gae_lambda"],
+                         reward_scale=policy.scale_rewards if getattr(policy, "scales_rewards", False) else None)
 
 
 def checkpoint_saver(cfg: Mapping[str, Any], policy: Policy, buffer: Optional[ReplayBuffer],

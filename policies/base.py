@@ -16,8 +16,9 @@ another process (background evaluation, ``middleware.background_eval``).
 
 ``policy.obs_norm`` (``policies.obs_norm``): the policy normalises observations before every network with
 running statistics that its collect mode updates (``collect_mode.forward`` observes what it is given) and
-``merge_obs_stats()`` merges across ranks once per iteration; checkpointed under ``obs_norm`` in the state,
-sent with ``acting_weights()``, inside ``greedy_module()``. A policy that routes its observations through
+``merge_statistics()`` merges across ranks once per iteration; checkpointed under ``obs_norm`` in the state,
+sent with ``acting_weights()``, inside ``greedy_module()``. PPO's ``policy.reward_norm`` (reward scaling) keeps
+its return statistics the same way, under ``reward_norm``. A policy that routes its observations through
 ``_norm_obs`` says so with ``supports_obs_norm = True``; the others refuse the switch.
 
 ``policy.compile`` / ``policy.amp`` (``policies.accel``, docs/performance.md): a policy calls the functions
@@ -215,6 +216,7 @@ class Policy:
         self._learn_mode = self._collect_mode = self._eval_mode = None
         self._noise = True  # noisy layers draw noise (set_noise)
         self._obs_norm = self._build_obs_norm(cfg, observation_space)
+        self._reward_norm: Optional[RunningObsNorm] = None  # PPO's policy.reward_norm builds one
 
     # ---- observation normalisation (policy.obs_norm) -------------------------------------------------
     def _build_obs_norm(self, cfg: Mapping[str, Any], observation_space: gym.Space) -> Optional[RunningObsNorm]:
@@ -239,16 +241,23 @@ class Policy:
                              f"{observation_space}; set policy.obs_norm=False")
         return RunningObsNorm(shape, cfg.get("obs_norm_clip", 10.0)).to(self.device)
 
-    @property
-    def normalises_obs(self) -> bool:
-        """Whether ``policy.obs_norm`` is on: the pipeline then calls ``merge_obs_stats`` every iteration."""
-        return self._obs_norm is not None
+    def _statistics(self) -> Dict[str, RunningObsNorm]:
+        """The running statistics this policy keeps, by state key: ``obs_norm`` and ``reward_norm`` when on."""
+        return {key: norm for key, norm in (("obs_norm", self._obs_norm), ("reward_norm", self._reward_norm))
+                if norm is not None}
 
-    def merge_obs_stats(self) -> None:
-        """Merge the observations collected since the last call into the statistics (all ranks' under DDP:
-        every rank calls it at the same point of each iteration). A no-op without ``policy.obs_norm``."""
-        if self._obs_norm is not None:
-            self._obs_norm.merge()
+    @property
+    def keeps_statistics(self) -> bool:
+        """Whether the policy keeps running statistics (``policy.obs_norm``, PPO's ``policy.reward_norm``): the
+        pipeline then calls ``merge_statistics`` every iteration."""
+        return bool(self._statistics())
+
+    def merge_statistics(self) -> None:
+        """Merge what was collected since the last call into the running statistics (all ranks' under DDP:
+        every rank calls it at the same point of each iteration, one all-reduce per statistic). A no-op
+        without any."""
+        for norm in self._statistics().values():
+            norm.merge()
 
     def _norm_obs(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs`` normalised by the statistics (``policy.obs_norm``), or as it is."""
@@ -495,8 +504,7 @@ class Policy:
     def state_dict(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {key: getattr(self, attr).state_dict() for key, attr in self._checkpointed}
         state.update(optimizer=self._optimizer.state_dict(), updates=self._updates)
-        if self._obs_norm is not None:
-            state["obs_norm"] = self._obs_norm.state_dict()
+        state.update({key: norm.state_dict() for key, norm in self._statistics().items()})
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -513,21 +521,24 @@ class Policy:
         for group, settings in zip(self._optimizer.param_groups, self._optimizer_settings()):
             group.update(settings)
         self._updates = int(state["updates"])
-        if self._obs_norm is not None:
-            self._obs_norm.load_state_dict(state["obs_norm"])
+        for key, norm in self._statistics().items():
+            norm.load_state_dict(state[key])
 
     def _check_obs_norm_state(self, state: Mapping[str, Any]) -> None:
-        has = "obs_norm" in state
-        if self._obs_norm is not None and not has:
-            raise ObsNormMismatchError(
-                "the checkpoint holds no observation-normalisation statistics (it was written by a run without "
-                "policy.obs_norm, or by an older baton), but this config sets policy.obs_norm=True: load it with "
-                "policy.obs_norm=False (the override policy.obs_norm=false), or train a new run with normalisation")
-        if self._obs_norm is None and has:
-            raise ObsNormMismatchError(
-                "the checkpoint holds observation-normalisation statistics (its run set policy.obs_norm=True), but "
-                "this config has policy.obs_norm=False, so its networks would see unnormalised observations: load "
-                "it with policy.obs_norm=True (the override policy.obs_norm=true)")
+        """The checkpoint's running statistics and the config's switches agree (``policy.obs_norm``,
+        ``policy.reward_norm``), or an error names the switch and both fixes."""
+        kept = self._statistics()
+        for key, what in (("obs_norm", "observation-normalisation"), ("reward_norm", "reward-scaling")):
+            if key in kept and key not in state:
+                raise ObsNormMismatchError(
+                    f"the checkpoint holds no {what} statistics (it was written by a run without policy.{key}, or "
+                    f"by an older baton), but this config sets policy.{key}=True: load it with policy.{key}=False "
+                    f"(the override policy.{key}=false), or train a new run with it")
+            if key not in kept and key in state:
+                raise ObsNormMismatchError(
+                    f"the checkpoint holds {what} statistics (its run set policy.{key}=True), but this config has "
+                    f"policy.{key}=False, so it would not act or learn as that run did: load it with "
+                    f"policy.{key}=True (the override policy.{key}=true)")
 
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         raise NotImplementedError

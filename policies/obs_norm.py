@@ -65,6 +65,7 @@ class RunningObsNorm(nn.Module):
         shape: one observation's shape (a flat Box: ``(obs_dim,)``).
         clip: normalised values are clipped to ``[-clip, clip]`` (> 0).
         eps: added to the variance under the square root (gymnasium's 1e-8).
+        name: the config key of ``clip``, for the error a bad value gets.
 
     Examples:
         >>> norm = RunningObsNorm((2,))
@@ -77,11 +78,12 @@ class RunningObsNorm(nn.Module):
                 [1., 1.]])
     """
 
-    def __init__(self, shape: Sequence[int], clip: float = 10.0, eps: float = 1e-8) -> None:
+    def __init__(self, shape: Sequence[int], clip: float = 10.0, eps: float = 1e-8,
+                 name: str = "policy.obs_norm_clip") -> None:
         super().__init__()
         if not (isinstance(clip, (int, float)) and clip > 0 and clip != float("inf")):
-            raise ValueError(f"policy.obs_norm_clip must be a finite number > 0 (normalised observations are clipped "
-                             f"to [-clip, clip]; 10 is SB3's and CleanRL's), got {clip!r}")
+            raise ValueError(f"{name} must be a finite number > 0 (normalised values are clipped to [-clip, clip]; "
+                             f"10 is SB3's and CleanRL's), got {clip!r}")
         shape = tuple(int(d) for d in shape)
         self.clip, self.eps = float(clip), float(eps)
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
@@ -133,6 +135,13 @@ class RunningObsNorm(nn.Module):
         """``clip((obs - mean) / sqrt(var + eps))`` in float32, on ``obs``'s device."""
         mean, std = self._on(obs.device)
         return ((obs.float() - mean) / std).clamp(-self.clip, self.clip)
+
+    def scale(self, x: torch.Tensor) -> torch.Tensor:
+        """``clip(x / sqrt(var + eps))`` in float32, not centred: reward scaling (PPO's ``policy.reward_norm``)
+        divides rewards by the standard deviation of the discounted return; subtracting a mean would change
+        which policy is optimal (a constant added to every reward rewards living or dying)."""
+        _, std = self._on(x.device)
+        return (x.float() / std).clamp(-self.clip, self.clip)
 
     def frozen(self) -> "FrozenObsNorm":
         """The normalisation as it stands, a small module on the CPU for ``baton export``."""

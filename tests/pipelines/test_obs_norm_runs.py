@@ -1,4 +1,4 @@
-"""A run with ``policy.obs_norm=True`` through the commands after training: ``baton eval`` and ``baton export``
+"""A run with ``policy.obs_norm=True`` (and PPO's ``policy.reward_norm=True``) through the commands after training: ``baton eval`` and ``baton export``
 act with the checkpoint's statistics; resuming it without normalisation is one ``baton:`` line naming the fix."""
 from __future__ import annotations
 
@@ -17,14 +17,17 @@ from trained_runs import SMALL, SMALL_BY_ALGO, train_tiny
 
 @pytest.fixture(scope="module")
 def normalised_run(tmp_path_factory):
-    return train_tiny(str(tmp_path_factory.mktemp("runs")), "ppo", "Pendulum-v1", extra=["policy.obs_norm=true"])
+    return train_tiny(str(tmp_path_factory.mktemp("runs")), "ppo", "Pendulum-v1", extra=["policy.obs_norm=true",
+                                                                                        "policy.reward_norm=true"])
 
 
 def test_eval_and_export_act_with_the_checkpoints_statistics(normalised_run, capsys, tmp_path):
     saved = load_saved_run(normalised_run, "latest")
     stats = saved.state["policy"]["obs_norm"]
     with open(os.path.join(normalised_run, "summary.json")) as f:
-        assert float(stats["count"]) == json.load(f)["env_step"]  # every collected step, once
+        env_step = json.load(f)["env_step"]
+    assert float(stats["count"]) == env_step  # every collected step, once
+    assert float(saved.state["policy"]["reward_norm"]["count"]) == env_step  # a discounted return per step
     assert torch.equal(saved.policy._obs_norm.mean, stats["mean"])
     assert main(["eval", normalised_run, "--ckpt", "latest", "--episodes", "2"]) == 0
     assert main(["export", normalised_run, "--format", "torchscript", "--ckpt", "latest", "-o",

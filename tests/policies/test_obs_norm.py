@@ -81,13 +81,13 @@ def test_collection_updates_the_statistics_evaluation_does_not(cls):
     policy = _policy(cls)
     batches = _data()
     policy.eval_mode.forward(batches[0])
-    policy.merge_obs_stats()
+    policy.merge_statistics()
     assert float(policy._obs_norm.count) == 0  # evaluation never updates them
     policy.collect_mode.forward(batches[1], random=True) if cls is not PPOPolicy else \
         policy.collect_mode.forward(batches[1])  # a random warm-up step is collected too
     policy.collect_mode.forward(batches[2])
     before = policy.eval_mode.forward(batches[0])["action"]
-    policy.merge_obs_stats()
+    policy.merge_statistics()
     assert float(policy._obs_norm.count) == len(batches[1]) + len(batches[2])
     after = policy.eval_mode.forward(batches[0])["action"]
     assert not np.allclose(before, after)  # the networks now see normalised observations
@@ -98,7 +98,7 @@ def test_the_learner_sees_observations_normalised_as_the_collector_saw_them():
     policy = _policy(PPOPolicy, learn=dict(grad_clip_value=0.0))
     warm = _data(1, rows=(64,))[0]
     policy.collect_mode.forward(warm)
-    policy.merge_obs_stats()
+    policy.merge_statistics()
     obs = _data(2, rows=(16,))[0]
     out = policy.collect_mode.forward(obs)  # observed, not merged: the learner uses the same statistics
     batch = make_batch(dict(obs=torch.as_tensor(obs), raw_action=torch.as_tensor(out["raw_action"]),
@@ -112,7 +112,7 @@ def test_the_statistics_travel_with_the_state_and_the_acting_weights():
     policy = _policy(SACPolicy)
     for batch in _data():
         policy.collect_mode.forward(batch)
-    policy.merge_obs_stats()
+    policy.merge_statistics()
     obs = _data(3)[2]
     expected = policy.eval_mode.forward(obs)["action"]
     state = policy.learn_mode.state_dict()
@@ -130,7 +130,7 @@ def test_the_greedy_module_normalises_as_the_eval_mode(cls):
     policy = _policy(cls)
     for batch in _data():
         policy.collect_mode.forward(batch)
-    policy.merge_obs_stats()
+    policy.merge_statistics()
     obs = _data(4)[2]
     module = torch.jit.trace(policy.greedy_module(), (torch.as_tensor(obs[:2]),))  # as baton export does
     np.testing.assert_allclose(module(torch.as_tensor(obs)).numpy(), policy.eval_mode.forward(obs)["action"],
@@ -155,3 +155,47 @@ def test_policies_that_cannot_normalise_refuse_the_switch():
         _policy(TD3BCPolicy)
     with pytest.raises(ValueError, match="needs flat Box observations"):
         _policy(PPOPolicy, obs_space=gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), action_space=gym.spaces.Discrete(3))
+
+
+# ---- PPO's reward scaling (policy.reward_norm) ---------------------------------------------------------
+def _ppo_reward_norm(**extra):
+    cfg = EasyDict(deep_merge(PPOPolicy.default_config(), dict(reward_norm=True, discount_factor=0.5,
+                                                               model=dict(SMALL), **extra)))
+    return PPOPolicy(cfg, OBS, BOX)
+
+
+def test_rewards_are_divided_by_the_std_of_discounted_returns_that_restart_after_an_episode_end():
+    policy = _ppo_reward_norm()
+    reward = torch.tensor([[1.0, 4.0], [2.0, 4.0], [3.0, 4.0]])
+    done = torch.tensor([[False, False], [True, False], [False, False]])
+    first = policy.scale_rewards(reward, done)
+    assert torch.equal(first, reward)  # nothing merged yet: the identity
+    policy.merge_statistics()
+    # SB3's VecNormalize: G = gamma G + r, set to 0 after done; env 0: 1, 2.5, (end) 3; env 1: 4, 6, 7
+    returns = np.array([1.0, 4.0, 2.5, 6.0, 3.0, 7.0])
+    assert float(policy._reward_norm.count) == 6
+    np.testing.assert_allclose(float(policy._reward_norm.var()), returns.var(), rtol=1e-9)
+    second = policy.scale_rewards(torch.tensor([[30.0, -1.0]]), torch.tensor([[False, False]]))
+    np.testing.assert_allclose(second.numpy(), np.clip([[30.0, -1.0]] / np.sqrt(returns.var() + 1e-8), -10, 10),
+                               rtol=1e-5)
+    assert float(second[0, 0]) == 10.0  # clipped at policy.reward_norm_clip
+    policy.merge_statistics()  # env 0 went on from 3 (0.5 * 3 + 30), env 1 from 7
+    assert float(policy._reward_norm.count) == 8
+    np.testing.assert_allclose(float(policy._reward_norm.mean), np.mean(list(returns) + [31.5, 2.5]), rtol=1e-9)
+
+
+def test_reward_statistics_are_checkpointed_and_a_mismatch_names_the_switch():
+    policy = _ppo_reward_norm()
+    policy.scale_rewards(torch.tensor([[1.0], [5.0]]), torch.zeros(2, 1, dtype=torch.bool))
+    policy.merge_statistics()
+    state = policy.learn_mode.state_dict()
+    restored = _ppo_reward_norm()
+    restored.learn_mode.load_state_dict(state)
+    assert torch.equal(restored._reward_norm.m2, policy._reward_norm.m2) and float(restored._reward_norm.count) == 2
+    plain = PPOPolicy(EasyDict(deep_merge(PPOPolicy.default_config(), dict(model=dict(SMALL)))), OBS, BOX)
+    with pytest.raises(ObsNormMismatchError, match=r"holds reward-scaling statistics.*policy.reward_norm=true"):
+        plain.learn_mode.load_state_dict(state)
+    with pytest.raises(ObsNormMismatchError, match=r"holds no reward-scaling statistics.*policy.reward_norm=false"):
+        restored.learn_mode.load_state_dict(plain.learn_mode.state_dict())
+    with pytest.raises(ValueError, match="policy.reward_norm_clip must be a finite number > 0"):
+        _ppo_reward_norm(reward_norm_clip=0.0)
