@@ -98,7 +98,7 @@ class RunningObsNorm(nn.Module):
         """Add a batch of collected observations (rows) to this rank's pending moments; nothing changes the
         normalisation before ``merge``. On the statistics' device, without a read to the host."""
         x = torch.as_tensor(obs).to(self.mean.device, torch.float64).reshape(-1, *self.mean.shape)
-        n = torch.tensor(float(len(x)), dtype=torch.float64, device=x.device)
+        n = torch.full((), float(len(x)), dtype=torch.float64, device=x.device)  # a fill, not a copy from the host
         mean = x.mean(0)
         batch = (n, mean, ((x - mean) ** 2).sum(0))
         self._pending = batch if self._pending is None else combine_moments(*self._pending, *batch)

@@ -199,3 +199,27 @@ def test_reward_statistics_are_checkpointed_and_a_mismatch_names_the_switch():
         restored.learn_mode.load_state_dict(plain.learn_mode.state_dict())
     with pytest.raises(ValueError, match="policy.reward_norm_clip must be a finite number > 0"):
         _ppo_reward_norm(reward_norm_clip=0.0)
+
+
+def test_observing_merging_and_normalising_read_nothing_back_from_the_device(monkeypatch):
+    """Per step and per iteration on a GPU, a read of a device value on the host would wait for the device
+    (tests/policies/test_host_sync.py): the statistics stay tensors throughout (counted here on CPU tensors)."""
+    reads = []
+    for name in ("item", "__bool__", "__float__", "__int__", "tolist", "numpy", "cpu"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            reads.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    norm, rewards = RunningObsNorm((3,)), RunningObsNorm((), name="policy.reward_norm_clip")
+    obs = torch.randn(8, 3)
+    for _ in range(2):
+        norm.observe(obs)
+        rewards.observe(obs[:, 0])
+        norm.merge()
+        rewards.merge()
+        norm(obs)
+        rewards.scale(obs[:, 0])
+    assert reads == []
