@@ -2,8 +2,8 @@
 
 Needs the mujoco extra: ``pip install "baton-rl[mujoco]"``. The settings of hopper_ppo_config.py, which are
 CleanRL's ``ppo_continuous_action.py`` for every MuJoCo task (named there, with where they depart), observation
-normalisation included. HalfCheetah never terminates: every episode runs its 1,000 steps and ends truncated,
-bootstrapping from its last observation.
+normalisation and reward scaling included. HalfCheetah never terminates: every episode runs its 1,000 steps
+and ends truncated, bootstrapping from its last observation.
 """
 import copy
 

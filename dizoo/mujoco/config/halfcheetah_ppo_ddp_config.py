@@ -6,8 +6,9 @@
 Keeps the single-process data per update: halfcheetah_ppo_config.py (CleanRL's settings) split over 2 ranks. Each
 rank steps its env for 1,024 steps per collect and runs the 10 epochs over them in minibatches of 32; DDP
 averages the gradients (advantages normalised over both ranks' minibatches), so each update sees a global
-minibatch of 64 and each collect is 2,048 transitions, as in one process. The observation statistics are
-merged across the ranks once per iteration (``policy.obs_norm``), so both normalise alike. With more ranks,
+minibatch of 64 and each collect is 2,048 transitions, as in one process. The observation and return
+statistics are merged across the ranks once per iteration (``policy.obs_norm``, ``policy.reward_norm``), so both
+normalise alike. With more ranks,
 divide ``n_sample`` and ``batch_size`` by the world size to keep those figures.
 """
 import copy
