@@ -110,7 +110,8 @@ class PPOPolicy(Policy):
             self._bounds_on: Dict[torch.device, tuple] = {}
         self._gamma = float(cfg["discount_factor"])
         if cfg.get("reward_norm", False):
-            self._reward_norm = RunningObsNorm((), cfg.get("reward_norm_clip", 10.0), name="policy.reward_norm_clip")
+            self._reward_norm = RunningObsNorm((), cfg.get("reward_norm_clip", 10.0),
+                                               name="policy.reward_norm_clip").to(self.device)
         self._running_return: Optional[torch.Tensor] = None  # each env's discounted return so far (reward_norm)
 
     # ---- distributions ---------------------------------------------------------------------------
