@@ -51,8 +51,7 @@ class GreedyActor(nn.Module):
                  high: Optional[np.ndarray] = None, preprocess: Optional[nn.Module] = None) -> None:
         super().__init__()
         self.net = copy.deepcopy(net).cpu().eval().requires_grad_(False)
-        self.preprocess = nn.Identity() if preprocess is None else \
-            copy.deepcopy(preprocess).cpu().eval().requires_grad_(False)
+        self.preprocess = None if preprocess is None else copy.deepcopy(preprocess).cpu().eval().requires_grad_(False)
         self.discrete = bool(discrete)
         self.image = bool(image)
         self.scaled = scale is not None
@@ -64,7 +63,9 @@ class GreedyActor(nn.Module):
                 self.register_buffer(name, torch.as_tensor(np.asarray(value, dtype=np.float32)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.net(obs if self.image else self.preprocess(obs.float()))
+        if not self.image:
+            obs = obs.float() if self.preprocess is None else self.preprocess(obs.float())
+        out = self.net(obs)
         if self.discrete:
             return out.argmax(dim=-1)
         if self.scaled:
