@@ -72,6 +72,7 @@ setup(
             "walker2d=dizoo.mujoco.envs",
             "ant=dizoo.mujoco.envs",
             "humanoid=dizoo.mujoco.envs",
+            "invertedpendulum=dizoo.mujoco.envs",
         ],
         "baton.policies": [
             "dqn=policies.dqn",

@@ -32,7 +32,7 @@ from .slurm import SlurmLayout, adopt_slurm_env, slurm_layout
 
 __all__ = ["COMM_HOOKS", "check_comm_hook", "register_comm_hook", "get_backend", "DDPContext", "get_rank",
            "get_world_size", "get_local_rank", "is_main_process", "is_distributed",
-           "allreduce_data", "all_gather_rows", "broadcast_object", "barrier", "DistributedError",
+           "allreduce_data", "allreduce_moments", "all_gather_rows", "broadcast_object", "barrier", "DistributedError",
            "CollectiveMismatchError", "default_timeout", "launched_world_size", "mark_progress", "explain_failure",
            "guard_enabled", "is_communication_error"]
 
@@ -299,6 +299,29 @@ def allreduce_data(value: Any, op: str = "sum") -> Any:
     if is_tensor:
         return tensor.to(value.device)
     return tensor.item() if tensor.dim() == 0 else tensor.cpu().tolist()
+
+
+def allreduce_moments(count: Any, mean: Any, m2: Any, center: Any = None) -> Tuple[Any, Any, Any]:
+    """Every rank's moments of its own data (``count`` a 0-d tensor, ``mean`` and ``m2``, the sum of squared
+    deviations, tensors of one shape) merged into those of all ranks' data joined, with ONE all-reduce of a
+    packed float64 tensor (the parallel-variance formula as sums: ``n``, ``n d`` and ``M2 + n d^2`` with ``d``
+    each rank's mean minus ``center``, a value all ranks share, such as the running mean, which keeps the
+    sums small). No read to the host; in one process the moments come back as they are. Every rank must call
+    it at the same point (``policies.obs_norm`` merges its statistics once per iteration)."""
+    if not is_distributed():
+        return count, mean, m2
+    import torch
+
+    count, mean, m2 = count.double(), mean.double(), m2.double()
+    center = torch.zeros_like(mean) if center is None else center.to(mean.device, torch.float64)
+    d = mean - center
+    packed = torch.cat([count.reshape(1), (count * d).reshape(-1), (m2 + count * d * d).reshape(-1)])
+    total = allreduce_data(packed)
+    size = d.numel()
+    n = total[0]
+    mean_d = total[1:1 + size].reshape(d.shape) / n.clamp_min(1e-300)
+    m2_all = (total[1 + size:].reshape(d.shape) - n * mean_d * mean_d).clamp_min(0.0)
+    return n, center + mean_d, m2_all
 
 
 def all_gather_rows(row: Sequence[float]) -> List[List[float]]:

@@ -16,6 +16,7 @@ from .preemption import PreemptionStop
 from .progress import progress_bar
 from .pusher import data_pusher
 from .refresh import actor_refresher
+from .statistics import statistics_merger
 from .summary import RunSummary
 from .termination import termination_checker
 
@@ -23,6 +24,6 @@ __all__ = [
     "StepCollector", "DeviceStepCollector", "EpisodeCollector", "eps_greedy_handler", "epsilon_schedule", "data_pusher",
     "OffPolicyLearner", "OnPolicyLearner", "gae_estimator", "random_collect_handler", "InteractionEvaluator",
     "NewEvaluation", "evaluate_episodes", "termination_checker", "online_logger", "OnlineLogger", "CkptSaver",
-    "load_checkpoint", "CheckpointError", "progress_bar", "RunSummary", "DDPMiddleware", "actor_refresher",
+    "load_checkpoint", "CheckpointError", "progress_bar", "RunSummary", "DDPMiddleware", "actor_refresher", "statistics_merger",
     "BackgroundEvaluator", "BackgroundEvaluationError", "PreemptionStop",
 ]

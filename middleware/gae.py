@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import torch
+
 from data.batch import make_batch
 from data.gae import gae_advantages
 from data.sequences import to_sequences
@@ -19,7 +21,9 @@ __all__ = ["gae_estimator"]
 
 
 def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
-                  seq_len: Optional[int] = None) -> Callable[[OnlineRLContext], None]:
+                  seq_len: Optional[int] = None,
+                  reward_scale: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None
+                  ) -> Callable[[OnlineRLContext], None]:
     """Middleware: add ``adv`` and ``returns`` to the time-major ``[T, E]`` ``ctx.trajectories`` of an
     on-policy collector, in place, then flatten the batch to ``[T * E]`` transitions for minibatching, or
     (``seq_len``) cut it into ``[E * T / seq_len, seq_len]`` sequences for a recurrent policy.
@@ -30,6 +34,9 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
         gamma: discount factor (``policy.discount_factor``).
         lam: GAE lambda (``policy.collect.gae_lambda``).
         seq_len: cut the rollout into sequences of this many steps (``policy.learn.seq_len`` of ``ppo_lstm``).
+        reward_scale: ``(reward [T, E], done [T, E]) -> scaled reward``, used for the advantages and returns in
+            place of the rewards (PPO's ``policy.reward_norm``: ``policy.scale_rewards``); ``traj.reward`` stays
+            the env's.
     """
     require(policy, ValuePolicy, "the GAE estimator's policy")
     if policy.value is None:
@@ -45,7 +52,8 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
         rows = lambda x: x.reshape((steps * envs,) + tuple(x.shape[2:]))  # noqa: E731
         memory = {"state": rows(traj.next_state)} if "next_state" in traj else {}
         next_value = policy.value(rows(traj.next_obs), **memory)
-        traj.adv, traj.returns = gae_advantages(traj.reward, traj.value, next_value.reshape(steps, envs),
+        reward = traj.reward if reward_scale is None else reward_scale(traj.reward, traj.terminated | traj.truncated)
+        traj.adv, traj.returns = gae_advantages(reward, traj.value, next_value.reshape(steps, envs),
                                                 traj.terminated, traj.truncated, gamma, lam)
         if seq_len is None:
             ctx.trajectories = traj.flatten(0, 1)

@@ -56,6 +56,7 @@ ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "halfcheetah": EnvFamilyRow("HalfCheetah-v5", "mujoco"),
     "hopper": EnvFamilyRow("Hopper-v5", "mujoco"),
     "humanoid": EnvFamilyRow("Humanoid-v5", "mujoco"),
+    "invertedpendulum": EnvFamilyRow("InvertedPendulum-v5", "mujoco"),
     "lunarlander": EnvFamilyRow("LunarLander-v3", "box2d"),
     "pendulum": EnvFamilyRow("Pendulum-v1", None),
     "walker2d": EnvFamilyRow("Walker2d-v5", "mujoco"),

@@ -13,6 +13,7 @@ The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [
     pusher           [off] into the replay buffer
     gae              [on] advantages and returns per env stream
     learner          [off] update_per_collect updates of batch_size; [on] epochs of minibatches
+    statistics       (policy.obs_norm, reward_norm) what was collected merged into the running statistics (all ranks)
     refresh          the learner's weights copied to collection/evaluation on other devices (policy.device.*)
     checkpoint       (0) best / periodic / final checkpoints
     logger           (0) tensorboardX scalars (log.tensorboard), the same as rows of progress.csv (log.csv) and to
@@ -39,7 +40,7 @@ from engine.devices import size_torch_threads
 from engine.profile import StageProfile
 from engine.distributed import DDPContext, broadcast_object, launched_world_size, is_distributed
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
-from middleware import RunSummary, actor_refresher, data_pusher, progress_bar
+from middleware import RunSummary, actor_refresher, data_pusher, progress_bar, statistics_merger
 from middleware.summary import RunClock
 from policies.base import SpaceMismatchError
 
@@ -219,6 +220,8 @@ def _build(main_config: Mapping[str, Any], create_config: Mapping[str, Any], see
     else:
         pipeline.append(data_pusher(buffer), name="pusher")
         pipeline.append(stages.off_policy_learner(cfg, policy, buffer), name="learner")
+    if policy.keeps_statistics:  # every rank, every iteration: under DDP a collective
+        pipeline.append(statistics_merger(policy.merge_statistics), name="statistics")
     if policy.separate_actors:  # collection or evaluation acts on its own device: keep its copy current
         pipeline.append(actor_refresher(policy.refresh_actors, cfg.policy.device.refresh_every), name="refresh")
     pipeline.append(saver, name="checkpoint", main_only=True)

@@ -175,7 +175,8 @@ def on_policy_learner(cfg: Mapping[str, Any], policy: Policy) -> OnPolicyLearner
 def gae(cfg: Mapping[str, Any], policy: Policy) -> Any:
     pcfg = cfg["policy"]
     return gae_estimator(policy.collect_mode, gamma=pcfg["discount_factor"], lam=pcfg["collect"]["gae_lambda"],
-                         seq_len=sequence_length(cfg, policy))
+                         seq_len=sequence_length(cfg, policy),
+                         reward_scale=policy.scale_rewards if getattr(policy, "scales_rewards", False) else None)
 
 
 def sequence_length(cfg: Mapping[str, Any], policy: Policy) -> Optional[int]:

@@ -19,6 +19,13 @@ feed-forward policy have ``initial_state = None``.
 ``acting_weights()`` / ``load_acting_weights()`` carry the weights a policy acts with to a copy of it in
 another process (background evaluation, ``middleware.background_eval``).
 
+``policy.obs_norm`` (``policies.obs_norm``): the policy normalises observations before every network with
+running statistics that its collect mode updates (``collect_mode.forward`` observes what it is given) and
+``merge_statistics()`` merges across ranks once per iteration; checkpointed under ``obs_norm`` in the state,
+sent with ``acting_weights()``, inside ``greedy_module()``. PPO's ``policy.reward_norm`` (reward scaling) keeps
+its return statistics the same way, under ``reward_norm``. A policy that routes its observations through
+``_norm_obs`` says so with ``supports_obs_norm = True``; the others refuse the switch.
+
 ``policy.compile`` / ``policy.amp`` (``policies.accel``, docs/performance.md): a policy calls the functions
 run on every step or update (its acting forward, its learner's forward and loss) through
 ``self._hot(name, fn, mode)``; the driver around them (moving batches, backward, optimizer step, target
@@ -30,15 +37,20 @@ import logging
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from data.replay.device import DeferredCheck, host_path
 
 from .accel import HotPath, accel_modes, warn_once
 from .noisy import set_noise as _set_noise
+from .obs_norm import ObsNormMismatchError, RunningObsNorm
+
+#: the keys of the observation statistics among ``acting_weights()``
+OBS_NORM_PREFIX = "obs_norm:"
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DeviceMismatchError", "common_config", "evaluator_config", "to_numpy"]
+           "DeviceMismatchError", "ObsNormMismatchError", "common_config", "evaluator_config", "to_numpy"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +82,9 @@ def common_config() -> Dict[str, Any]:
         compile="none",             # "none" | "compile" | "cudagraph" (CUDA): the acting forward and the learner's
                                     # update compiled; docs/performance.md
         amp="none",                 # "none" | "bf16": autocast the acting forward and the learner's forward/loss
+        obs_norm=False,             # normalise observations by their running mean and variance, updated from
+                                    # collected ones, checkpointed, merged across DDP ranks (policies.obs_norm)
+        obs_norm_clip=10.0,         # normalised observations are clipped to [-clip, clip]
     )
 
 
@@ -116,7 +131,7 @@ class CollectMode:
     def __init__(self, policy: "Policy") -> None:
         self.policy = policy
         self.forward: Callable[..., Dict[str, Any]] = policy._checked("collect", policy._watched(
-            "collect", policy._forward_collect))
+            "collect", policy._observing(policy._forward_collect)))
         value = getattr(policy, "_value", None)
         self.value: Optional[Callable[..., Any]] = policy._checked("collect", value) if value else None
         self.initial_state: Optional[Callable[[int], torch.Tensor]] = policy.initial_state_on("collect")
@@ -165,6 +180,8 @@ class Policy:
     #: the env-step budget of a run built from defaults (``baton train --algo ... --env ...``) when none is
     #: given; None: the algorithm learns from a dataset (the offline pipeline's update budget applies)
     default_env_steps: Optional[int] = 1_000_000
+    #: whether the policy routes every observation through ``_norm_obs`` (``policy.obs_norm`` is refused otherwise)
+    supports_obs_norm: bool = False
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -205,6 +222,71 @@ class Policy:
         self._acting: Dict[str, torch.nn.Module] = {}           # the model each acting mode uses
         self._learn_mode = self._collect_mode = self._eval_mode = None
         self._noise = True  # noisy layers draw noise (set_noise)
+        self._obs_norm = self._build_obs_norm(cfg, observation_space)
+        self._reward_norm: Optional[RunningObsNorm] = None  # PPO's policy.reward_norm builds one
+
+    # ---- observation normalisation (policy.obs_norm) -------------------------------------------------
+    def _build_obs_norm(self, cfg: Mapping[str, Any], observation_space: gym.Space) -> Optional[RunningObsNorm]:
+        """The running statistics on the learner's device, or None (``policy.obs_norm`` off).
+
+        Raises:
+            ValueError: the policy does not normalise, learns offline, or the observations are not flat floats.
+        """
+        if not cfg.get("obs_norm", False):
+            return None
+        name = type(self).__name__
+        if self.pipeline == "offline":
+            raise ValueError(f"policy.obs_norm=True: {name} learns offline from a dataset, and the statistics "
+                             f"are updated from collected observations only; set policy.obs_norm=False "
+                             f"(normalise the dataset's observations instead)")
+        if not type(self).supports_obs_norm:
+            raise ValueError(f"policy.obs_norm=True: {name} does not normalise observations (policies that "
+                             f"do: ppo, a2c, sac, td3, ddpg); set policy.obs_norm=False")
+        shape = getattr(observation_space, "shape", None) or ()
+        if not isinstance(observation_space, gym.spaces.Box) or len(shape) != 1:
+            raise ValueError(f"policy.obs_norm=True needs flat Box observations (a vector per step), got "
+                             f"{observation_space}; set policy.obs_norm=False")
+        return RunningObsNorm(shape, cfg.get("obs_norm_clip", 10.0)).to(self.device)
+
+    def _statistics(self) -> Dict[str, RunningObsNorm]:
+        """The running statistics this policy keeps, by state key: ``obs_norm`` and ``reward_norm`` when on."""
+        return {key: norm for key, norm in (("obs_norm", self._obs_norm), ("reward_norm", self._reward_norm))
+                if norm is not None}
+
+    @property
+    def keeps_statistics(self) -> bool:
+        """Whether the policy keeps running statistics (``policy.obs_norm``, PPO's ``policy.reward_norm``): the
+        pipeline then calls ``merge_statistics`` every iteration."""
+        return bool(self._statistics())
+
+    def merge_statistics(self) -> None:
+        """Merge what was collected since the last call into the running statistics (all ranks' under DDP:
+        every rank calls it at the same point of each iteration, one all-reduce per statistic). A no-op
+        without any."""
+        for norm in self._statistics().values():
+            norm.merge()
+
+    def _norm_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` normalised by the statistics (``policy.obs_norm``), or as it is."""
+        return obs if self._obs_norm is None else self._obs_norm(obs)
+
+    def _observing(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (the collect forward), which first adds its observations to the pending statistics when
+        ``policy.obs_norm`` is on: collected observations only (the eval mode never calls it), random
+        warm-up steps included."""
+        if self._obs_norm is None:
+            return fn
+        norm = self._obs_norm
+
+        def observing(obs: Any, *args: Any, **kwargs: Any) -> Any:
+            norm.observe(obs if isinstance(obs, torch.Tensor) else np.asarray(obs))
+            return fn(obs, *args, **kwargs)
+
+        return observing
+
+    def _export_obs_norm(self) -> Optional[torch.nn.Module]:
+        """The frozen normalisation for ``greedy_module`` (``GreedyActor(preprocess=...)``), or None."""
+        return None if self._obs_norm is None else self._obs_norm.frozen()
 
     @property
     def learn_mode(self) -> LearnMode:
@@ -237,12 +319,21 @@ class Policy:
         """The weights the policy acts with (its model's), as numpy arrays on the host: a copy that later
         updates do not change, and that pickles by value (no shared memory, no device), so it can be sent
         to a copy of this policy in another process (``load_acting_weights``)."""
-        return {name: tensor.numpy() for name, tensor in _host_state(self._model, copy=True).items()}
+        weights = {name: tensor.numpy() for name, tensor in _host_state(self._model, copy=True).items()}
+        if self._obs_norm is not None:  # the statistics it acts with too, under keys no model has
+            weights.update({OBS_NORM_PREFIX + name: tensor.numpy()
+                            for name, tensor in _host_state(self._obs_norm, copy=True).items()})
+        return weights
 
     def load_acting_weights(self, weights: Mapping[str, Any]) -> None:
         """Act with ``weights`` (``acting_weights()`` of a policy built from the same config): loaded into
         the model, and into the acting copies on other devices."""
-        self._model.load_state_dict({name: torch.as_tensor(value) for name, value in weights.items()})
+        stats = {name[len(OBS_NORM_PREFIX):]: torch.as_tensor(value) for name, value in weights.items()
+                 if name.startswith(OBS_NORM_PREFIX)}
+        self._model.load_state_dict({name: torch.as_tensor(value) for name, value in weights.items()
+                                     if not name.startswith(OBS_NORM_PREFIX)})
+        if self._obs_norm is not None:
+            self._obs_norm.load_state_dict(stats)
         self.refresh_actors()
 
     # ---- models and devices ------------------------------------------------------------------------
@@ -428,15 +519,41 @@ class Policy:
     def state_dict(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {key: getattr(self, attr).state_dict() for key, attr in self._checkpointed}
         state.update(optimizer=self._optimizer.state_dict(), updates=self._updates)
+        state.update({key: norm.state_dict() for key, norm in self._statistics().items()})
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Everything ``state_dict`` holds.
+
+        Raises:
+            ObsNormMismatchError: the state has observation statistics and ``policy.obs_norm`` is off, or the
+                reverse (the message names the fix); checked before anything is loaded.
+        """
+        self._check_obs_norm_state(state)
         for key, attr in self._checkpointed:
             getattr(self, attr).load_state_dict(state[key])
         self._optimizer.load_state_dict(state["optimizer"])
         for group, settings in zip(self._optimizer.param_groups, self._optimizer_settings()):
             group.update(settings)
         self._updates = int(state["updates"])
+        for key, norm in self._statistics().items():
+            norm.load_state_dict(state[key])
+
+    def _check_obs_norm_state(self, state: Mapping[str, Any]) -> None:
+        """The checkpoint's running statistics and the config's switches agree (``policy.obs_norm``,
+        ``policy.reward_norm``), or an error names the switch and both fixes."""
+        kept = self._statistics()
+        for key, what in (("obs_norm", "observation-normalisation"), ("reward_norm", "reward-scaling")):
+            if key in kept and key not in state:
+                raise ObsNormMismatchError(
+                    f"the checkpoint holds no {what} statistics (it was written by a run without policy.{key}, or "
+                    f"by an older baton), but this config sets policy.{key}=True: load it with policy.{key}=False "
+                    f"(the override policy.{key}=false), or train a new run with it")
+            if key not in kept and key in state:
+                raise ObsNormMismatchError(
+                    f"the checkpoint holds {what} statistics (its run set policy.{key}=True), but this config has "
+                    f"policy.{key}=False, so it would not act or learn as that run did: load it with "
+                    f"policy.{key}=True (the override policy.{key}=true)")
 
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         raise NotImplementedError

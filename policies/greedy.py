@@ -4,7 +4,8 @@
 between the env and the action is inside, so the exported file needs neither baton nor the config:
 
 - observations as the env gives them: float vectors (cast to float32 here) or uint8 image stacks (the
-  Nature CNN scales them to [0, 1] itself);
+  Nature CNN scales them to [0, 1] itself), then the policy's preprocessing (``policy.obs_norm``: the
+  running statistics as they were, ``policies.obs_norm.FrozenObsNorm``);
 - the network's output turned into an action: ``argmax`` for discrete actions; for continuous ones the
   squashed output scaled from [-1, 1] to the action bounds and/or clipped to them, as the eval mode does.
 
@@ -37,6 +38,7 @@ class GreedyActor(nn.Module):
         image: observations are uint8 frames that ``net`` scales itself (they are not cast to float).
         scale, bias: continuous actions: ``action = out * scale + bias`` (from [-1, 1] to the bounds).
         low, high: continuous actions: clip to these bounds (after scaling).
+        preprocess: applied to the float observations before ``net`` (observation normalisation); copied.
 
     Examples:
         >>> actor = GreedyActor(nn.Linear(3, 2), discrete=True)
@@ -46,9 +48,10 @@ class GreedyActor(nn.Module):
 
     def __init__(self, net: nn.Module, discrete: bool, image: bool = False, scale: Optional[np.ndarray] = None,
                  bias: Optional[np.ndarray] = None, low: Optional[np.ndarray] = None,
-                 high: Optional[np.ndarray] = None) -> None:
+                 high: Optional[np.ndarray] = None, preprocess: Optional[nn.Module] = None) -> None:
         super().__init__()
         self.net = copy.deepcopy(net).cpu().eval().requires_grad_(False)
+        self.preprocess = None if preprocess is None else copy.deepcopy(preprocess).cpu().eval().requires_grad_(False)
         self.discrete = bool(discrete)
         self.image = bool(image)
         self.scaled = scale is not None
@@ -60,7 +63,9 @@ class GreedyActor(nn.Module):
                 self.register_buffer(name, torch.as_tensor(np.asarray(value, dtype=np.float32)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.net(obs if self.image else obs.float())
+        if not self.image:
+            obs = obs.float() if self.preprocess is None else self.preprocess(obs.float())
+        out = self.net(obs)
         if self.discrete:
             return out.argmax(dim=-1)
         if self.scaled:

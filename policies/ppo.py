@@ -12,6 +12,14 @@ epochs and minibatches over what was just collected. The PPO loss, on one screen
 A2C is the same with ``pg = -mean(log pi(a|s) * adv)`` and, by its config, one pass over the whole batch.
 Continuous actions: the env gets the sample clipped to its bounds (``action``); the unclipped sample is kept
 as ``raw_action`` and the log-probs are taken on it, so they stay exact.
+
+``policy.reward_norm`` (reward scaling, as SB3's ``VecNormalize(norm_reward=True)`` and CleanRL's MuJoCo PPO
+with gymnasium's ``NormalizeReward``): the GAE stage calls ``scale_rewards`` on each rollout, which divides the
+rewards by the running standard deviation of each env's discounted return and clips them to
+``[-reward_norm_clip, reward_norm_clip]``; advantages and value targets are computed from the scaled rewards,
+so the critic learns returns of order 1 whatever the env pays. The statistics are the observation
+normaliser's kind (``policies.obs_norm``): updated from collected rollouts, merged across DDP ranks once per
+iteration, checkpointed under ``reward_norm``. The logged episode returns stay the env's.
 """
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ from .base import (Policy, common_config, evaluator_config, make_adam, resolve_s
                    to_numpy)
 from .greedy import ActorOut, GreedyActor
 from .models import ActorCritic
+from .obs_norm import RunningObsNorm
 
 __all__ = ["PPOPolicy", "A2CPolicy", "normalise_advantages"]
 
@@ -39,6 +48,7 @@ class PPOPolicy(Policy):
 
     pipeline = "on_policy"
     algo = "PPO"
+    supports_obs_norm = True
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -67,6 +77,8 @@ class PPOPolicy(Policy):
                 grad_clip_value=0.5,    # max gradient norm; 0 disables clipping
             ),
             collect=dict(n_sample=2048, gae_lambda=0.95),
+            reward_norm=False,          # scale rewards by the running std of the discounted return (docstring)
+            reward_norm_clip=10.0,      # scaled rewards are clipped to [-clip, clip]
             eval=evaluator_config(eval_freq=100),
             other=dict(),
         )
@@ -94,6 +106,11 @@ class PPOPolicy(Policy):
         if self.continuous:
             self._low, self._high = action_space.low, action_space.high
             self._bounds_on: Dict[torch.device, tuple] = {}
+        self._gamma = float(cfg["discount_factor"])
+        if cfg.get("reward_norm", False):
+            self._reward_norm = RunningObsNorm((), cfg.get("reward_norm_clip", 10.0),
+                                               name="policy.reward_norm_clip").to(self.device)
+        self._running_return: Optional[torch.Tensor] = None  # each env's discounted return so far (reward_norm)
 
     def _make_model(self, obs_shape: tuple, action_dim: int) -> torch.nn.Module:
         """The actor-critic of ``policy.model`` (a recurrent one for ``ppo_lstm``)."""
@@ -206,8 +223,9 @@ class PPOPolicy(Policy):
         """The most likely action: ``argmax`` of the logits, or the Gaussian mean clipped to the bounds
         (``Policy.greedy_module``)."""
         if self.continuous:
-            return GreedyActor(ActorOut(self._model), discrete=False, image=self._image, low=self._low, high=self._high)
-        return GreedyActor(ActorOut(self._model), discrete=True, image=self._image)
+            return GreedyActor(ActorOut(self._model), discrete=False, image=self._image, low=self._low, high=self._high,
+                               preprocess=self._export_obs_norm())
+        return GreedyActor(ActorOut(self._model), discrete=True, image=self._image, preprocess=self._export_obs_norm())
 
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -239,10 +257,39 @@ class PPOPolicy(Policy):
         return model.value(obs)
 
     def _obs(self, obs: Any, mode: str = "learn") -> torch.Tensor:
-        """Observations as a tensor on ``mode``'s device: float for vectors, uint8 frames left to the CNN."""
+        """Observations as a tensor on ``mode``'s device: float vectors (normalised with ``policy.obs_norm``),
+        uint8 frames left to the CNN."""
         device = self.device if mode == "learn" else self.mode_devices[mode]
         obs_t = torch.as_tensor(np.asarray(obs) if not isinstance(obs, torch.Tensor) else obs, device=device)
-        return obs_t if self._image else obs_t.float()
+        return obs_t if self._image else self._norm_obs(obs_t.float())
+
+    # ---- reward scaling (policy.reward_norm) ------------------------------------------------------
+    @property
+    def scales_rewards(self) -> bool:
+        """Whether ``policy.reward_norm`` is on (the GAE stage then calls ``scale_rewards``)."""
+        return self._reward_norm is not None
+
+    @torch.no_grad()
+    def scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """A time-major ``[T, E]`` rollout's rewards divided by the running standard deviation of the
+        discounted return and clipped (module docstring), with the statistics as they stood before it; its
+        discounted returns (SB3's ``VecNormalize``: ``G = gamma G + r``, 0 again after an episode's end)
+        join the pending statistics, merged after the learner (``merge_statistics``)."""
+        if self._reward_norm is None:
+            return reward
+        shape = tuple(reward.shape[1:])
+        running = self._running_return
+        if running is None or tuple(running.shape) != shape or running.device != reward.device:
+            running = torch.zeros(shape, dtype=torch.float64, device=reward.device)
+        returns = torch.empty(reward.shape, dtype=torch.float64, device=reward.device)
+        not_done = ~done.bool()
+        for t in range(len(reward)):
+            running = running * self._gamma + reward[t]
+            returns[t] = running
+            running = running * not_done[t]
+        self._running_return = running
+        self._reward_norm.observe(returns.reshape(-1))
+        return self._reward_norm.scale(reward)
 
     # ---- state -----------------------------------------------------------------------------------
     def _optimizer_settings(self) -> List[Dict[str, float]]:

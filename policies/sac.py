@@ -80,6 +80,7 @@ class SACPolicy(Policy):
     """Soft Actor-Critic for continuous actions (``create_config.policy.type='sac'``)."""
 
     pipeline = "off_policy"
+    supports_obs_norm = True
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -145,8 +146,8 @@ class SACPolicy(Policy):
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
-        obs = batch.obs.to(dev).float()
-        next_obs = batch.next_obs.to(dev).float()
+        obs = self._norm_obs(batch.obs.to(dev).float())
+        next_obs = self._norm_obs(batch.next_obs.to(dev).float())
         action = (batch.action.to(dev).float() - self._bias.to(dev)) / self._scale.to(dev)
         reward = batch.reward.to(dev).float()
         discount = batch.discount.to(dev).float()
@@ -197,14 +198,15 @@ class SACPolicy(Policy):
                 self._without_forward("collect")
                 squashed = 2 * torch.rand((n, self._action_dim), generator=self._generator(device), device=device) - 1
             else:
-                squashed = self._hot("sample", self._sample, "collect")(self._actor("collect"), obs.to(device).float())
+                squashed = self._hot("sample", self._sample, "collect")(self._actor("collect"),
+                                                                        self._norm_obs(obs.to(device).float()))
             scale, bias = self._affine(device)
             return {"action": squashed * scale + bias}
         if random:
             self._without_forward("collect")
             squashed = torch.as_tensor(self._rng.uniform(-1.0, 1.0, (n, self._action_dim)), dtype=torch.float32)
             return {"action": self._to_env(squashed)}
-        obs_t = torch.as_tensor(np.asarray(obs), device=self.mode_devices["collect"]).float()
+        obs_t = self._norm_obs(torch.as_tensor(np.asarray(obs), device=self.mode_devices["collect"]).float())
         return {"action": self._to_env(self._hot("sample", self._sample, "collect")(self._actor("collect"), obs_t))}
 
     def _affine(self, device: torch.device) -> tuple:
@@ -216,13 +218,13 @@ class SACPolicy(Policy):
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        obs_t = torch.as_tensor(np.asarray(obs), device=self.mode_devices["eval"]).float()
+        obs_t = self._norm_obs(torch.as_tensor(np.asarray(obs), device=self.mode_devices["eval"]).float())
         return {"action": self._to_env(self._hot("mean", self._mean_action, "eval")(self._actor("eval"), obs_t))}
 
     def greedy_module(self) -> torch.nn.Module:
         """``tanh`` of the Gaussian mean, scaled to the bounds (``Policy.greedy_module``)."""
         return GreedyActor(TanhMean(self._model.actor), discrete=False, scale=self._scale.numpy(),
-                           bias=self._bias.numpy())
+                           bias=self._bias.numpy(), preprocess=self._export_obs_norm())
 
     # the acting hot paths (compiled with policy.compile)
     def _sample(self, model: SACModel, obs: torch.Tensor) -> torch.Tensor:

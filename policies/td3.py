@@ -98,6 +98,7 @@ class TD3Policy(Policy):
     """TD3 for continuous actions (``create_config.policy.type='td3'``)."""
 
     pipeline = "off_policy"
+    supports_obs_norm = True
     #: the registered name and the label of messages (subclasses set their own)
     algo, label = "td3", "TD3"
 
@@ -179,7 +180,7 @@ class TD3Policy(Policy):
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
-        obs, next_obs = batch.obs.to(dev).float(), batch.next_obs.to(dev).float()
+        obs, next_obs = self._norm_obs(batch.obs.to(dev).float()), self._norm_obs(batch.next_obs.to(dev).float())
         action = ((batch.action.to(dev).float() - self._learn_bias) / self._learn_scale).clamp(-1.0, 1.0)
         reward = batch.reward.to(dev).float()
         bootstrap = self._discount(batch) * (~batch.terminated.to(dev)).float()
@@ -252,7 +253,7 @@ class TD3Policy(Policy):
     # ---- act -------------------------------------------------------------------------------------
     def _act(self, obs: Any, mode: str) -> torch.Tensor:
         """``pi(obs)`` in (-1, 1), on the host."""
-        obs_t = torch.as_tensor(np.asarray(obs), device=self.mode_devices[mode]).float()
+        obs_t = self._norm_obs(torch.as_tensor(np.asarray(obs), device=self.mode_devices[mode]).float())
         with torch.inference_mode():
             return self._hot("pi", self._pi, mode)(self._actor(mode), obs_t).cpu()
 
@@ -279,7 +280,8 @@ class TD3Policy(Policy):
 
     def greedy_module(self) -> torch.nn.Module:
         """``pi(obs)`` scaled to the bounds (``Policy.greedy_module``)."""
-        return GreedyActor(self._model.actor, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy())
+        return GreedyActor(self._model.actor, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy(),
+                           preprocess=self._export_obs_norm())
 
     # ---- state -----------------------------------------------------------------------------------
     _checkpointed = (("model", "_model"), ("target_model", "_target_model"))

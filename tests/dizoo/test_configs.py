@@ -26,7 +26,14 @@ QUICK_ATARI_PPO = ["policy.collect.n_sample=64", "policy.learn.epoch_per_collect
 QUICK_ATARI_DQN = ["policy.random_collect_size=0", "policy.learn.update_per_collect=4"]
 
 
+# MuJoCo: HalfCheetah's evaluation plays 5 episodes of 1,000 steps, PPO's first learn is 320 updates: cut short
+QUICK_MUJOCO = ["env.max_episode_steps=64", "env.evaluator_env_num=2", "env.n_evaluator_episode=2"]
+QUICK_MUJOCO_PPO = ["policy.collect.n_sample=64", "policy.learn.epoch_per_collect=1"]
+
+
 def _quick(path):
+    if "mujoco" in path:
+        return QUICK_MUJOCO + (QUICK_MUJOCO_PPO if "ppo" in path else [])
     if "atari" not in path:
         return []
     return QUICK_ATARI + (QUICK_ATARI_PPO if "ppo" in os.path.basename(path) else QUICK_ATARI_DQN)
@@ -67,3 +74,25 @@ def test_dizoo_config_module_defines_configs():
     for path in CONFIGS:
         ns = runpy.run_path(path, run_name="not_main")
         assert "main_config" in ns and "create_config" in ns, path
+
+
+# the MuJoCo DDP configs are compiled here, not trained under torchrun (each would start MuJoCo on 2 ranks in the
+# suite's torchrun job): their algorithms train under DDP with the Pendulum configs, the MuJoCo envs with the
+# single-process configs above; hopper_ppo_ddp (PPO with policy.obs_norm on MuJoCo) trains in that job
+MUJOCO_DDP = sorted(glob.glob(os.path.join(ROOT, "dizoo", "mujoco", "config", "*_ddp_config.py")))
+
+
+@pytest.mark.parametrize("path", MUJOCO_DDP, ids=[os.path.basename(p) for p in MUJOCO_DDP])
+def test_mujoco_ddp_config_compiles_to_its_base_config_made_data_parallel(path):
+    from engine.config import compile_config
+    from pipelines.cli import load_config_file
+
+    ddp = compile_config(*load_config_file(path), save=False)
+    base = compile_config(*load_config_file(path.replace("_ddp_config.py", "_config.py")), save=False)
+    assert ddp.policy.multi_gpu and not base.policy.multi_gpu
+    assert (ddp.env.type, ddp.policy.type, ddp.policy.obs_norm) == (base.env.type, base.policy.type, base.policy.obs_norm)
+    if ddp.policy.type == "ppo":  # one process's data per update, split over 2 ranks
+        assert ddp.policy.collect.n_sample * 2 == base.policy.collect.n_sample
+        assert ddp.policy.learn.batch_size * 2 == base.policy.learn.batch_size
+    else:  # one process's settings per rank
+        assert ddp.policy.learn == base.policy.learn and ddp.policy.collect == base.policy.collect

@@ -70,6 +70,32 @@ def test_terminated_and_truncated_are_kept_apart():
     assert not np.array_equal(limited.next_obs[last].numpy(), limited.obs[last + 1].numpy())  # the reset between
 
 
+def test_ppo_acts_inside_the_box_and_learns_from_its_unclipped_samples():
+    """PPO's Gaussian samples go to the env clipped to the task's Box (``action``), and are kept unclipped
+    (``raw_action``) for the log-probabilities; its GAE bootstraps a truncated step from ``next_obs``, which the
+    collector keeps as the real final observation (test above, and tests/data/test_gae.py)."""
+    from easydict import EasyDict
+
+    from engine.config import deep_merge
+    from policies import PPOPolicy
+
+    env_type = ENV_REGISTRY.get("hopper")
+    cfg = dict(env_type.default_config(), max_episode_steps=8)
+    venv = gym.vector.SyncVectorEnv([lambda: env_type.make(cfg)], autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        policy = PPOPolicy(EasyDict(deep_merge(PPOPolicy.default_config(), dict(obs_norm=True, model=dict(
+            init_log_std=1.0)))), venv.single_observation_space, venv.single_action_space)  # std e: past the bounds
+        ctx = OnlineRLContext()
+        StepCollector(policy.collect_mode, venv, n_sample=24, seed=0, env_id=cfg["env_id"], time_major=True)(ctx)
+    finally:
+        venv.close()
+    traj = ctx.trajectories
+    action, raw = traj.action.numpy(), traj.raw_action.numpy()
+    assert (np.abs(action) <= 1.0).all() and (np.abs(raw) > 1.0).any()  # Hopper's Box is [-1, 1]^3
+    assert np.array_equal(action, np.clip(raw, -1.0, 1.0))
+    assert traj.truncated.any() or traj.terminated.any()
+
+
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_algo_and_env_from_defaults_use_the_mujoco_family(algo):
     main, create = build_config(algo, "Hopper-v5")

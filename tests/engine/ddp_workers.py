@@ -219,3 +219,35 @@ def sharded_replay_run(out_dir, resume=False, max_env_step=256):
     summary = pipeline.run()
     _dump(out_dir, "resumed" if resume else "fresh", {"after_resume": resumed, "end": replay_rows(pipeline.buffer),
                                                        "summary": summary})
+
+
+def obs_norm_run(out_dir):
+    """Observation normalisation under DDP: a RunningObsNorm fed different data per rank, merged; then a tiny
+    SAC Pendulum run with ``policy.obs_norm=True`` (a merge every iteration) that writes a checkpoint."""
+    import numpy as np
+
+    from pipelines import build_pipeline
+    from policies.obs_norm import RunningObsNorm
+    from dizoo.classic_control.pendulum.config.pendulum_sac_ddp_config import create_config, main_config
+
+    rank = get_rank()
+    norm = RunningObsNorm((2,))
+    rng = np.random.default_rng(rank)
+    data = rng.normal(size=(5 + 12 * rank, 2)) * [1.0 + rank, 0.1] + [10.0 * rank, -1.0]
+    norm.observe(data[:3])
+    norm.observe(data[3:])
+    norm.merge()
+    merged = {"count": float(norm.count), "mean": norm.mean.tolist(), "var": norm.var().tolist(), "data": data.tolist()}
+
+    main = copy.deepcopy(main_config)
+    main.exp_name = os.path.join(out_dir, "exp")
+    main.env.stop_value = 1e9
+    main.policy.obs_norm = True
+    main.policy.random_collect_size = 32
+    main.policy.learn.batch_size = 16
+    main.policy.model = dict(actor_head_hidden_size_list=[16, 16], critic_head_hidden_size_list=[16, 16])
+    main.log = dict(progress=False, tensorboard=False, csv=False)
+    pipeline = build_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=128)
+    summary = pipeline.run()
+    stats = {k: v.tolist() for k, v in pipeline.policy.learn_mode.state_dict()["obs_norm"].items()}
+    _dump(out_dir, "obs_norm", {"merged": merged, "stats": stats, "env_step": summary["env_step"]})
