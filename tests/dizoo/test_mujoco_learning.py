@@ -21,7 +21,7 @@ def test_invertedpendulum_sac_reaches_950_within_20k_env_steps(tmp_path):
     """invertedpendulum_sac_config.py (CleanRL's SAC settings, 1,000 random warm-up steps, an evaluation of 5
     greedy episodes every 1,000 updates) with networks of 64x64 and batches of 128 in place of 256x256 and 256:
     a quarter of the time per update, so that the test fits the suite. Measured on the idle 2-core machine
-    (BENCHMARKS.md): seed 0 returned 4 to 98 in its first 9,000 env steps and 1,000 (every episode balanced to
+    (BENCHMARKS.md): seed 0 returned 7 to 138 in its first 9,000 env steps and 1,000 (every episode balanced to
     its time limit) at 10,001, the stop, in 60 s of training; seed 1 stayed under 131 up to 17,000 and reached
     1,000 at 18,001 (125 s). With the config's own networks, seeds 0 and 1 stopped at 11,001 and 12,001 env
     steps in 315 s and 360 s on a loaded machine. The budget of 20,000 env steps is twice seed 0's."""
