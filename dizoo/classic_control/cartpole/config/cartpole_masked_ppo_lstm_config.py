@@ -13,11 +13,10 @@ from easydict import EasyDict
 
 main_config = EasyDict(dict(
     exp_name="cartpole_masked_ppo_lstm",
-    env=dict(collector_env_num=8),
-    policy=dict(
-        discount_factor=0.99,
-        learn=dict(epoch_per_collect=4, batch_size=256, seq_len=16, learning_rate=0.001),
-        collect=dict(n_sample=512, gae_lambda=0.95),  # 64 steps per env: 4 sequences of 16 each
+    env=dict(),  # the defaults: 8 collecting envs
+    policy=dict(  # the defaults too: discount 0.99, GAE lambda 0.95, minibatches of 256 steps (16 sequences)
+        learn=dict(epoch_per_collect=4, seq_len=16, learning_rate=0.001),
+        collect=dict(n_sample=512),  # 64 steps per env: 4 sequences of 16 each
         eval=dict(evaluator=dict(eval_freq=16)),
     ),
 ))
