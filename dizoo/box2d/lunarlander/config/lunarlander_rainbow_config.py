@@ -1,0 +1,35 @@
+"""Rainbow on LunarLander-v3: ``python dizoo/box2d/lunarlander/config/lunarlander_rainbow_config.py [--seed N]``.
+
+Needs the box2d extra: ``pip install -c constraints.txt -e ".[box2d]"``. Rainbow's pieces all on
+(``policies.rainbow``: C51 head, noisy layers instead of epsilon, prioritized replay, 3-step returns, dueling,
+double Q) with the learning settings of lunarlander_dqn_config.py (its network, collects of 64 steps, 10 updates
+each, an evaluation every 1,000 updates), so that the two compare side by side (BENCHMARKS.md, "Rainbow on
+LunarLander-v3 against DQN"). The support [-200, 300] covers LunarLander's discounted returns (a crash costs 100,
+a landing earns 100 to 140 plus the shaping on the way); 1,000 random transitions first, as in
+cartpole_rainbow_config.py (a fresh noisy network acts almost deterministically).
+"""
+from easydict import EasyDict
+
+main_config = EasyDict(dict(
+    exp_name="lunarlander_rainbow",
+    env=dict(
+        evaluator_env_num=8,
+        n_evaluator_episode=8,
+    ),
+    policy=dict(
+        model=dict(encoder_hidden_size_list=[512, 64], v_min=-200.0, v_max=300.0),
+        random_collect_size=1000,
+        learn=dict(update_per_collect=10),
+        collect=dict(n_sample=64),
+        eval=dict(evaluator=dict(eval_freq=1000)),
+    ),
+))
+create_config = EasyDict(dict(
+    env=dict(type="lunarlander"),
+    policy=dict(type="rainbow"),
+))
+
+if __name__ == "__main__":
+    from pipelines import cli_main
+
+    cli_main((main_config, create_config))
