@@ -8,26 +8,18 @@ LunarLander-v3 against DQN"). The support [-200, 300] covers LunarLander's disco
 a landing earns 100 to 140 plus the shaping on the way); 1,000 random transitions first, as in
 cartpole_rainbow_config.py (a fresh noisy network acts almost deterministically).
 """
-from easydict import EasyDict
+import copy
 
-main_config = EasyDict(dict(
-    exp_name="lunarlander_rainbow",
-    env=dict(
-        evaluator_env_num=8,
-        n_evaluator_episode=8,
-    ),
-    policy=dict(
-        model=dict(encoder_hidden_size_list=[512, 64], v_min=-200.0, v_max=300.0),
-        random_collect_size=1000,
-        learn=dict(update_per_collect=10),
-        collect=dict(n_sample=64),
-        eval=dict(evaluator=dict(eval_freq=1000)),
-    ),
-))
-create_config = EasyDict(dict(
-    env=dict(type="lunarlander"),
-    policy=dict(type="rainbow"),
-))
+from dizoo.box2d.lunarlander.config import lunarlander_dqn_config as dqn
+
+main_config = copy.deepcopy(dqn.main_config)
+main_config.exp_name = "lunarlander_rainbow"
+main_config.policy.model.update(v_min=-200.0, v_max=300.0)
+main_config.policy.random_collect_size = 1000
+main_config.policy.pop("other")  # DQN's epsilon schedule: the noisy layers explore instead
+main_config.policy.pop("nstep")  # DQN's 3 is Rainbow's default
+create_config = copy.deepcopy(dqn.create_config)
+create_config.policy.type = "rainbow"
 
 if __name__ == "__main__":
     from pipelines import cli_main
