@@ -18,7 +18,6 @@ from data.envs import make_vector_env
 from data.torch_env import TorchVectorEnv
 from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, RingStorage, Sampler, UniformSampler
 from data.replay.device import resolve_replay_device
-from data.sequences import SequenceError, check_seq_len
 from engine.config import ConfigError, plain
 from engine.distributed import DistributedError, default_timeout
 from engine.preemption import PreemptionGuard
@@ -180,16 +179,9 @@ def gae(cfg: Mapping[str, Any], policy: Policy) -> Any:
 
 
 def sequence_length(cfg: Mapping[str, Any], policy: Policy) -> Optional[int]:
-    """A recurrent policy's ``policy.learn.seq_len``, checked at start against the steps per env of a collect
-    (``n_sample / env.collector_env_num``, rounded up as the collector does); None for a feed-forward policy."""
-    if not getattr(policy, "recurrent", False):
-        return None
-    envs = int(cfg["env"]["collector_env_num"])
-    try:
-        return check_seq_len(math.ceil(int(cfg["policy"]["collect"]["n_sample"]) / envs), envs,
-                             cfg["policy"]["learn"]["seq_len"])
-    except SequenceError as err:
-        raise ConfigError(str(err)) from None
+    """A recurrent policy's ``policy.learn.seq_len``; None for a feed-forward policy. ``compile_config`` has
+    checked it against the steps per env of a collect already (``PPOLSTMPolicy.check_config``)."""
+    return int(cfg["policy"]["learn"]["seq_len"]) if getattr(policy, "recurrent", False) else None
 
 
 def checkpoint_saver(cfg: Mapping[str, Any], policy: Policy, buffer: Optional[ReplayBuffer],
