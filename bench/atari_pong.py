@@ -179,6 +179,9 @@ def training_run(algo: str, minutes: float, device: str, compile_mode: str, amp:
     print(f"stopped: {summary['stop_reason']} after {wall:.0f} s, {summary['env_step']} env steps "
           f"({summary['env_step'] / wall:.0f} env steps/s overall, start-up and evaluation included), "
           f"{summary['train_iter']} updates, best evaluation {summary['best_eval_return']}")
+    last = {k: v[~np.isnan(v)][-1] for k, v in progress.items() if k.startswith("train/") and (~np.isnan(v)).any()}
+    if last:  # PPO's entropy, approx_kl, clipfrac and (lr_schedule='adaptive') learning_rate at the end
+        print("last training statistics: " + ", ".join(f"{k[6:]} {v:.4g}" for k, v in last.items()))
     if reached is None:
         print(f"time to >= {target:g}: not reached in {minutes:g} min")
     else:

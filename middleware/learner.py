@@ -77,6 +77,9 @@ class OnPolicyLearner:
     Every rank of a DDP job collects the same number of transitions, so every rank runs the same number of
     updates: there is no data-dependent skip to agree on.
 
+    After each epoch it calls the policy's ``end_epoch()`` where it has one (PPO's adaptive learning rate,
+    ``policies.ppo``, steers by each epoch's KL).
+
     Args:
         policy: ``policy.learn_mode``.
         epochs: passes over the collected data per call (``policy.learn.epoch_per_collect``).
@@ -108,6 +111,7 @@ class OnPolicyLearner:
             data = data.to(device)
         totals: Dict[str, list] = {}
         updates = 0
+        end_epoch = getattr(self._policy, "end_epoch", None)
         for _ in range(self._epochs):
             order = torch.randperm(n, generator=self._generator)
             if device is not None:
@@ -120,6 +124,8 @@ class OnPolicyLearner:
                                                           if isinstance(value, torch.Tensor) else float(value))
                 updates += 1
                 ctx.train_iter += 1
+            if end_epoch is not None:
+                end_epoch()
         ctx.train_data = data
         ctx.train_output = {k: _mean(v) for k, v in totals.items()}
 

@@ -107,6 +107,9 @@ class LearnMode:
         self.state_dict = policy.state_dict
         self.load_state_dict = policy.load_state_dict
         self.cfg = policy.cfg
+        end_epoch = getattr(policy, "end_epoch", None)
+        if end_epoch is not None:  # an on-policy learner calls it after each epoch (PPO's adaptive learning rate)
+            self.end_epoch: Callable[[], None] = end_epoch
 
     @property
     def model(self) -> torch.nn.Module:

@@ -20,6 +20,15 @@ rewards by the running standard deviation of each env's discounted return and cl
 so the critic learns returns of order 1 whatever the env pays. The statistics are the observation
 normaliser's kind (``policies.obs_norm``): updated from collected rollouts, merged across DDP ranks once per
 iteration, checkpointed under ``reward_norm``. The logged episode returns stay the env's.
+
+``policy.learn.lr_schedule='adaptive'`` (rl_games' ``lr_schedule: adaptive``, which its EnvPool Pong config
+uses): after each epoch over a collect, the learning rate is multiplied by 1.5 where that epoch's mean approximate
+KL (``approx_kl``) stayed under ``kl_threshold / 2``, and divided by 1.5 where it went over ``2 * kl_threshold``,
+within [1e-6, 1e-2]. Why: with few large minibatches per collect (64 envs x 128 steps in minibatches of 2,048:
+16 updates), a fixed 3e-4 moves the policy too little per collect (PPO Pong on an H200: approx_kl 0.003, clip
+fraction 0.014, still -21 after 1M env steps); the schedule raises the rate until each epoch moves the policy by
+about the threshold. One read of the KL from the device per epoch; under DDP the ranks' KLs are averaged, so
+every rank steps at the same rate. The rate reached is checkpointed (the optimizer's) and kept on resume.
 """
 from __future__ import annotations
 
@@ -30,6 +39,7 @@ import numpy as np
 import torch
 from torch.distributions import Categorical, Normal
 
+from engine.config import ConfigError
 from engine.distributed import allreduce_data, is_distributed
 from engine.registry import POLICY_REGISTRY
 
@@ -39,7 +49,7 @@ from .greedy import ActorOut, GreedyActor
 from .models import ActorCritic
 from .obs_norm import RunningObsNorm
 
-__all__ = ["PPOPolicy", "A2CPolicy", "normalise_advantages"]
+__all__ = ["PPOPolicy", "A2CPolicy", "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
 
 
 @POLICY_REGISTRY.register("ppo")
@@ -75,6 +85,8 @@ class PPOPolicy(Policy):
                 value_clip=False,       # clip the value update around the collected value (PPO2's variant); the range
                                         # is clip_ratio in return units: for returns of order 1 only
                 grad_clip_value=0.5,    # max gradient norm; 0 disables clipping
+                lr_schedule="constant",  # or "adaptive": steer the rate by each epoch's KL (module docstring)
+                kl_threshold=0.008,     # adaptive: the KL per epoch aimed at (rl_games' default)
             ),
             collect=dict(n_sample=2048, gae_lambda=0.95),
             reward_norm=False,          # scale rewards by the running std of the discounted return (docstring)
@@ -102,6 +114,9 @@ class PPOPolicy(Policy):
         self._adv_norm = bool(learn["adv_norm"])
         self._value_clip = bool(learn["value_clip"])
         self._grad_clip = float(learn["grad_clip_value"])
+        self._adaptive_lr = learn.get("lr_schedule", "constant") == "adaptive"
+        self._kl_threshold = float(learn.get("kl_threshold", 0.008))
+        self._epoch_kls: List[torch.Tensor] = []  # adaptive: this epoch's approx_kl, left on the device
         self._updates = 0
         if self.continuous:
             self._low, self._high = action_space.low, action_space.high
@@ -111,6 +126,17 @@ class PPOPolicy(Policy):
             self._reward_norm = RunningObsNorm((), cfg.get("reward_norm_clip", 10.0),
                                                name="policy.reward_norm_clip").to(self.device)
         self._running_return: Optional[torch.Tensor] = None  # each env's discounted return so far (reward_norm)
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """At compile time: the learning-rate schedule's settings."""
+        learn = cfg["policy"]["learn"]
+        if learn.get("lr_schedule", "constant") not in LR_SCHEDULES:
+            raise ConfigError(f"policy.learn.lr_schedule={learn['lr_schedule']!r} is not a schedule baton has: "
+                              f"choose one of {', '.join(repr(s) for s in LR_SCHEDULES)}")
+        if not float(learn.get("kl_threshold", 0.008)) > 0:
+            raise ConfigError(f"policy.learn.kl_threshold={learn['kl_threshold']!r}: the KL per epoch that "
+                              f"lr_schedule='adaptive' aims at must be > 0 (rl_games uses 0.008 to 0.016)")
 
     def _make_model(self, obs_shape: tuple, action_dim: int) -> torch.nn.Module:
         """The actor-critic of ``policy.model`` (a recurrent one for ``ppo_lstm``)."""
@@ -160,7 +186,29 @@ class PPOPolicy(Policy):
         self._check_finite(loss, self.algo)
 
         self._optimize(loss, self._grad_clip)
+        if self._adaptive_lr and "approx_kl" in stats:
+            self._epoch_kls.append(stats["approx_kl"])
+            stats["learning_rate"] = self._optimizer.param_groups[0]["lr"]
         return {"loss": loss.detach(), **stats}
+
+    def end_epoch(self) -> None:
+        """The learner finished one epoch over a collect: ``lr_schedule='adaptive'`` steers the learning rate by
+        the epoch's mean approximate KL (module docstring); nothing otherwise."""
+        if not self._adaptive_lr or not self._epoch_kls:
+            return
+        kl = torch.stack([k.reshape(()).double() for k in self._epoch_kls]).mean()
+        self._epoch_kls = []
+        kl = float(allreduce_data(kl, op="mean")) if is_distributed() else float(kl)
+        for group in self._optimizer.param_groups:
+            group["lr"] = adaptive_lr(float(group["lr"]), kl, self._kl_threshold)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """``Policy.load_state_dict``; an adaptive schedule keeps the rate it had reached (the optimizer's), where
+        a constant one takes the config's."""
+        super().load_state_dict(state)
+        if self._adaptive_lr:
+            for group, saved in zip(self._optimizer.param_groups, state["optimizer"]["param_groups"]):
+                group["lr"] = saved["lr"]
 
     def _learn_inputs(self, batch: Any) -> tuple:
         """What the learn model's forward takes for ``batch``: its observations (a recurrent policy adds its
@@ -294,6 +342,28 @@ class PPOPolicy(Policy):
     # ---- state -----------------------------------------------------------------------------------
     def _optimizer_settings(self) -> List[Dict[str, float]]:
         return [dict(lr=self.cfg["learn"]["learning_rate"])]
+
+
+#: ``policy.learn.lr_schedule``'s choices
+LR_SCHEDULES = ("constant", "adaptive")
+
+
+def adaptive_lr(lr: float, kl: float, threshold: float, factor: float = 1.5, low: float = 1e-6,
+                high: float = 1e-2) -> float:
+    """rl_games' adaptive rule (its ``AdaptiveScheduler``): ``lr / factor`` where ``kl > 2 * threshold``,
+    ``lr * factor`` where ``kl < threshold / 2``, else ``lr``; kept within ``[low, high]``.
+
+    Examples:
+        >>> adaptive_lr(1e-3, kl=0.001, threshold=0.01), adaptive_lr(1e-3, kl=0.05, threshold=0.01)
+        (0.0015, 0.0006666666666666666)
+        >>> adaptive_lr(1e-3, kl=0.01, threshold=0.01), adaptive_lr(9e-3, kl=0.0, threshold=0.01)
+        (0.001, 0.01)
+    """
+    if kl > 2.0 * threshold:
+        return max(lr / factor, low)
+    if kl < 0.5 * threshold:
+        return min(lr * factor, high)
+    return lr
 
 
 def normalise_advantages(adv: torch.Tensor) -> torch.Tensor:

@@ -77,7 +77,8 @@ class PPOLSTMPolicy(PPOPolicy):
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """At compile time, before any env starts: the recurrent model and the sequences, which must fit the steps
-        per env of a collect (``check_sequences``)."""
+        per env of a collect (``check_sequences``), and PPO's own settings."""
+        super().check_config(cfg)
         policy = cfg["policy"]
         envs = int(cfg["env"]["collector_env_num"])
         check_sequences(policy["model"], policy["learn"], math.ceil(int(policy["collect"]["n_sample"]) / envs), envs)

@@ -70,3 +70,14 @@ def test_statistics_are_read_once_per_call_not_once_per_update(monkeypatch):
     OnPolicyLearner(policy, epochs=4, batch_size=4)(ctx)
     assert ctx.train_iter == 32
     assert len(reads) == 1  # the one tensor statistic ("loss"), once
+
+
+def test_end_epoch_is_called_after_each_epoch_where_the_policy_has_one():
+    """PPO's adaptive learning rate steers by each epoch's KL: the learner tells the policy where an epoch ends."""
+    policy = RecordingPolicy("cpu")
+    marks = []
+    policy.end_epoch = lambda: marks.append(len(policy.batches))
+    ctx = OnlineRLContext()
+    ctx.trajectories = _rollout(10)
+    OnPolicyLearner(policy, epochs=3, batch_size=4)(ctx)
+    assert marks == [3, 6, 9]

@@ -95,3 +95,59 @@ def test_ppo_collect_returns_logp_and_value_consistent_with_model():
 def test_ppo_rejects_unsupported_action_space():
     with pytest.raises(SpaceMismatchError, match="'ppo'.*MultiBinary"):
         _policy(PPOPolicy, gym.spaces.MultiBinary(3))
+
+
+def test_adaptive_rule_is_rl_games():
+    from policies.ppo import adaptive_lr
+    assert adaptive_lr(1e-3, 0.004, 0.01) == pytest.approx(1.5e-3)     # under threshold / 2: up
+    assert adaptive_lr(1e-3, 0.021, 0.01) == pytest.approx(1e-3 / 1.5)  # over 2 * threshold: down
+    assert adaptive_lr(1e-3, 0.006, 0.01) == 1e-3 and adaptive_lr(1e-3, 0.019, 0.01) == 1e-3
+    assert adaptive_lr(8e-3, 0.0, 0.01) == 1e-2 and adaptive_lr(1.2e-6, 1.0, 0.01) == 1e-6
+
+
+def _kl_of(policy, batch):
+    with torch.no_grad():
+        logits, _ = policy._model(batch.obs)
+        logp = torch.log_softmax(logits, -1).gather(1, batch.action.long().unsqueeze(1)).squeeze(1)
+        ratio = (logp - batch.logp).exp()
+        return float(((ratio - 1) - (logp - batch.logp)).mean())
+
+
+@pytest.mark.parametrize("threshold, factor", [(1e3, 1.5), (1e-6, 1 / 1.5)])
+def test_adaptive_learning_rate_follows_the_epochs_mean_kl(threshold, factor):
+    """A KL far under the threshold raises the rate by 1.5 at the epoch's end, one far over lowers it; the rate
+    reached survives a checkpoint round trip, where a constant schedule leaves the config's rate alone."""
+    policy = _policy(PPOPolicy, gym.spaces.Discrete(3), lr_schedule="adaptive", kl_threshold=threshold)
+    batch = _batch(False)
+    kls = []
+    for _ in range(2):
+        kls.append(_kl_of(policy, batch))
+        out = policy.learn_mode.forward(batch)
+        assert out["learning_rate"] == pytest.approx(3e-4)
+    assert kls[1] > 0  # the k3 estimate the schedule reads (the first one is the batch's perturbed log-probs)
+    policy.learn_mode.end_epoch()
+    assert policy._optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
+    policy.learn_mode.end_epoch()  # no update since: nothing to steer by
+    assert policy._optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
+    state = policy.state_dict()
+    resumed = _policy(PPOPolicy, gym.spaces.Discrete(3), lr_schedule="adaptive", kl_threshold=threshold)
+    resumed.load_state_dict(state)
+    assert resumed._optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
+
+
+def test_constant_schedule_keeps_the_learning_rate():
+    policy = _policy(PPOPolicy, gym.spaces.Discrete(3))
+    out = policy.learn_mode.forward(_batch(False))
+    policy.learn_mode.end_epoch()
+    assert "learning_rate" not in out and policy._optimizer.param_groups[0]["lr"] == 3e-4
+
+
+def test_lr_schedule_settings_are_checked_at_compile_time():
+    from engine.config import ConfigError, compile_config
+    base = dict(exp_name="x", env=dict(), policy=dict())
+    create = dict(env=dict(type="cartpole"), policy=dict(type="ppo"))
+    with pytest.raises(ConfigError, match="lr_schedule='linear' is not a schedule.*'constant', 'adaptive'"):
+        compile_config(deep_merge(base, dict(policy=dict(learn=dict(lr_schedule="linear")))), create, save=False)
+    with pytest.raises(ConfigError, match="kl_threshold=0.0.*must be > 0"):
+        compile_config(deep_merge(base, dict(policy=dict(learn=dict(lr_schedule="adaptive", kl_threshold=0.0)))),
+                       create, save=False)
