@@ -50,8 +50,9 @@ def _nccl_worker(module_name, exp_dir):
 def test_every_ddp_config_runs_with_nccl_on_each_gpu(config, tmp_path):
     """One process per visible GPU (at least one), nccl: DDP wrapping on cuda:LOCAL_RANK and the ddp
     middleware's collectives on the GPU (the bug this issue fixes: a CPU tensor under nccl)."""
-    if "atari" in config:
-        pytest.importorskip("ale_py")
+    for family, module in (("atari", "ale_py"), ("mujoco", "mujoco")):  # the env family's extra
+        if family in config:
+            pytest.importorskip(module)
     from engine import launch
 
     # a file rendezvous makes a process group even of one process (a 1-GPU machine): nccl is then really used
