@@ -29,6 +29,9 @@ within [1e-6, 1e-2]. Why: with few large minibatches per collect (64 envs x 128 
 fraction 0.014, still -21 after 1M env steps); the schedule raises the rate until each epoch moves the policy by
 about the threshold. One read of the KL from the device per epoch; under DDP the ranks' KLs are averaged, so
 every rank steps at the same rate. The rate reached is checkpointed (the optimizer's) and kept on resume.
+Measured once, and it failed: on PPO Pong (H100, minibatches of 2,048, ``kl_threshold=0.01``) the rate reached
+the 1e-2 ceiling within five collects and the network stopped learning (entropy flat, clip fraction 0); the
+Pong config learns with CleanRL's constant 2.5e-4 and more, smaller minibatches instead (BENCHMARKS.md).
 """
 from __future__ import annotations
 
