@@ -1,8 +1,10 @@
-"""Learning quality on MuJoCo: SAC balances InvertedPendulum-v5 from its dizoo config (issue 20, item 5).
+"""Learning quality on MuJoCo (issue 20, item 5): SAC balances InvertedPendulum-v5, TD3 keeps Hopper-v5 up.
 
-Why this task: it is the MuJoCo task that a CI budget affords. Hopper-v5 at 1,000 needs tens of thousands of
+Why these tasks: they are the MuJoCo tasks that a CI budget affords. Hopper-v5 at 1,000 needs tens of thousands of
 SAC updates of 256 transitions (BENCHMARKS.md: Hopper SAC returned 237 after 15,000 env steps), several minutes
-of an idle core, where InvertedPendulum is balanced for whole episodes after 11,000 to 12,000 env steps.
+of an idle core, where InvertedPendulum is balanced for whole episodes after 11,000 to 12,000 env steps. TD3 does
+not balance it at that budget (baton's and SB3's TD3 alike stay near 60 to 130 up to 20,000 env steps:
+BENCHMARKS.md), so TD3's test is Hopper at a lower bar.
 """
 from __future__ import annotations
 
@@ -34,4 +36,28 @@ def test_invertedpendulum_sac_reaches_950_within_20k_env_steps(tmp_path):
     summary = serial_pipeline((main, copy.deepcopy(config.create_config)), seed=0, max_env_step=20_000,
                               progress=False)
     assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= 950
+    assert summary["env_step"] <= 20_000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_hopper_td3_reaches_150_within_20k_env_steps(tmp_path):
+    """hopper_td3_config.py (CleanRL's TD3 settings) with networks of 64x64, batches of 128, 5,000 random warm-up
+    steps in place of 25,000 and an evaluation of 5 greedy episodes every 1,000 updates. Measured on the 2-core
+    machine (BENCHMARKS.md): the evaluations after the warm-up returned 8, 19 and 33 (seeds 0, 1, 2: the random
+    policy's level), then 150 or more from 8,000, 11,000 and 7,000 env steps on, 165 to 195 at 19,000. 150 is
+    Hopper upright and moving for over a hundred steps, not a gait (SAC's 1,000 needs tens of thousands of
+    updates of the config's networks); the budget of 20,000 env steps is twice the slowest seed's."""
+    from dizoo.mujoco.config import hopper_td3_config as config
+
+    main = copy.deepcopy(config.main_config)
+    main.exp_name = str(tmp_path / "exp")
+    main.env.stop_value = 150
+    main.policy.random_collect_size = 5000
+    main.policy.eval = dict(evaluator=dict(eval_freq=1000))
+    main.policy.model = dict(actor_head_hidden_size_list=[64, 64], critic_head_hidden_size_list=[64, 64])
+    main.policy.learn = dict(batch_size=128)
+    summary = serial_pipeline((main, copy.deepcopy(config.create_config)), seed=0, max_env_step=20_000,
+                              progress=False)
+    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= 150
     assert summary["env_step"] <= 20_000
