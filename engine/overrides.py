@@ -9,7 +9,8 @@ because ``64`` from a shell is a string and the config is typed:
 - bool: ``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case)
 - int: an integer literal (``1_000``; an integral float such as ``1e6`` is taken as the int)
 - float: anything ``float()`` reads (``3e-4``, ``inf``)
-- str: the text itself (one pair of surrounding quotes is dropped)
+- str: the text itself (one pair of surrounding quotes is dropped), ``none`` too: ``policy.compile=none`` is
+  that field's own word, and the config's check refuses a word the field does not take
 - list: a Python literal, ``[64,64]``; a free-form dict (default ``{}``): ``{'render_mode':'rgb_array'}``
   (a section with keys of its own is set key by key, so the file's other keys in it stay)
 - a field whose default is None (any value), or a key under a free-form section (default ``{}``): a
@@ -112,6 +113,8 @@ def parse_value(key: str, text: str, default: Any) -> Any:
     if word in _NONE:
         if key in _NONE_MEANS:
             return _NONE_MEANS[key]
+        if isinstance(default, str):  # a word of the field's own (policy.compile=none), which the config checks
+            return text.strip()
         raise _bad(key, text, default, "it cannot be None")
     if isinstance(default, bool):
         if word in _TRUE or word in _FALSE:

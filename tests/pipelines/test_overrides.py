@@ -34,6 +34,7 @@ def cartpole():
     ("mse", "huber", "mse"), ("'a b'", "x", "a b"),
     ("[64,64]", [128], [64, 64]), ("(32,)", [128], [32]),
     ("none", None, None), ("cuda:0", None, "cuda:0"), ("[4]", None, [4]),
+    ("none", "cudagraph", "none"), ("None", "compile", "None"),  # a str field's own word (policy.compile=none)
 ])
 def test_parse_value_follows_the_default_type(text, default, expected):
     value = parse_value("k", text, default)
@@ -51,6 +52,14 @@ def test_parse_value_follows_the_default_type(text, default, expected):
 def test_parse_value_names_key_value_and_type(key, text, default, message):
     with pytest.raises(ConfigError, match=message):
         parse_value(key, text, default)
+
+
+def test_a_string_field_takes_none_as_its_word_and_the_config_checks_it(cartpole):
+    main_config, create_config = cartpole
+    main, _ = apply_overrides(main_config, create_config, ["policy.compile=none", "policy.amp=none"])
+    assert main["policy"]["compile"] == "none" and main["policy"]["amp"] == "none"
+    with pytest.raises(ConfigError, match="compile"):
+        apply_overrides(main_config, create_config, ["policy.compile=null"])
 
 
 def test_overrides_set_typed_values_in_new_dicts(cartpole):
