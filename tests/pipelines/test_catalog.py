@@ -51,7 +51,8 @@ def _fits_env(env_id):
                                                                                           gym.spaces.Box))
 
 
-def test_catalog_gym_ids_are_gymnasiums_envs_that_fit():
+def test_catalog_gym_ids_are_gymnasiums_envs_that_fit(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # gym.make of a MuJoCo task, outside baton's env type, writes MUJOCO_LOG.TXT here
     listed = [env_id for ids in catalog.GYM_IDS.values() for env_id in ids]
     assert all(env_id in gym.registry for env_id in listed)
     newest = {}
