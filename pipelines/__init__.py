@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, List
 if TYPE_CHECKING:
     from .options import cli_main, parse_train_args
     from .pipeline import Pipeline, RunInterrupted, RunPreempted, Stage, StageError
-    from .serial import build_pipeline, serial_pipeline
+    from .build import build_pipeline, serial_pipeline
 
 __all__ = ["build_pipeline", "serial_pipeline", "Pipeline", "RunInterrupted", "RunPreempted", "Stage", "StageError",
            "cli_main", "parse_train_args"]
 
 #: where each public name lives
-_HOMES = {"build_pipeline": "serial", "serial_pipeline": "serial", "Pipeline": "pipeline",
+_HOMES = {"build_pipeline": "build", "serial_pipeline": "build", "Pipeline": "pipeline",
           "RunInterrupted": "pipeline", "RunPreempted": "pipeline", "Stage": "pipeline", "StageError": "pipeline",
           "cli_main": "options", "parse_train_args": "options"}
 

@@ -222,7 +222,7 @@ def _launch_ranks(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> None:
 
 def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
     """One process's run, and its one-line result (an application's output, not library logging)."""
-    from .serial import serial_pipeline  # torch: imported when training (baton --help loads none)
+    from .build import serial_pipeline  # torch: imported when training (baton --help loads none)
     from .user_errors import USER_ERRORS, exit_on_user_error
 
     configure_logging()  # a process --nproc started begins with no logging configuration

@@ -405,7 +405,7 @@ def _failed(study: Any, trial: Any, shown: str, message: str) -> bool:
 
 def _train(spec: StudySpec, trial: Any, overrides: List[str], run_dir: str) -> Tuple[Dict[str, Any], "TrialPruning"]:
     """The trial's run: the standard pipeline with the trial's values, reporting each evaluation to it."""
-    from .serial import build_pipeline
+    from .build import build_pipeline
 
     main_config, create_config = apply_overrides(spec.base[0], spec.base[1], overrides)
     pipeline = build_pipeline((main_config, create_config), spec.seed, spec.max_env_step, spec.max_train_iter,

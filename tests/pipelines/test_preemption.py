@@ -328,7 +328,7 @@ def test_a_torchrun_restart_continues_its_named_run_and_refuses_to_guess(tmp_pat
     import contextlib
 
     from pipelines.run_dir import RunDirError
-    from pipelines.serial import _run_dir
+    from pipelines.assembly import _run_dir
 
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     cfg = {"exp_name": str(tmp_path / "cfg_name"), "seed": 0}
