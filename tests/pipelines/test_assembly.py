@@ -2,8 +2,6 @@
 policy class's ``pipeline``; a new shape is a ``Shape`` subclass and a row in the table."""
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 from engine.config import ConfigError
@@ -63,8 +61,3 @@ def test_a_context_of_another_shape_is_refused(quick_cartpole_config):
     with pytest.raises(TypeError, match="wants OnlineRLContext or a subclass"):
         build_pipeline((main, create), max_env_step=64, context=OfflineRLContext)
 
-
-def test_the_old_module_names_the_new_spelling():
-    with pytest.raises(ImportError, match=r"baton: pipelines.serial was renamed: .*from pipelines import "
-                                          r"build_pipeline"):
-        importlib.import_module("pipelines.serial")

@@ -362,7 +362,7 @@ def test_the_launcher_passes_on_a_signal_that_came_while_it_started_the_ranks(mo
 
 
 def test_resume_before_an_override_keeps_the_overrides_in_order():
-    from pipelines.options import parse_train_args
+    from commands.options import parse_train_args
 
     args = parse_train_args(["--resume", "seed=1", "seed=2"])
     assert args.resume is True and args.overrides == ["seed=1", "seed=2"]
