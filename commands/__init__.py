@@ -7,8 +7,9 @@ shared by ``baton train`` and every dizoo config run as a script (``cli_main``).
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, List
+from typing import TYPE_CHECKING
+
+from engine.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .config_file import load_config_file
@@ -20,13 +21,4 @@ __all__ = ["cli_main", "parse_train_args", "load_config_file"]
 _HOMES = {"cli_main": "options", "parse_train_args": "options", "load_config_file": "config_file"}
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
-
-
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

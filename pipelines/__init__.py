@@ -7,8 +7,9 @@ options of dizoo scripts (``cli_main``) live a floor above, in ``commands``.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, List
+from typing import TYPE_CHECKING
+
+from engine.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline, RunInterrupted, RunPreempted, Stage, StageError
@@ -23,15 +24,4 @@ _HOMES = {"build_pipeline": "build", "serial_pipeline": "build", "Pipeline": "pi
 _MOVED = {"cli_main": "commands", "parse_train_args": "commands"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        raise ImportError(f"baton: {name} moved to the command floor: from {_MOVED[name]} import {name}")
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
-
-
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, moved=_MOVED)
