@@ -12,7 +12,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=find_packages(include=["engine", "engine.*", "data", "data.*", "middleware", "middleware.*",
-                                    "policies", "policies.*", "pipelines", "pipelines.*", "dizoo", "dizoo.*"]),
+                                    "policies", "policies.*", "pipelines", "pipelines.*", "commands", "commands.*",
+                                    "dizoo", "dizoo.*"]),
     install_requires=[
         "torch>=2.1",
         "gymnasium>=1.1",  # AutoresetMode.SAME_STEP
@@ -60,7 +61,7 @@ setup(
         "bench": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],
     },
     entry_points={
-        "console_scripts": ["baton=pipelines.cli:main"],
+        "console_scripts": ["baton=commands.cli:main"],
         "baton.envs": [
             "cartpole=dizoo.classic_control.cartpole.envs",
             "cartpole_masked=dizoo.classic_control.cartpole.envs",

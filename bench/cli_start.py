@@ -43,9 +43,9 @@ COMMANDS = {"baton --help": ["--help"], "baton train --list-algos": ["train", "-
 
 
 def _baton() -> List[str]:
-    """This environment's ``baton`` console script (run by this interpreter), else ``python -m pipelines``."""
+    """This environment's ``baton`` console script (run by this interpreter), else ``python -m commands``."""
     script = os.path.join(os.path.dirname(sys.executable), "baton")
-    return [sys.executable, script] if os.path.isfile(script) else [sys.executable, "-m", "pipelines"]
+    return [sys.executable, script] if os.path.isfile(script) else [sys.executable, "-m", "commands"]
 
 
 def _env(root: str) -> Dict[str, str]:

@@ -34,7 +34,7 @@ ns = runpy.run_path({config!r}, run_name="config")
 main_config, create_config = ns["main_config"], ns["create_config"]
 main_config.env.stop_value = 1e9
 if __name__ == "__main__":
-    from pipelines import cli_main
+    from commands import cli_main
     cli_main((main_config, create_config))
 """
 

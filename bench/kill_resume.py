@@ -33,7 +33,7 @@ main_config, create_config = ns["main_config"], ns["create_config"]
 main_config.env.stop_value = 1e9
 main_config.ckpt = dict(latest_every_s=0.5, save_freq=40)
 if __name__ == "__main__":
-    from pipelines import cli_main
+    from commands import cli_main
     cli_main((main_config, create_config))
 """
 
@@ -41,7 +41,7 @@ if __name__ == "__main__":
 def trial(workdir: str, config: str, delay: float) -> dict:
     exp = os.path.join(workdir, "exp")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    train = [sys.executable, "-m", "pipelines", "train", "-c", config, "--exp-name", exp, "--no-progress"]
+    train = [sys.executable, "-m", "commands", "train", "-c", config, "--exp-name", exp, "--no-progress"]
     proc = subprocess.Popen(train, cwd=workdir, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)

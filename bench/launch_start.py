@@ -79,7 +79,7 @@ def measure_cli(method: str) -> float:
     method on the launcher before the CLI runs."""
     wrapper = (f"import sys; sys.path.insert(0, {ROOT!r}); import engine.launcher as l\n"
                + ("l._start_method = lambda: 'spawn'\n" if method == "spawn" else "")
-               + "from pipelines.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n")
+               + "from commands.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "baton_cli.py")
         with open(path, "w") as f:

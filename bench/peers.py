@@ -152,8 +152,8 @@ def resolve_baton(task: Task, eval_every: int, root: str = ROOT) -> BatonSetup:
 
     from engine.config import ConfigError, compile_config
     from engine.registry import POLICY_REGISTRY, UnknownTypeError
-    from pipelines.algo_env import AlgoEnvError, build_config
-    from pipelines.cli import load_config_file
+    from commands.algo_env import AlgoEnvError, build_config
+    from commands.cli import load_config_file
 
     config = os.path.join(root, task.config) if task.config else None
     try:
@@ -163,7 +163,7 @@ def resolve_baton(task: Task, eval_every: int, root: str = ROOT) -> BatonSetup:
         else:
             main_config, create_config = build_config(task.algo, task.env_id)
             source = f"baton train --algo {task.algo} --env {task.env_id} (defaults: no dizoo config)"
-            argv = [sys.executable, "-m", "pipelines", "train", "--algo", task.algo, "--env", task.env_id]
+            argv = [sys.executable, "-m", "commands", "train", "--algo", task.algo, "--env", task.env_id]
         cfg = compile_config(main_config, create_config, save=False)
         on_policy = POLICY_REGISTRY.get(cfg.policy.type).pipeline == "on_policy"
         gym.make(task.env_id).close()

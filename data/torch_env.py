@@ -20,7 +20,7 @@ The contract is gymnasium's vector env in ``SAME_STEP`` autoreset mode (``data.e
 Seeding: all envs draw from one ``torch.Generator`` on the env's device, seeded by ``reset(seed=s)`` (a
 list of seeds, as gymnasium's vector envs take, seeds it with its first). The same seed, env count and
 device give the same episodes; CPU and CUDA generators differ, so a run on a GPU is not the run on a CPU.
-The pipeline seeds each DDP rank's envs with its rank seed (``pipelines.serial.rank_seed``).
+The pipeline seeds each DDP rank's envs with its rank seed (``pipelines.assembly.rank_seed``).
 
 An env family subclasses ``TorchVectorEnv`` with its dynamics (``dizoo/classic_control/*/torch_env.py``) and
 registers a ``TorchEnvType`` (``create_config.env.type``): ``env.device`` places the collector's envs

@@ -1,6 +1,7 @@
-"""``python -m pipelines`` is the ``baton`` command."""
+"""``python -m pipelines`` was the ``baton`` command before the commands moved to their own floor: it names
+the new spelling (one line, exit status 2)."""
 import sys
 
-from .cli import main
-
-sys.exit(main())
+sys.stderr.write("baton: the command moved: run `baton ...` or `python -m commands ...` (python -m pipelines is "
+                 "gone since the commands got their own package, commands/)\n")
+sys.exit(2)

@@ -80,22 +80,27 @@ class Pipeline:
         rank: this process's global rank; ``main_only`` stages run where it is 0.
         result: called after the run, its value is what ``run()`` returns (the standard pipeline's summary).
         resources: a ``contextlib.ExitStack`` closed when the run ends (envs, the process group).
-
-    Attributes:
-        ctx: the context.
         cfg, policy, buffer: what ``build_pipeline`` compiled and built (the compiled config, the policy,
             the replay buffer or None), for middleware of your own that need them.
         profile: None, or a ``StageProfile`` that ``run()`` fills with each stage's time (``log.profile``).
+        built: more of what a pipeline shape built, kept as attributes of the same names (the offline
+            shape's ``dataset`` and ``shard``).
+
+    Attributes:
+        ctx, cfg, policy, buffer, profile: as given.
     """
 
     def __init__(self, ctx: Context, *, rank: int = 0, result: Optional[Callable[[], Any]] = None,
-                 resources: Optional[contextlib.ExitStack] = None) -> None:
+                 resources: Optional[contextlib.ExitStack] = None, cfg: Any = None, policy: Any = None,
+                 buffer: Any = None, profile: Optional[StageProfile] = None, **built: Any) -> None:
         self.ctx = ctx
         self.rank = rank
-        self.cfg: Any = None
-        self.policy: Any = None
-        self.buffer: Any = None
-        self.profile: Optional[StageProfile] = None
+        self.cfg = cfg
+        self.policy = policy
+        self.buffer = buffer
+        self.profile = profile
+        for name, value in built.items():
+            setattr(self, name, value)
         self._stages: List[Stage] = []
         self._result = result
         self._resources = resources or contextlib.ExitStack()

@@ -21,6 +21,7 @@ from data.replay.device import resolve_replay_device
 from engine.config import ConfigError, plain
 from engine.distributed import DistributedError, default_timeout
 from engine.preemption import PreemptionGuard
+from engine.profile import StageProfile
 from engine.protocols import VectorEnv
 from engine.context import OnlineRLContext
 from engine.registry import ENV_REGISTRY
@@ -32,6 +33,7 @@ from middleware import (CkptSaver, DDPMiddleware, DeviceStepCollector, Interacti
                         OnPolicyLearner, StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator,
                         online_logger, random_collect_handler)
 from middleware.progress_csv import PROGRESS_FILE
+from middleware.summary import RunClock
 from middleware.trackers import TRACKERS, start_trackers
 from policies.base import Policy
 
@@ -87,8 +89,9 @@ def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int,
 
 
 def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], saver: Optional[CkptSaver] = None,
-              world_size: int = 1) -> Union[InteractionEvaluator, BackgroundEvaluator]:
-    """The blocking evaluator on ``env``, or with ``policy.eval.evaluator.background`` the background one,
+              world_size: int = 1, background: bool = False) -> Union[InteractionEvaluator, BackgroundEvaluator]:
+    """The blocking evaluator on ``env``, or with ``background`` (``policy.eval.evaluator.background``, where
+    the pipeline's shape allows it) the background one,
     whose process builds envs of its own (``EvalSide``; ``env`` is then unused, None) and whose best
     checkpoint ``saver`` takes from the evaluated snapshot. Under DDP the last iteration waits for a
     running evaluation at most half the collective timeout, while the other ranks wait in theirs. The
@@ -96,7 +99,7 @@ def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], 
     ecfg = cfg["policy"]["eval"]["evaluator"]
     kwargs = dict(eval_freq=ecfg["eval_freq"], n_episode=cfg["env"]["n_evaluator_episode"],
                   stop_value=cfg["env"]["stop_value"], seed=cfg["seed"])
-    if not ecfg.get("background", False):
+    if not background:
         return InteractionEvaluator(policy.eval_mode, env, **kwargs)
     if not callable(getattr(policy, "acting_weights", None)):
         raise ConfigError(f"policy.eval.evaluator.background=True needs a policy with acting_weights() and "
@@ -207,12 +210,14 @@ def logs(cfg: Mapping[str, Any]) -> bool:
     return bool(log["tensorboard"] or log["csv"] or any((log.get(name) or {}).get("enable") for name in TRACKERS))
 
 
-def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None,
-           resources: Optional[Any] = None) -> OnlineLogger:
+def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None, resources: Optional[Any] = None, *,
+           clock: Optional[RunClock] = None, profile: Optional[StageProfile] = None) -> OnlineLogger:
     """tensorboardX under ``<exp_name>/log`` (``log.tensorboard``), ``<exp_name>/progress.csv`` (``log.csv``)
     and the experiment trackers ``log.wandb``/``log.mlflow`` enable (``middleware.trackers``; started here with
     the compiled config, finished with the best checkpoint when ``resources``, the pipeline's, close);
-    ``resumed``: the context restored from a checkpoint, whose rows the CSV keeps."""
+    ``resumed``: the context restored from a checkpoint, whose rows the CSV keeps; ``clock``: the run's, which
+    the summary keeps too (progress.csv's ``wall_time_s`` and ``elapsed_s``); ``profile``: the run's stage
+    times (``profile/<stage>_share`` scalars)."""
     trackers = start_trackers(cfg["log"], cfg["exp_name"], plain(cfg))
     if trackers and resources is not None:
         best = os.path.join(cfg["exp_name"], "ckpt", BEST)
@@ -221,9 +226,11 @@ def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None,
     log = online_logger(os.path.join(cfg["exp_name"], "log"), print_freq=cfg["log"]["print_freq"],
                         tensorboard=cfg["log"]["tensorboard"],
                         csv_path=os.path.join(cfg["exp_name"], PROGRESS_FILE) if cfg["log"]["csv"] else None,
-                        trackers=trackers)
+                        profile=profile, trackers=trackers)
     if resumed is not None:
         log.resume(resumed.env_step, resumed.last_eval_iter)
+    if clock is not None:  # after resume: a resumed clock goes on from the kept rows
+        log.clock = clock
     return log
 
 

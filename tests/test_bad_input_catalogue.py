@@ -28,7 +28,7 @@ def _deep_set(main, sections):
 
 def _cfg(config="cartpole_dqn", **sections):
     """A dizoo config with ``sections`` deep-set (``{"policy.learn.batch_size": 0}``), compiled unsaved."""
-    from pipelines.cli import load_config_file
+    from commands.cli import load_config_file
     family = {"cartpole": "classic_control/cartpole", "pendulum": "classic_control/pendulum"}[config.split("_")[0]]
     main, create = load_config_file(os.path.join(ROOT, "dizoo", *family.split("/"), "config", f"{config}_config.py"))
     return compile_config(_deep_set(copy.deepcopy(main), sections), create, save=False)
@@ -99,7 +99,7 @@ CONFIG_VALUES = [
 
 def _train(tmp, config=CARTPOLE_DQN, **sections):
     from pipelines import serial_pipeline
-    from pipelines.cli import load_config_file
+    from commands.cli import load_config_file
     main, create = load_config_file(config)
     main = copy.deepcopy(main)
     main.exp_name, main.log = str(tmp / "exp"), dict(progress=False)
@@ -153,13 +153,13 @@ RUNS = [
 
 
 def _algo_env(algo, env_id):
-    from pipelines.algo_env import build_config
+    from commands.algo_env import build_config
     return build_config(algo, env_id)
 
 
 def _cfg_and_policy(tmp, config, policy_type):
     from pipelines import serial_pipeline
-    from pipelines.cli import load_config_file
+    from commands.cli import load_config_file
     main, _ = load_config_file(os.path.join(ROOT, "dizoo", "classic_control", "pendulum", "config",
                                             f"{config}_config.py"))
     main = copy.deepcopy(main)
@@ -170,7 +170,7 @@ def _cfg_and_policy(tmp, config, policy_type):
 
 def _resume_nothing(tmp, make_dir=False, force=False):
     from pipelines import serial_pipeline
-    from pipelines.cli import load_config_file
+    from commands.cli import load_config_file
     main, create = load_config_file(CARTPOLE_DQN)
     if make_dir:  # a run directory that exists, named explicitly, but holds no checkpoint
         os.makedirs(tmp / "exp" / "log")
@@ -180,7 +180,7 @@ def _resume_nothing(tmp, make_dir=False, force=False):
 
 def _run_twice(tmp):
     from pipelines import serial_pipeline
-    from pipelines.cli import load_config_file
+    from commands.cli import load_config_file
     main, create = load_config_file(CARTPOLE_DQN)
     main = dict(copy.deepcopy(main), log=dict(progress=False))
     serial_pipeline((main, create), exp_name=str(tmp / "exp"), max_env_step=64)
@@ -223,7 +223,7 @@ CLI = [
 
 @pytest.mark.parametrize("name,argv,message", CLI, ids=[c[0] for c in CLI])
 def test_bad_command_line_is_named(name, argv, message, tmp_path, capsys):
-    from pipelines.cli import main
+    from commands.cli import main
     try:
         code = main(argv(tmp_path))
     except SystemExit as exit_info:
@@ -244,7 +244,7 @@ def test_launcher_environment_without_master_names_what_is_missing(monkeypatch):
 
 
 def test_launch_options_under_torchrun_are_refused(monkeypatch, capsys):
-    from pipelines.cli import main
+    from commands.cli import main
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(SystemExit):
         main(["train", "-c", CARTPOLE_DQN, "--nproc", "2"])

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from pipelines.cli import main
+from commands.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config")
@@ -98,7 +98,7 @@ def test_offline_bad_input_under_nproc_is_one_line_for_the_job(tmp_path):
                       np.zeros(steps, np.int64), np.ones(steps, np.float32), end, np.zeros(steps, bool))
     write_dataset("test/one-v0", [episode], env.observation_space, env.action_space, root=str(tmp_path / "data"),
                   env_id="CartPole-v1")
-    cmd = [sys.executable, "-m", "pipelines", "train", "-c", CARTPOLE_BC, "--nproc", "2", "--exp-name", "run",
+    cmd = [sys.executable, "-m", "commands", "train", "-c", CARTPOLE_BC, "--nproc", "2", "--exp-name", "run",
            "--no-progress", "--max-env-step", "64", f"dataset.root={tmp_path / 'data'}", "dataset.name=test/one-v0"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60"),
                           capture_output=True, text=True, timeout=200)

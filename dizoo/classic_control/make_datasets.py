@@ -19,7 +19,7 @@ stopped at its first evaluation (10 episodes, every 100 updates) at or above -70
 matter of seconds). Each teacher is trained once per call, in a temporary directory removed at the end:
 the datasets are all the script leaves. ``--work DIR`` keeps the teachers' runs in ``DIR/<name>_teacher``
 instead (checkpoints, logs), and a later call with the same ``--work`` reuses a teacher whose checkpoint is
-there. Each dataset is recorded with ``baton record``'s code (``pipelines.record``), and an existing dataset
+there. Each dataset is recorded with ``baton record``'s code (``commands.record``), and an existing dataset
 is left as it is (``--overwrite`` to record it again). The root is ``--root``, else
 ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``. Each step's figures (training time, dataset returns)
 are printed.
@@ -93,7 +93,7 @@ def make(root: Optional[str], work: str, seed: int, only: Optional[str] = None, 
     """Build every missing dataset (of family ``only``); returns each one's record report (or its stats
     when it existed)."""
     from engine.devices import size_torch_threads
-    from pipelines.record import record_dataset
+    from commands.record import record_dataset
 
     size_torch_threads()  # as training does: recording a teacher that exists already acts with this share too
     reports: Dict[str, Any] = {}

@@ -44,6 +44,6 @@ def test_masked_cartpole_vector_env_and_stop_value():
 
 
 def test_env_id_still_chooses_plain_cartpole():
-    from pipelines.algo_env import build_config
+    from commands.algo_env import build_config
 
     assert build_config("ppo", "CartPole-v1")[1]["env"]["type"] == "cartpole"

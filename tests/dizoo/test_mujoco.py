@@ -17,7 +17,7 @@ from dizoo.mujoco.envs import TASKS  # noqa: E402
 from engine.context import OnlineRLContext  # noqa: E402
 from engine.registry import ENV_REGISTRY  # noqa: E402
 from middleware.collector import NonFiniteDataError, StepCollector  # noqa: E402
-from pipelines.algo_env import AlgoEnvError, build_config  # noqa: E402
+from commands.algo_env import AlgoEnvError, build_config  # noqa: E402
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
@@ -107,7 +107,7 @@ def test_algo_and_env_read_the_spaces_from_the_family_and_leave_no_mujoco_log(tm
     """HalfCheetah's model compiles with a MuJoCo warning: the spaces --env reads come from the family's env
     (float32, as in training), whose warnings go to the log, not to a MUJOCO_LOG.TXT in the working directory."""
     monkeypatch.chdir(tmp_path)
-    from pipelines.algo_env import _resolve_env
+    from commands.algo_env import _resolve_env
 
     family, observation_space, _, _ = _resolve_env("HalfCheetah-v5")
     assert family == "halfcheetah" and observation_space.dtype == np.float32

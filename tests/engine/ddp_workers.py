@@ -112,7 +112,7 @@ def counters_and_stop(out_dir):
 
 def first_observations(out_dir):
     """The first observations of this rank's collector envs, seeded as serial_pipeline seeds them."""
-    from pipelines.serial import rank_seed
+    from pipelines.assembly import rank_seed
     from data.envs import make_vector_env
     from engine.registry import ENV_REGISTRY
 

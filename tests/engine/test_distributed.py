@@ -166,7 +166,7 @@ ALL_CONFIGS_JOB = """
 import json, os, sys
 from engine.distributed import DDPContext, get_rank
 from pipelines import serial_pipeline
-from pipelines.cli import load_config_file
+from commands.cli import load_config_file
 from engine.overrides import apply_overrides
 
 out = sys.argv[1]

@@ -18,7 +18,7 @@ import engine.slurm
 from engine.distributed import DDPContext, launched_world_size
 from engine.slurm import (PORT_BASE, PORT_SPAN, SlurmEnvError, SlurmLayout, adopt_slurm_env, expand_hostlist,
                           expand_tasks_per_node, slurm_layout, srun_task_count)
-from pipelines.cli import main
+from commands.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
@@ -227,7 +227,7 @@ def test_a_task_bound_to_its_own_gpu_takes_the_first_it_sees(clean_launch_env):
 def test_launch_options_inside_an_srun_step_are_refused(option, clean_launch_env, capsys):
     for name, value in TASK3.items():
         clean_launch_env.setenv(name, value)
-    clean_launch_env.setattr("pipelines.options.visible_gpu_count", lambda: 2)
+    clean_launch_env.setattr("commands.options.visible_gpu_count", lambda: 2)
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "-c", CONFIG, *option])
     assert exit_info.value.code == 2
@@ -265,7 +265,7 @@ def _run_tasks(tasks, cwds):
     """Start one `baton train` per task (its Slurm variables), wait for all (a hang fails, not blocks)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in LAUNCH_VARS}
     base.update(OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60")
-    cmd = [sys.executable, "-m", "pipelines", "train", "-c", CONFIG, "--exp-name", "run", "--max-env-step", "512",
+    cmd = [sys.executable, "-m", "commands", "train", "-c", CONFIG, "--exp-name", "run", "--max-env-step", "512",
            "--no-progress"]
     procs = [subprocess.Popen(cmd, cwd=cwd, env=dict(base, **task), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for task, cwd in zip(tasks, cwds)]

@@ -14,7 +14,7 @@ import pytest
 import middleware.trackers as trackers
 from middleware.progress_csv import read_progress
 from middleware.trackers import Tracker, start_trackers
-from pipelines.cli import main
+from commands.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from pipelines import build_pipeline
-from pipelines.algo_env import AlgoEnvError, algo_support, build_config
-from pipelines.cli import main
+from commands.algo_env import AlgoEnvError, algo_support, build_config
+from commands.cli import main
 
 
 @pytest.mark.parametrize("algo", ["dqn", "rainbow"])

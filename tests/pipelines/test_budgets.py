@@ -73,12 +73,12 @@ def test_an_offline_run_given_no_budget_stops_at_a_plateau_or_the_default(tmp_pa
 
 
 def test_algo_env_runs_get_their_familys_budget(tmp_path, monkeypatch, capsys):
-    from pipelines.algo_env import default_budget
-    from pipelines.cli import main
+    from commands.algo_env import default_budget
+    from commands.cli import main
 
     assert default_budget("dqn") == 500_000 and default_budget("ppo") == 1_000_000 and default_budget("bc") is None
     seen = {}
-    monkeypatch.setattr("pipelines.cli.run_from_args", lambda cfg, args: seen.update(budget=args.max_env_step))
+    monkeypatch.setattr("commands.cli.run_from_args", lambda cfg, args: seen.update(budget=args.max_env_step))
     main(["train", "--algo", "dqn", "--env", "CartPole-v1"])
     assert seen["budget"] == 500_000
     main(["train", "--algo", "dqn", "--env", "CartPole-v1", "--max-train-iter", "10"])

@@ -1,4 +1,4 @@
-"""The static tables of ``--list-algos`` / ``--list-envs`` (pipelines/catalog.py) say what the registries and
+"""The static tables of ``--list-algos`` / ``--list-envs`` (commands/catalog.py) say what the registries and
 gymnasium say."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import gymnasium as gym
 import pytest
 
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
-from pipelines import catalog
-from pipelines.algo_env import algo_support
+from commands import catalog
+from commands.algo_env import algo_support
 
 
 def _entry_point_names(group):
@@ -84,7 +84,7 @@ def test_catalog_says_whether_an_extra_is_installed(installed, monkeypatch):
 
 
 def test_catalog_torch_envs_are_registered_batched_types_that_build():
-    from pipelines.algo_env import build_config
+    from commands.algo_env import build_config
 
     for name, env_id in catalog.TORCH_ENVS.items():
         env_type = ENV_REGISTRY.get(name)

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from pipelines.check_ddp import compare_ranks
+from commands.check_ddp import compare_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DQN_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_ddp_config.py")
@@ -29,7 +29,7 @@ def test_check_ddp_passes(config, overrides, tmp_path, monkeypatch, capsys):
     own statistics). TD3 too: its target smoothing noise is drawn for the global batch, each rank taking its
     rows; the check's one update is an actor step (delay 1), so the actor is compared as well. Recurrent PPO
     too: each rank's whole sequences, unrolled from their stored memories, joined along the sequence axis."""
-    from pipelines.cli import main
+    from commands.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BATON_DDP_TIMEOUT", "60")
@@ -59,7 +59,7 @@ def test_report_names_unsynchronised_unused_and_buffers():
 
 
 def test_check_ddp_needs_two_processes(capsys):
-    from pipelines.cli import main
+    from commands.cli import main
     with pytest.raises(SystemExit):
         main(["check-ddp", "-c", DQN_DDP, "--nproc", "1"])
     assert "compares at least 2 processes" in capsys.readouterr().err
@@ -73,7 +73,7 @@ def test_check_ddp_needs_two_processes(capsys):
     (["ddp.comm_hook=fp16"], False),  # the gradients summed in fp16: close, not equal
 ], ids=["knobs", "fp16"])
 def test_check_ddp_takes_the_communication_keys(overrides, exact, tmp_path, monkeypatch, capsys):
-    from pipelines.cli import main
+    from commands.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BATON_DDP_TIMEOUT", "60")
@@ -85,7 +85,7 @@ def test_check_ddp_takes_the_communication_keys(overrides, exact, tmp_path, monk
 
 def test_a_compression_hook_the_backend_cannot_run_is_refused_before_training(capsys):
     from engine.distributed import DistributedError, check_comm_hook
-    from pipelines.cli import main
+    from commands.cli import main
 
     with pytest.raises(DistributedError, match="needs the nccl backend on CUDA.*Use 'fp16' or 'powersgd' on gloo"):
         check_comm_hook("bf16", "gloo")

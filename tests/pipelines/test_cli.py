@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipelines.cli import load_config_file, main
+from commands.cli import load_config_file, main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
@@ -30,8 +30,8 @@ def test_baton_train_and_the_config_as_a_script_print_alike(tmp_path):
     assert outputs["baton"] == outputs["script"]
 
 
-def test_python_m_pipelines_is_the_cli(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pipelines", "train", "--help"], capture_output=True, text=True,
+def test_python_m_commands_is_the_cli(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "commands", "train", "--help"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and "--max-env-step" in proc.stdout and "--resume" in proc.stdout
 

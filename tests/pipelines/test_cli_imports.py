@@ -15,7 +15,7 @@ HEAVY = ("torch", "gymnasium")
 # main(ARGV) with its SystemExit caught, then one JSON line: the exit status and which HEAVY modules loaded
 SCRIPT = """
 import json, sys
-from pipelines.cli import main
+from commands.cli import main
 try:
     status = main(sys.argv[1:])
 except SystemExit as stop:
@@ -54,7 +54,7 @@ def test_cli_answers_without_torch_or_gymnasium(argv, status, tmp_path):
 def test_cli_commands_that_need_torch_still_get_their_options(command, option, capsys):
     """``record``'s, ``plot``'s and the after-training commands' options come from their modules, added when that
     command is given."""
-    from pipelines.cli import main
+    from commands.cli import main
 
     with pytest.raises(SystemExit) as stop:
         main([command, "--help"])

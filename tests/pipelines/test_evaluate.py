@@ -11,8 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from pipelines.cli import main
-from pipelines.evaluate import evaluate_run
+from commands.cli import main
+from commands.evaluate import evaluate_run
 from trained_runs import train_tiny
 
 
@@ -169,7 +169,7 @@ def test_eval_of_a_run_trained_under_ddp(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     config = os.path.join(root, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_ddp_config.py")
     run = str(tmp_path / "ddp_run")
-    proc = subprocess.run([sys.executable, "-m", "pipelines", "train", "-c", config, "--nproc", "2", "--max-env-step",
+    proc = subprocess.run([sys.executable, "-m", "commands", "train", "-c", config, "--nproc", "2", "--max-env-step",
                            "512", "--exp-name", run, "--no-progress", "policy.eval.evaluator.eval_freq=2",
                            "ckpt.save_replay_buffer=true"], cwd=root, capture_output=True, text=True, timeout=200,
                           env=dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60"))

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.cli import main
-from pipelines.export import export_policy, export_run
-from pipelines.saved_run import load_saved_run
+from commands.cli import main
+from commands.export import export_policy, export_run
+from commands.saved_run import load_saved_run
 from policies.greedy import GreedyActor, NotExportableError
 from trained_runs import train_tiny
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pipelines.cli import main
+from commands.cli import main
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -26,7 +26,7 @@ def _free_port():
 
 
 def _start_node(node_rank, nnodes, nproc, meet, cwd):
-    cmd = [sys.executable, "-m", "pipelines", "train", "-c", CONFIG, "--nproc", str(nproc), "--nnodes", str(nnodes),
+    cmd = [sys.executable, "-m", "commands", "train", "-c", CONFIG, "--nproc", str(nproc), "--nnodes", str(nnodes),
            "--node-rank", str(node_rank), "--max-env-step", "256", "--no-progress", "--exp-name", "run", *meet]
     env = dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60")
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -74,7 +74,7 @@ def test_impossible_layouts_are_refused_before_anything_starts(argv, message, ca
 
 
 def test_gpus_all_without_a_gpu_says_to_use_nproc(capsys, monkeypatch):
-    monkeypatch.setattr("pipelines.options.visible_gpu_count", lambda: 0)
+    monkeypatch.setattr("commands.options.visible_gpu_count", lambda: 0)
     with pytest.raises(SystemExit):
         main(["train", "-c", CONFIG, "--gpus", "all"])
     err = capsys.readouterr().err
@@ -83,9 +83,9 @@ def test_gpus_all_without_a_gpu_says_to_use_nproc(capsys, monkeypatch):
 
 def test_more_processes_than_cores_is_said_before_they_start(monkeypatch, caplog):
     launched = []
-    monkeypatch.setattr("pipelines.options.usable_cores", lambda: 2)
-    monkeypatch.setattr("pipelines.options.launch", lambda *a, **k: launched.append(a[1]))
-    with caplog.at_level("WARNING", logger="pipelines.options"):
+    monkeypatch.setattr("commands.options.usable_cores", lambda: 2)
+    monkeypatch.setattr("commands.options.launch", lambda *a, **k: launched.append(a[1]))
+    with caplog.at_level("WARNING", logger="commands.options"):
         main(["train", "-c", CONFIG, "--nproc", "8"])
     assert launched == [8]
     assert "8 processes on 2 usable CPU cores" in caplog.text and "--nproc 2" in caplog.text
@@ -118,7 +118,7 @@ def test_nodes_started_with_different_nproc_fail_naming_the_world_sizes(tmp_path
     for n, nproc in ((1, 1), (0, 2)):  # node 1 first: its world size is in the store before node 0 gives up
         node = tmp_path / f"node{n}"
         node.mkdir()
-        cmd = [sys.executable, "-m", "pipelines", "train", "-c", CONFIG, "--nproc", str(nproc), "--nnodes", "2",
+        cmd = [sys.executable, "-m", "commands", "train", "-c", CONFIG, "--nproc", str(nproc), "--nnodes", "2",
                "--node-rank", str(n), "--max-env-step", "256", "--no-progress", *meet]
         procs[n] = subprocess.Popen(cmd, cwd=node, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     errors = {n: p.communicate(timeout=120)[1] for n, p in procs.items()}

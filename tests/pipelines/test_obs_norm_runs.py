@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.cli import main
-from pipelines.saved_run import load_saved_run
+from commands.cli import main
+from commands.saved_run import load_saved_run
 from trained_runs import SMALL, SMALL_BY_ALGO, train_tiny
 
 

@@ -43,7 +43,7 @@ def make_checkpoint(path, main, create):
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """``test/short-v0``: 24 CartPole episodes of at most 20 steps, an untrained DQN at eps 0.5."""
-    from pipelines.record import record_dataset
+    from commands.record import record_dataset
 
     tmp = tmp_path_factory.mktemp("offline")
     root = str(tmp / "datasets")
@@ -68,7 +68,7 @@ def test_offline_record_keeps_terminated_and_truncated_apart(recorded):
 
 
 def test_offline_record_is_deterministic(recorded, tmp_path):
-    from pipelines.record import record_dataset
+    from commands.record import record_dataset
 
     root, ckpt, report, cfg = recorded
     again = record_dataset(cfg, ckpt, 24, "test/short-v0", eps=0.5, seed=1, root=str(tmp_path), num_envs=4)
@@ -79,7 +79,7 @@ def test_offline_record_is_deterministic(recorded, tmp_path):
 
 
 def test_offline_record_cli_writes_a_dataset_and_refuses_a_wrong_checkpoint(recorded, tmp_path, capsys):
-    from pipelines.cli import main
+    from commands.cli import main
 
     _, ckpt, _, _ = recorded
     config = os.path.join(os.path.dirname(__file__), "..", "..", "dizoo", "classic_control", "cartpole", "config")

@@ -12,9 +12,9 @@ import pytest
 
 from engine.config import ConfigError
 from engine.overrides import apply_overrides, parse_value
-from pipelines import options
-from pipelines.cli import load_config_file, main
-from pipelines.options import cli_main, parse_train_args
+from commands import options
+from commands.cli import load_config_file, main
+from commands.options import cli_main, parse_train_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")

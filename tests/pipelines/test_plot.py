@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-import pipelines.plot
+import commands.plot
 from middleware.progress_csv import ProgressCSV
-from pipelines.cli import main
-from pipelines.plot import PlotError, find_runs, group_runs, mean_curve
+from commands.cli import main
+from commands.plot import PlotError, find_runs, group_runs, mean_curve
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -66,7 +66,7 @@ def test_plot_mean_is_over_the_range_every_run_covers():
     assert grid.tolist() == [5.0, 7.5, 10.0]  # from the latest start to the earliest end
     assert mean.tolist() == [5.0, 8.75, 12.5] and lo.tolist() == [5.0, 7.5, 10.0] and hi.tolist() == [5.0, 10.0, 15.0]
     assert mean_curve([(np.array([0.0, 1.0]), np.zeros(2)), (np.array([2.0, 3.0]), np.zeros(2))]) is None
-    assert doctest.testmod(pipelines.plot).failed == 0
+    assert doctest.testmod(commands.plot).failed == 0
 
 
 @pytest.mark.parametrize("make", ["empty", "missing", "no_eval"])

@@ -328,7 +328,7 @@ def test_a_torchrun_restart_continues_its_named_run_and_refuses_to_guess(tmp_pat
     import contextlib
 
     from pipelines.run_dir import RunDirError
-    from pipelines.serial import _run_dir
+    from pipelines.assembly import _run_dir
 
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     cfg = {"exp_name": str(tmp_path / "cfg_name"), "seed": 0}
@@ -362,7 +362,7 @@ def test_the_launcher_passes_on_a_signal_that_came_while_it_started_the_ranks(mo
 
 
 def test_resume_before_an_override_keeps_the_overrides_in_order():
-    from pipelines.options import parse_train_args
+    from commands.options import parse_train_args
 
     args = parse_train_args(["--resume", "seed=1", "seed=2"])
     assert args.resume is True and args.overrides == ["seed=1", "seed=2"]

@@ -14,8 +14,8 @@ import pytest
 from engine import OnlineRLContext, Task
 from engine.profile import LOOP, StageProfile
 from pipelines import build_pipeline
-from pipelines.cli import main
-from pipelines.options import parse_train_args
+from commands.cli import main
+from commands.options import parse_train_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-import pipelines.iqm
-import pipelines.report
+import commands.iqm
+import commands.report
 from middleware.progress_csv import ProgressCSV
-from pipelines.cli import main
-from pipelines.iqm import iqm, iqm_with_ci
-from pipelines.plot import iqm_curve
-from pipelines.report import report_runs
+from commands.cli import main
+from commands.iqm import iqm, iqm_with_ci
+from commands.plot import iqm_curve
+from commands.report import report_runs
 
 
 def _run(path, returns):
@@ -33,7 +33,7 @@ def test_iqm_cuts_a_quarter_from_each_end_as_scipy_does():
     np.testing.assert_allclose(iqm(scores), expected)
     stats = pytest.importorskip("scipy.stats")
     np.testing.assert_allclose(iqm(scores), stats.trim_mean(scores, 0.25, axis=0))
-    assert doctest.testmod(pipelines.iqm).failed == 0 and doctest.testmod(pipelines.report).failed == 0
+    assert doctest.testmod(commands.iqm).failed == 0 and doctest.testmod(commands.report).failed == 0
 
 
 def test_bootstrap_is_stratified_by_task_and_seeded():

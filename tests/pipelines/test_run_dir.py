@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pipelines.cli import main
+from commands.cli import main
 from pipelines.run_dir import RunDirError, default_run_name, resolve_run_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

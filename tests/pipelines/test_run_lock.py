@@ -17,7 +17,7 @@ import pytest
 
 from middleware.checkpoint import CheckpointError
 from pipelines import build_pipeline
-from pipelines.cli import main
+from commands.cli import main
 from pipelines.run_dir import LOCK_NAME, RunDirError, claim_run_dir
 
 pytestmark = pytest.mark.timeout(240)

@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-import pipelines.config_writer
-import pipelines.search_space
-from pipelines import tune
-from pipelines.cli import load_config_file, main
-from pipelines.config_writer import write_config_file
-from pipelines.search_space import SearchSpaceError, parse_distribution, split_search_words
-from pipelines.tune import TrialPruning, TuneError, prepare_study
+import commands.config_writer
+import commands.search_space
+from commands import tune
+from commands.cli import load_config_file, main
+from commands.config_writer import write_config_file
+from commands.search_space import SearchSpaceError, parse_distribution, split_search_words
+from commands.tune import TrialPruning, TuneError, prepare_study
 
 optuna = pytest.importorskip("optuna")
 
@@ -41,8 +41,8 @@ def _trials(study_dir):
 
 # ---- distributions on the command line --------------------------------------------------------------
 def test_search_space_and_config_writer_doctests():
-    assert doctest.testmod(pipelines.search_space).failed == 0
-    assert doctest.testmod(pipelines.config_writer).failed == 0
+    assert doctest.testmod(commands.search_space).failed == 0
+    assert doctest.testmod(commands.config_writer).failed == 0
 
 
 @pytest.mark.parametrize("text,kind,low,high,choices", [
@@ -147,7 +147,7 @@ def test_tune_without_optuna_names_the_extra(monkeypatch, capsys):
 
 
 def test_tune_help_imports_neither_torch_nor_optuna(tmp_path):
-    script = ("import sys\nfrom pipelines.cli import main\ntry:\n    main(['tune', '--help'])\nexcept SystemExit:\n"
+    script = ("import sys\nfrom commands.cli import main\ntry:\n    main(['tune', '--help'])\nexcept SystemExit:\n"
               "    pass\nprint([m for m in ('torch', 'gymnasium', 'optuna') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=ROOT))

@@ -1,7 +1,7 @@
 """Every user error of ``baton train`` is one ``baton:`` line on stderr with exit status 2, with the name meant
 where one is close, and no traceback (issue 23, item 5); ``--debug`` or ``BATON_DEBUG=1`` adds the traceback.
 A start that fails leaves no run directory, so the next good run takes the unnumbered name (item 6). The
-first case runs the command as a user would, in a process of its own; the others run ``pipelines.cli.main``
+first case runs the command as a user would, in a process of its own; the others run ``commands.cli.main``
 in this process (the same code path after the interpreter starts, without a torch import per case)."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ QUICK = ["--max-env-step", "64", "--no-progress", "env.stop_value=none"]
 
 
 def _baton(args, cwd, **env):
-    return subprocess.run([sys.executable, "-m", "pipelines", "train", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "commands", "train", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1", **env))
 
 
@@ -82,8 +82,8 @@ CASES += [
 
 
 def _in_process(argv, work, monkeypatch, capsys):
-    """``baton ARGV`` run by ``pipelines.cli.main`` in this process, in ``work``: (exit status, stderr)."""
-    from pipelines.cli import main
+    """``baton ARGV`` run by ``commands.cli.main`` in this process, in ``work``: (exit status, stderr)."""
+    from commands.cli import main
 
     # --debug sets BATON_DEBUG in os.environ (for the processes a run starts): recorded here, so that it is
     # undone after the test and later tests in this worker see no traceback

@@ -8,7 +8,7 @@ from typing import List
 
 from engine.overrides import apply_overrides
 from pipelines import serial_pipeline
-from pipelines.algo_env import build_config
+from commands.algo_env import build_config
 
 #: what shrinks a run of any algorithm to a second or two: few envs, small batches, an early evaluation
 SMALL = ["env.collector_env_num=2", "env.evaluator_env_num=2", "env.n_evaluator_episode=2",

@@ -192,7 +192,7 @@ def test_continuous_actions_train_and_resume_from_defaults(tmp_path):
     """``--algo ppo_lstm`` on Pendulum (continuous actions) trains, checkpoints and resumes: the checkpoint holds
     the model and optimizer; the acting memory starts from zero with the resumed run's fresh episodes."""
     from pipelines import serial_pipeline
-    from pipelines.algo_env import build_config
+    from commands.algo_env import build_config
 
     main, create = build_config("ppo_lstm", "Pendulum-v1")
     main.update(exp_name=str(tmp_path / "run"), log=dict(progress=False))

@@ -14,6 +14,6 @@ create_config = copy.deepcopy(base.create_config)
 create_config.env.type = "halfcheetah"
 
 if __name__ == "__main__":
-    from pipelines import cli_main
+    from commands import cli_main
 
     cli_main((main_config, create_config))

@@ -23,6 +23,6 @@ main_config.policy.learn = dict(batch_size=32)  # per rank: half the default 64
 create_config = copy.deepcopy(base.create_config)
 
 if __name__ == "__main__":
-    from pipelines import cli_main
+    from commands import cli_main
 
     cli_main((main_config, create_config))

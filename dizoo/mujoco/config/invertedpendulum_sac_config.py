@@ -22,6 +22,6 @@ create_config = EasyDict(dict(
 ))
 
 if __name__ == "__main__":
-    from pipelines import cli_main
+    from commands import cli_main
 
     cli_main((main_config, create_config))

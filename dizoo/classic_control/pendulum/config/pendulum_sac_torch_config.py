@@ -16,6 +16,6 @@ create_config = copy.deepcopy(base.create_config)
 create_config.env = dict(type="pendulum_torch", import_names=["dizoo.classic_control.pendulum.envs"])
 
 if __name__ == "__main__":
-    from pipelines import cli_main
+    from commands import cli_main
 
     cli_main((main_config, create_config))

@@ -20,6 +20,6 @@ main_config.policy.multi_gpu = True
 create_config = copy.deepcopy(base.create_config)
 
 if __name__ == "__main__":
-    from pipelines import cli_main
+    from commands import cli_main
 
     cli_main((main_config, create_config))

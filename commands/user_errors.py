@@ -46,7 +46,7 @@ def _user_errors() -> Tuple[type, ...]:
     from middleware.checkpoint import CheckpointError
     from policies.base import SpaceMismatchError
 
-    from .run_dir import RunDirError
+    from pipelines.run_dir import RunDirError
 
     return (ConfigError, UnknownTypeError, RunDirError, CheckpointError, DiskFullError, DatasetError,
             EmptyShardError, SpaceMismatchError, SlurmEnvError, UnknownEnvIdError, DeviceError)

@@ -1,7 +1,7 @@
 """``baton tune -c CONFIG --trials N [--jobs K] [--study-dir DIR] KEY=DIST ... [KEY=VALUE ...]``: a hyperparameter
 study of a config with Optuna (``pip install -e ".[tune]"``).
 
-1. The ``KEY=DIST`` words are the search space (``pipelines.search_space``: ``loguniform``, ``uniform``,
+1. The ``KEY=DIST`` words are the search space (``commands.search_space``: ``loguniform``, ``uniform``,
    ``int``, ``choice``), the ``KEY=VALUE`` words fixed overrides. Every key and every bound is checked
    against the config before anything runs: an unknown key names the closest valid one, a bound the config
    refuses (``policy.learn.batch_size=choice(0,64)``) names the value.
@@ -48,7 +48,7 @@ from engine.devices import usable_cores
 from engine.overrides import apply_overrides, field_default
 from engine.registry import UnknownTypeError
 
-from .run_dir import RunDirError, RunLock
+from pipelines.run_dir import RunDirError, RunLock
 from .search_space import FORMS, Distribution, SearchSpaceError, split_search_words, value_text
 from .user_errors import print_user_error
 
@@ -192,7 +192,7 @@ def prepare_study(config_path: str, words: Sequence[str], *, n_trials: int, jobs
     if not space:
         raise TuneError("nothing to search: give at least one KEY=DIST, e.g. "
                         "policy.learn.learning_rate=loguniform(1e-4,1e-2); " + "; ".join(FORMS.values()))
-    from .cli import load_config_file  # the parser's module: light, but it imports this one's caller
+    from .config_file import load_config_file
 
     main_config, create_config = load_config_file(config_path)
     try:
@@ -405,7 +405,7 @@ def _failed(study: Any, trial: Any, shown: str, message: str) -> bool:
 
 def _train(spec: StudySpec, trial: Any, overrides: List[str], run_dir: str) -> Tuple[Dict[str, Any], "TrialPruning"]:
     """The trial's run: the standard pipeline with the trial's values, reporting each evaluation to it."""
-    from .serial import build_pipeline
+    from pipelines.build import build_pipeline
 
     main_config, create_config = apply_overrides(spec.base[0], spec.base[1], overrides)
     pipeline = build_pipeline((main_config, create_config), spec.seed, spec.max_env_step, spec.max_train_iter,
@@ -553,7 +553,7 @@ def _cell(value: Any) -> str:
 
 
 def write_best_config(study: Any, spec: StudySpec) -> Optional[Tuple[Any, str]]:
-    """The best complete trial's configuration as ``DIR/best_config.py`` (``pipelines.config_writer``):
+    """The best complete trial's configuration as ``DIR/best_config.py`` (``commands.config_writer``):
     the config file's ``main_config`` with the fixed overrides and the trial's values, its ``exp_name``
     ``<exp_name>_tuned``. Returns ``(trial, path)``, or None when no trial completed."""
     from optuna.trial import TrialState

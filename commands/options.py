@@ -23,7 +23,7 @@ from engine.profile import profile_table
 from engine.slurm import srun_task_count
 from engine.registry import UnknownTypeError
 
-from .pipeline import RunInterrupted, RunPreempted
+from pipelines.pipeline import RunInterrupted, RunPreempted
 from .user_errors import DEBUG_ENV, print_user_error  # stdlib only: its USER_ERRORS are imported on first use
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
 
 class _Debug(argparse.Action):
     """``--debug``: sets ``BATON_DEBUG=1`` as it is parsed, for this process and those it starts
-    (``pipelines.user_errors``)."""
+    (``commands.user_errors``)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
@@ -212,7 +212,7 @@ def _launch_ranks(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> None:
         logger.warning("%d processes on %d usable CPU cores: each gets one torch thread and they take turns on "
                        "the cores, so the job runs slower than with --nproc %d (results are the same)", nprocs,
                        cores, cores)
-    with reported_once():  # a rank's bad input: its one line, once for the job (pipelines.user_errors)
+    with reported_once():  # a rank's bad input: its one line, once for the job (commands.user_errors)
         preempt = main_config.get("preempt") or {}
         launch(_train, nprocs, args=((main_config, create_config), args), backend=backend, cuda=cuda,
                nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
@@ -222,7 +222,7 @@ def _launch_ranks(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> None:
 
 def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
     """One process's run, and its one-line result (an application's output, not library logging)."""
-    from .serial import serial_pipeline  # torch: imported when training (baton --help loads none)
+    from pipelines.build import serial_pipeline  # torch: imported when training (baton --help loads none)
     from .user_errors import USER_ERRORS, exit_on_user_error
 
     configure_logging()  # a process --nproc started begins with no logging configuration

@@ -1,11 +1,11 @@
 """``baton report RUN_DIR...``: one row per group of runs (a config over seeds): the interquartile mean of
-the runs' scores with its 95% stratified-bootstrap confidence interval (``pipelines.iqm``), and the number of
+the runs' scores with its 95% stratified-bootstrap confidence interval (``commands.iqm``), and the number of
 seeds it rests on.
 
     baton report RUN_DIR... [--score final|best|eval] [--label NAME] [--confidence 0.95] [--reps 2000]
                  [--json FILE]
 
-Runs are found and grouped as ``baton plot`` does (``pipelines.plot``: a directory without
+Runs are found and grouped as ``baton plot`` does (``commands.plot``: a directory without
 ``progress.csv`` is searched one level down; names that agree up to ``_seed<N>`` form a group, or
 ``--label``). A run's score is, by ``--score``:
 
@@ -75,7 +75,7 @@ def report_runs(paths: Sequence[str], score: str = "final", labels: Optional[Seq
     "mean", "min", "max", "scores", "runs", "score", "confidence"}`` (no interval, None, for one seed).
 
     Raises:
-        ReportError / pipelines.plot.PlotError: no run under a path, a run without the score.
+        ReportError / commands.plot.PlotError: no run under a path, a run without the score.
     """
     rows = []
     for label, runs in group_runs(find_runs(paths), labels).items():

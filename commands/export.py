@@ -176,7 +176,7 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
         ``{"path", "format", "ckpt", "policy", "env_id", "obs_shape", "obs_dtype", "action_space"}``.
 
     Raises:
-        As ``pipelines.saved_run.load_saved_run`` and ``export_policy``.
+        As ``commands.saved_run.load_saved_run`` and ``export_policy``.
     """
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")

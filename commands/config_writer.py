@@ -31,7 +31,7 @@ from engine.fileio import atomic_write
 __all__ = ["config_source", "write_config_file"]
 
 _MAIN_BLOCK = '''if __name__ == "__main__":
-    from pipelines import cli_main
+    from commands import cli_main
 
     cli_main((main_config, create_config))
 '''

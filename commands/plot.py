@@ -5,7 +5,7 @@ against env steps and against wall time (two panels; ``--x`` draws one). Runs of
 seeds form a group: directories whose names agree up to a ``_seed<N>`` (or ``_seed<N>_<n>``) suffix
 (``cartpole_dqn_seed0``, ``cartpole_dqn_seed1``, ``cartpole_dqn_seed0_2``), or that were given the same
 ``--label``. A group of several runs is drawn as the interquartile mean (IQM) of its runs with a band for its
-95% stratified-bootstrap confidence interval (``pipelines.iqm``, the method of ``baton report``), over the x
+95% stratified-bootstrap confidence interval (``commands.iqm``, the method of ``baton report``), over the x
 range that every run covers (each run is interpolated linearly onto a common grid there), and each run as a
 thin line over its own whole range: runs that stop at ``env.stop_value`` end at different x, and the IQM
 holds no value a run did not log. The legend gives the number of seeds.
@@ -109,7 +109,7 @@ def mean_curve(curves: Sequence[Curve], points: int = 200) -> Optional[Tuple[np.
 def iqm_curve(curves: Sequence[Curve], points: int = 200, confidence: float = 0.95, reps: int = 2000
               ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """``(grid, iqm, ci_low, ci_high)`` of ``curves`` on the grid of ``mean_curve``: at each point the
-    interquartile mean of the runs and its stratified-bootstrap interval (``pipelines.iqm.iqm_with_ci``, the
+    interquartile mean of the runs and its stratified-bootstrap interval (``commands.iqm.iqm_with_ci``, the
     same replicates for every point, seeded); None when the curves share no range.
 
     Examples:

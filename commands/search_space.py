@@ -22,7 +22,7 @@ Examples:
     >>> parse_distribution("policy.nstep", "int(5,1)")
     Traceback (most recent call last):
     ...
-    pipelines.search_space.SearchSpaceError: policy.nstep=int(5,1): int(low,high) needs low < high, got 5 and 1
+    commands.search_space.SearchSpaceError: policy.nstep=int(5,1): int(low,high) needs low < high, got 5 and 1
 """
 from __future__ import annotations
 

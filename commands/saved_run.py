@@ -25,7 +25,7 @@ from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from middleware.checkpoint import BEST, LATEST, CheckpointError, check_policy_type, load_checkpoint
 
 from .catalog import GYM_TYPE
-from .run_dir import RunDirError
+from pipelines.run_dir import RunDirError
 
 __all__ = ["SavedRun", "load_run_config", "checkpoint_path", "load_saved_run", "CKPT_CHOICES"]
 

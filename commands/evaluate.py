@@ -4,7 +4,7 @@
                [--video DIR [--gif] [--video-episodes M]]
 
 The run's ``config.json`` builds the envs (its env type, id and settings; evaluation envs: Atari plays full
-games with raw rewards) and the policy, which loads the checkpoint (``pipelines.saved_run``: ``best`` by
+games with raw rewards) and the policy, which loads the checkpoint (``commands.saved_run``: ``best`` by
 default, ``latest`` when the run wrote no best) and acts greedily, through its eval mode, on the CPU. A run
 trained under DDP is evaluated the same way (rank 0 wrote its checkpoints).
 
@@ -15,7 +15,7 @@ holds the mean, the standard deviation and the count of the episode returns, eac
 checkpoint and its counters, and the seed.
 
 ``--video DIR`` writes env 0's episodes to ``DIR`` as mp4 files, ``--gif`` as GIFs instead
-(``pipelines.video``; the ``video`` extra); K defaults to 1 then, so that every episode is filmed, and
+(``commands.video``; the ``video`` extra); K defaults to 1 then, so that every episode is filmed, and
 ``--video-episodes M`` keeps only the first M.
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
     Raises:
         ValueError: a count below 1, ``gif`` without ``video``.
         pipelines.run_dir.RunDirError, middleware.checkpoint.CheckpointError: no run, no checkpoint.
-        pipelines.video.VideoError: the env renders no RGB frames, or the video extra is missing.
+        commands.video.VideoError: the env renders no RGB frames, or the video extra is missing.
         ImportError: the env family's extra is missing (named).
     """
     if episodes < 1:

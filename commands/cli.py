@@ -1,4 +1,4 @@
-"""The ``baton`` command (also ``python -m pipelines``).
+"""The ``baton`` command (also ``python -m commands``).
 
 Usage::
 
@@ -22,11 +22,11 @@ Usage::
 keys (``policy.learn.batch_size=128 env.stop_value=none``; engine/overrides.py); every process started by
 ``--nproc``/``--gpus`` gets them, and under torchrun each process reads them from its own argv. ``--algo ALGO
 --env ENV_ID`` trains without a config file: the algorithm's and the env family's defaults, the model sized
-from the env's spaces, ``exp_name`` ``<algo>_<env id>`` (pipelines/algo_env.py). An unknown key, a value of
+from the env's spaces, ``exp_name`` ``<algo>_<env id>`` (commands/algo_env.py). An unknown key, a value of
 the wrong type, or an unknown algo or env ends with one line on stderr and exit status 2.
 
 What trains nothing imports neither torch nor gymnasium: ``--help`` (of every command), ``--list-algos`` and
-``--list-envs`` (from the table of pipelines/catalog.py) and the argument errors answer at once; the modules
+``--list-envs`` (from the table of commands/catalog.py) and the argument errors answer at once; the modules
 that train are imported by the functions that use them, and ``record``'s and ``plot``'s options are added to
 the parser only when that command is the one given (as are ``eval``'s, ``export``'s and ``report``'s).
 """
@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import runpy
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -44,16 +43,17 @@ from engine.registry import UnknownTypeError
 
 from .options import (configure_logging, add_train_options, check_launch_options, resume_last, run_from_args,
                       take_overrides)
-from .user_errors import close_path_hint, config_load_error, print_user_error
+from .config_file import load_config_file
+from .user_errors import print_user_error
 
-__all__ = ["main", "load_config_file"]
+__all__ = ["main"]
 
 #: commands whose options are defined by a module that imports torch (record) or middleware (plot):
 #: name -> (module, its function adding the options, the command's help)
 _COMMAND_MODULES = {
-    # an Optuna study over config keys (pipelines/tune.py); optuna is imported only when it runs
+    # an Optuna study over config keys (commands/tune.py); optuna is imported only when it runs
     "tune": ("tune", "add_tune_options", "search config keys with Optuna: trials as runs, the best as a config"),
-    # a Minari dataset from a trained checkpoint (pipelines/record.py)
+    # a Minari dataset from a trained checkpoint (commands/record.py)
     "record": ("record", "add_record_options", "record episodes of a trained checkpoint as a dataset"),
     # evaluation curves of runs (their progress.csv); matplotlib is imported only when plotting
     "plot": ("plot", "add_plot_options", "draw the evaluation return of runs (seeds grouped: IQM and its 95%% "
@@ -69,34 +69,6 @@ _COMMAND_MODULES = {
 #: commands that read run directories only: module -> its main function (they take no config)
 _RUN_COMMANDS = {"plot": ("plot", "plot_main"), "eval": ("evaluate", "eval_main"),
                  "export": ("export", "export_main"), "report": ("report", "report_main")}
-
-
-def load_config_file(path: str) -> Tuple[Any, Any]:
-    """``(main_config, create_config)`` of a config file, without running its ``__main__`` block.
-
-    Raises:
-        FileNotFoundError: naming the path.
-        ValueError: when the file does not define both names, or its own code fails (naming its line).
-    """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"config file not found: {path}{close_path_hint(path)}")
-    if not path.endswith(".py"):
-        raise ValueError(f"config file {path}: a config is a Python file defining main_config and create_config "
-                         f"(see dizoo/**/config/*_config.py); {os.path.splitext(path)[1] or 'this'} files are not read")
-    try:
-        namespace = runpy.run_path(path, run_name="__baton_config__")
-    except SyntaxError as err:
-        raise ValueError(f"config file {path}, line {err.lineno}: {err.msg} (a config is Python: main_config and "
-                         f"create_config as dicts)") from err
-    except Exception as err:  # the file's own code failed (an import, a name): the line in it, in one line
-        raise ValueError(config_load_error(path, err)) from err
-    missing = [name for name in ("main_config", "create_config") if name not in namespace]
-    if missing:
-        raise ValueError(f"config file {path} does not define {' and '.join(missing)}")
-    for name in ("main_config", "create_config"):
-        if not isinstance(namespace[name], dict):  # EasyDict is one
-            raise ValueError(f"config file {path}: {name} must be a dict, got {type(namespace[name]).__name__}")
-    return namespace["main_config"], namespace["create_config"]
 
 
 def _parser(command: Optional[str] = None) -> argparse.ArgumentParser:

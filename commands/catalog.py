@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 __all__ = ["AlgoRow", "EnvFamilyRow", "ALGOS", "ENV_FAMILIES", "TORCH_ENVS", "GYM_TYPE", "ATARI_TYPE", "GYM_IDS",
            "describe_algos", "describe_envs"]
 
-#: the generic env type of ``--env`` (any gymnasium id with flat observations; pipelines/algo_env.py)
+#: the generic env type of ``--env`` (any gymnasium id with flat observations; commands/algo_env.py)
 GYM_TYPE = "gym"
 #: the env type of ale-py's games
 ATARI_TYPE = "atari"

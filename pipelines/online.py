@@ -1,0 +1,84 @@
+"""The online shapes: a policy learns from what its collector's envs give it, alone or data-parallel.
+
+The middle stages (``pipelines.assembly`` adds the head and the tail); [off] / [on] off- or on-policy::
+
+    exploration      epsilon of ctx.env_step (policies with other.eps)
+    random_collect   random actions below policy.random_collect_size env steps (when > 0)
+    collector        n_sample transitions into ctx.trajectories: [off] n-step, [on] time-major
+    pusher           [off] into the replay buffer
+    gae              [on] advantages and returns per env stream
+    learner          [off] update_per_collect updates of batch_size; [on] epochs of minibatches
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import gymnasium as gym
+
+from data.envs import make_vector_env
+from data.replay import ReplayBuffer
+from data.torch_env import follow_device
+from engine.config import ConfigError
+from engine.context import OnlineRLContext
+from middleware import data_pusher
+
+from . import stages
+from .assembly import Run, Shape
+from .pipeline import Pipeline
+
+__all__ = ["OffPolicyShape", "OnPolicyShape"]
+
+
+class _OnlineShape(Shape):
+    """Collector envs of ``env.collector_env_num``, seeded from the rank's seed."""
+
+    context = OnlineRLContext
+
+    def open(self, run: Run) -> Tuple[gym.Space, gym.Space]:
+        self.collector_env = make_vector_env(run.env_type, run.cfg.env, run.cfg.env.collector_env_num, run.seed)
+        run.resources.callback(self.collector_env.close)
+        return self.collector_env.single_observation_space, self.collector_env.single_action_space
+
+    def prepare(self, run: Run) -> Optional[ReplayBuffer]:
+        follow_device(self.collector_env, run.policy.collect_mode.device)  # torch envs without env.device
+        return None
+
+    def _collect(self, run: Run, pipeline: Pipeline, on_policy: bool) -> None:
+        cfg = run.cfg
+        if "eps" in cfg.policy.other:
+            pipeline.append(stages.exploration(cfg), name="exploration")
+        if cfg.policy.get("random_collect_size", 0) > 0:
+            pipeline.append(stages.random_collect(cfg), name="random_collect")
+        pipeline.append(stages.collector(cfg, run.policy, self.collector_env, run.seed, on_policy), name="collector")
+
+
+class OffPolicyShape(_OnlineShape):
+    """Collected n-step transitions go into a replay buffer, which the learner samples."""
+
+    def prepare(self, run: Run) -> Optional[ReplayBuffer]:
+        super().prepare(run)
+        if getattr(run.policy, "recurrent", False):
+            raise ConfigError(f"policy {run.cfg.policy.type!r} is recurrent but learns from a replay buffer, whose "
+                              f"single transitions lose the memory each step acted from: a recurrent policy needs "
+                              f"the on-policy pipeline (pipeline = 'on_policy', as ppo_lstm)")
+        return self.empty_buffer(run, seed=run.seed)
+
+    def empty_buffer(self, run: Run, seed: Optional[int] = None) -> ReplayBuffer:
+        cfg = run.cfg
+        images = len(self.collector_env.single_observation_space.shape) == 3
+        return stages.replay_buffer(cfg.policy, seed=seed, frame_stack=cfg.env.get("frame_stack") if images else None,
+                                    num_envs=cfg.env.collector_env_num, learn_device=run.policy.device)
+
+    def middle(self, run: Run, pipeline: Pipeline, buffer: Optional[ReplayBuffer]) -> None:
+        self._collect(run, pipeline, on_policy=False)
+        pipeline.append(data_pusher(buffer), name="pusher")
+        pipeline.append(stages.off_policy_learner(run.cfg, run.policy, buffer), name="learner")
+
+
+class OnPolicyShape(_OnlineShape):
+    """What was just collected is learnt from, after its advantages are estimated; no buffer."""
+
+    def middle(self, run: Run, pipeline: Pipeline, buffer: Any) -> None:
+        self._collect(run, pipeline, on_policy=True)
+        pipeline.append(stages.gae(run.cfg, run.policy), name="gae")
+        pipeline.append(stages.on_policy_learner(run.cfg, run.policy), name="learner")
