@@ -228,7 +228,7 @@ def obs_norm_run(out_dir):
 
     from pipelines import build_pipeline
     from policies.obs_norm import RunningObsNorm
-    from dizoo.classic_control.pendulum.config.pendulum_sac_ddp_config import create_config, main_config
+    from dizoo.classic_control.pendulum.config.pendulum_sac_config import create_config, main_config
 
     rank = get_rank()
     norm = RunningObsNorm((2,))

@@ -14,7 +14,8 @@ import pytest
 import commands.config_writer
 import commands.search_space
 from commands import tune
-from commands.cli import load_config_file, main
+from commands.cli import main
+from commands.config_file import load_config_file
 from commands.config_writer import write_config_file
 from commands.search_space import SearchSpaceError, parse_distribution, split_search_words
 from commands.tune import TrialPruning, TuneError, prepare_study

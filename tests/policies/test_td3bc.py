@@ -175,7 +175,7 @@ def test_td3bc_under_ddp_keeps_ranks_identical(tmp_path, monkeypatch):
     root = str(tmp_path / "datasets")
     write_dataset("test/pendulum-v0", episodes, env.observation_space, env.action_space, root=root)
     launch(offline_ddp_workers.offline_run, nprocs=2, timeout=60, args=(
-        str(tmp_path), root, "test/pendulum-v0", "dizoo.classic_control.pendulum.config.pendulum_td3bc_ddp_config"))
+        str(tmp_path), root, "test/pendulum-v0", "dizoo.classic_control.pendulum.config.pendulum_td3bc_config"))
     runs = [json.loads((tmp_path / f"offline_rank{r}.json").read_text()) for r in range(2)]
     assert runs[0]["shard"] == [0, 2, 4] and runs[1]["shard"] == [1, 3]
     assert runs[0]["summary"]["train_iter"] == runs[1]["summary"]["train_iter"] == 40
