@@ -183,13 +183,18 @@ class hot_path:
     """
 
     def __init__(self, *modes: str, name: Optional[str] = None) -> None:
+        unknown = [mode for mode in modes if mode not in ("learn", "collect", "eval")]
+        if not modes or unknown:
+            raise ValueError(f"hot_path takes one or more of the modes 'learn', 'collect', 'eval', got {modes!r}")
         self.modes, self.name = modes, name
         self.fn: Callable[..., Any]
         self.attr = ""
+        self.key: Optional[Tuple[str, str]] = None  # (mode, name) of a one-mode path
 
     def __call__(self, fn: Callable[..., Any]) -> "hot_path":
         self.fn = fn
         self.name = self.name or fn.__name__.lstrip("_")
+        self.key = (self.modes[0], self.name) if len(self.modes) == 1 else None
         self.__doc__ = fn.__doc__
         return self
 
@@ -199,10 +204,10 @@ class hot_path:
     def __get__(self, policy: Any, owner: Optional[type] = None) -> Any:
         if policy is None:
             return self
-        if len(self.modes) == 1:
-            mode = self.modes[0]
+        key = self.key
+        if key is not None:
             paths = policy.hot_paths
-            return paths._paths.get((mode, self.name)) or paths.get(mode, self.name, self.fn, policy)
+            return paths._paths.get(key) or paths.get(key[0], self.name, self.fn, policy)
         view = policy.__dict__[self.attr] = ModePaths(self, policy)  # kept: later reads skip this method
         return view
 
