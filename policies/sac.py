@@ -32,10 +32,10 @@ from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .base import Policy, common_config, evaluator_config, resolve_shape, space_dims
-from .optim import OptimizerStep
-from .placement import DeviceGenerators
 from .greedy import GreedyActor, TanhMean
 from .models import SquashedGaussianActor, TwinQ
+from .optim import OptimizerStep
+from .placement import DeviceGenerators
 
 __all__ = ["SACPolicy", "SACModel", "sac_target"]
 
