@@ -81,7 +81,7 @@ def test_learn_on_cuda_collect_on_cpu(tmp_path):
     pipeline.run()
     policy = pipeline.policy
     assert next(policy._model.parameters()).is_cuda
-    actor = policy._actor("collect")
+    actor = policy.placement.actor("collect")
     assert not next(actor.parameters()).is_cuda
     for a, b in zip(actor.state_dict().values(), policy._model.state_dict().values()):
         assert torch.equal(a, b.cpu())
@@ -292,7 +292,7 @@ def test_compiled_dqn_updates_and_acting_match_eager_on_cuda(mode, monkeypatch):
     eager, initial, eager_losses, eager_actions = _dqn_run("none")
     compiled, _, losses, actions = _dqn_run(mode)
     for key in ("learn", "loss"), ("eval", "greedy"):
-        path = compiled._hot_paths[key]
+        path = compiled.hot_paths[key]
         assert path.mode == mode and path.fallback_error is None, path
     assert losses == pytest.approx(eager_losses, rel=1e-3, abs=1e-5)
     for a, b in zip(actions, eager_actions):
@@ -307,13 +307,13 @@ def test_bf16_dqn_on_cuda_stays_close_to_fp32():
     _, _, fp32, _ = _dqn_run("none", updates=3)
     for mode in ("none", "cudagraph"):
         policy, _, bf16, _ = _dqn_run(mode, amp="bf16", updates=3)
-        assert policy._hot_paths[("learn", "loss")].amp == "bf16"
+        assert policy.hot_paths[("learn", "loss")].amp == "bf16"
         assert all(p.dtype == torch.float32 for p in policy._model.parameters())
         assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.05, abs=0.02)
 
 
 def test_a_nan_loss_on_cuda_skips_its_step_and_is_raised_one_update_later():
-    """The learner's loss check on a GPU waits for nothing (``Policy._check_finite``): the fused Adam skips
+    """The learner's loss check on a GPU waits for nothing (``policies.optim.OptimizerStep``): the fused Adam skips
     the NaN update on the device, and the error comes at the next update."""
     import gymnasium as gym
     import numpy as np
@@ -325,7 +325,7 @@ def test_a_nan_loss_on_cuda_skips_its_step_and_is_raised_one_update_later():
 
     cfg = EasyDict(deep_merge(DQNPolicy.default_config(), dict(cuda=True)))
     policy = DQNPolicy(cfg, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2))
-    assert policy._optimizer.defaults.get("fused")
+    assert policy.optimizer_step.optimizer.defaults.get("fused")
     n = 8
     data = dict(obs=torch.randn(n, 3), next_obs=torch.randn(n, 3), action=torch.arange(n) % 2,
                 reward=torch.full((n,), float("nan")), terminated=torch.zeros(n, dtype=torch.bool),

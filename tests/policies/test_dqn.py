@@ -124,7 +124,7 @@ def test_dqn_state_dict_round_trip():
     b.load_state_dict(a.state_dict())
     obs = torch.randn(5, 3)
     assert np.array_equal(a.eval_mode.forward(obs)["action"], b.eval_mode.forward(obs)["action"])
-    assert b._updates == 1
+    assert b.optimizer_step.updates == 1
 
 
 @pytest.mark.parametrize("dueling", [True, False])

@@ -126,20 +126,20 @@ def test_adaptive_learning_rate_follows_the_epochs_mean_kl(threshold, factor):
         assert out["learning_rate"] == pytest.approx(3e-4)
     assert kls[1] > 0  # the k3 estimate the schedule reads (the first one is the batch's perturbed log-probs)
     policy.learn_mode.end_epoch()
-    assert policy._optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
+    assert policy.optimizer_step.optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
     policy.learn_mode.end_epoch()  # no update since: nothing to steer by
-    assert policy._optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
+    assert policy.optimizer_step.optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
     state = policy.state_dict()
     resumed = _policy(PPOPolicy, gym.spaces.Discrete(3), lr_schedule="adaptive", kl_threshold=threshold)
     resumed.load_state_dict(state)
-    assert resumed._optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
+    assert resumed.optimizer_step.optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
 
 
 def test_constant_schedule_keeps_the_learning_rate():
     policy = _policy(PPOPolicy, gym.spaces.Discrete(3))
     out = policy.learn_mode.forward(_batch(False))
     policy.learn_mode.end_epoch()
-    assert "learning_rate" not in out and policy._optimizer.param_groups[0]["lr"] == 3e-4
+    assert "learning_rate" not in out and policy.optimizer_step.optimizer.param_groups[0]["lr"] == 3e-4
 
 
 def test_lr_schedule_settings_are_checked_at_compile_time():

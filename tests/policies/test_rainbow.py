@@ -281,7 +281,7 @@ def test_rainbow_run_resumes_its_models_and_prioritized_replay(tmp_path):
     state = copy.deepcopy(first.policy.state_dict())
     priorities = first.buffer.sampler.state_dict()
     second = build_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=192, exp_name=run, resume=True)
-    assert second.policy._updates == state["updates"] > 0
+    assert second.policy.optimizer_step.updates == state["updates"] > 0
     for key in ("model", "target_model"):
         ours = second.policy.state_dict()[key]
         assert all(torch.equal(ours[name], value) for name, value in state[key].items())
@@ -290,4 +290,4 @@ def test_rainbow_run_resumes_its_models_and_prioritized_replay(tmp_path):
     assert restored["max_priority"] == priorities["max_priority"] != 1.0  # learned priorities, not the initial
     assert torch.equal(restored["tree"]["sum"], priorities["tree"]["sum"])
     summary = second.run()
-    assert summary["env_step"] >= 192 and second.policy._updates > state["updates"]
+    assert summary["env_step"] >= 192 and second.policy.optimizer_step.updates > state["updates"]

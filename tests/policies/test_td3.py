@@ -111,7 +111,7 @@ def test_the_smoothing_noise_of_each_rank_is_its_rows_of_the_joined_batchs():
             mp.setattr(td3_module, "get_world_size", lambda: 2)
             ranks.append(policy._smoothing_noise(3, 2))
     assert torch.equal(torch.cat(ranks), one)
-    policy._updates += 1  # another update, other numbers
+    policy.optimizer_step.updates += 1  # another update, other numbers
     assert not torch.equal(policy._smoothing_noise(6, 2), one)
 
 

@@ -106,7 +106,7 @@ def test_td3bc_checkpoint_of_an_earlier_version_without_the_noise_seed_loads():
     resumed = _policy()
     own_seed = resumed._noise_seed
     resumed.learn_mode.load_state_dict(state)
-    assert resumed._noise_seed == own_seed and resumed._updates == 1
+    assert resumed._noise_seed == own_seed and resumed.optimizer_step.updates == 1
     assert all(torch.equal(v, saved._model.state_dict()[k]) for k, v in resumed._model.state_dict().items())
 
 
