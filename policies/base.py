@@ -57,7 +57,7 @@ class Policy:
     """Base class of algorithms.
 
     A subclass implements ``default_config``, the three ``_forward_*`` (and ``_value`` for an actor-critic), and
-    in its ``__init__``, after this one: ``self._model = self.placement.build(factory)`` (the learner's model,
+    in its ``__init__``, after this one: ``self.model = self.placement.build(factory)`` (the learner's model,
     on ``self.device``; acting copies are built with ``factory`` too) and ``self.optimizer_step =
     OptimizerStep.adam(...)``. It declares its hot paths with ``@hot_path(mode)``, what a checkpoint holds
     with ``_checkpointed``, and acts with ``self.placement.actor(mode)`` on ``self.mode_devices[mode]``.
@@ -84,7 +84,7 @@ class Policy:
     #: when ``policy.compile`` or ``policy.amp`` is on (None: a mode without one is warned about)
     eager_acting: Optional[str] = None
     #: what a checkpoint holds besides the optimizer and the update count: (state key, module attribute)
-    _checkpointed: Tuple[Tuple[str, str], ...] = (("model", "_model"),)
+    _checkpointed: Tuple[Tuple[str, str], ...] = (("model", "model"),)
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -104,7 +104,7 @@ class Policy:
                                   {"learn": self.device, **self.mode_devices}, self.eager_acting)
         self.normalisation = Normalisation.from_config(cfg, observation_space, type(self), self.device)
         self.optimizer_step: OptimizerStep  # built by the algorithm over its parameters
-        self._model: torch.nn.Module        # built by the algorithm: self.placement.build(factory)
+        self.model: torch.nn.Module        # built by the algorithm: self.placement.build(factory)
         self._learn_wrapper: Optional[torch.nn.Module] = None  # learn_mode.model's wrapper (DDP), if any
         self._learn_mode: Optional[LearnMode] = None
         self._collect_mode: Optional[CollectMode] = None
@@ -132,11 +132,11 @@ class Policy:
     @property
     def learn_model(self) -> torch.nn.Module:
         """The module the learner's loss runs: the model, or the wrapper ``learn_mode.model`` was given (DDP)."""
-        return self._model if self._learn_wrapper is None else self._learn_wrapper
+        return self.model if self._learn_wrapper is None else self._learn_wrapper
 
     @learn_model.setter
     def learn_model(self, module: torch.nn.Module) -> None:
-        self._learn_wrapper = None if module is self._model else module
+        self._learn_wrapper = None if module is self.model else module
         # the learn hot paths are built again for the new module (a DDP wrapper: no CUDA graphs)
         self.hot_paths.drop("learn", ddp=isinstance(module, torch.nn.parallel.DistributedDataParallel))
 
@@ -217,7 +217,7 @@ class Policy:
         """The weights the policy acts with (its model's and its observation statistics), as numpy arrays on
         the host: a copy that later updates do not change, and that pickles by value (no shared memory, no
         device), so it can be sent to a copy of this policy in another process (``load_acting_weights``)."""
-        weights = {name: tensor.numpy() for name, tensor in host_state(self._model, copy=True).items()}
+        weights = {name: tensor.numpy() for name, tensor in host_state(self.model, copy=True).items()}
         weights.update(self.normalisation.acting_weights())
         return weights
 
@@ -225,7 +225,7 @@ class Policy:
         """Act with ``weights`` (``acting_weights()`` of a policy built from the same config): loaded into
         the model, and into the acting copies on other devices."""
         model_weights = self.normalisation.load_acting_weights(weights)
-        self._model.load_state_dict({name: torch.as_tensor(value) for name, value in model_weights.items()})
+        self.model.load_state_dict({name: torch.as_tensor(value) for name, value in model_weights.items()})
         self.refresh_actors()
 
     def set_noise(self, enabled: bool) -> bool:

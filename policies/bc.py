@@ -71,10 +71,10 @@ class BCPolicy(Policy):
                 raise ValueError(f"policy 'bc' needs a bounded continuous action space, got {action_space}")
             self._scale = torch.as_tensor((action_space.high - action_space.low) / 2.0, dtype=torch.float32)
             self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
-            self._model = self.placement.build(lambda: DeterministicActor(obs_dim, action_dim, hidden))
+            self.model = self.placement.build(lambda: DeterministicActor(obs_dim, action_dim, hidden))
         else:  # logits through an MLP with a plain head (argmax acting in numpy on the CPU)
-            self._model = self.placement.build(lambda: QNetwork(obs_dim, action_dim, hidden, dueling=False))
-        self.optimizer_step = OptimizerStep.adam([self._model.parameters()], self.optimizer_settings(), "BC")
+            self.model = self.placement.build(lambda: QNetwork(obs_dim, action_dim, hidden, dueling=False))
+        self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), "BC")
         self._grad_clip = float(learn["grad_clip_norm"])
         self._action_dim = action_dim
         self._action_space = action_space
@@ -142,8 +142,8 @@ class BCPolicy(Policy):
         """The cloned action: ``argmax`` of the logits, or the squashed action scaled to the bounds
         (``Policy.greedy_module``)."""
         if self._continuous:
-            return GreedyActor(self._model, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy())
-        return GreedyActor(self._model, discrete=True)
+            return GreedyActor(self.model, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy())
+        return GreedyActor(self.model, discrete=True)
 
     # ---- state -----------------------------------------------------------------------------------
     def optimizer_settings(self) -> List[Dict[str, float]]:

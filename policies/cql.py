@@ -90,9 +90,9 @@ class DiscreteCQLPolicy(QValuePolicy):
         action_dim = int(resolve_shape(model_cfg, "action_shape", int(action_space.n), "cql",
                                        f"action space {action_space}"))
         hidden, dueling = model_cfg["encoder_hidden_size_list"], model_cfg["dueling"]
-        self._model = self.placement.build(lambda: QNetwork(obs_shape, action_dim, hidden, dueling))
-        self._target_model = copy.deepcopy(self._model).requires_grad_(False)
-        self.optimizer_step = OptimizerStep.adam([self._model.parameters()], self.optimizer_settings(), "CQL")
+        self.model = self.placement.build(lambda: QNetwork(obs_shape, action_dim, hidden, dueling))
+        self._target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), "CQL")
         if learn["td_loss"] not in ("huber", "mse"):
             raise ValueError(f"policy.learn.td_loss must be 'huber' or 'mse', got {learn['td_loss']!r}")
         if learn["cql_alpha"] < 0:

@@ -68,10 +68,10 @@ class QValuePolicy(Policy):
     def _update_target(self) -> None:
         if self._target_theta > 0:
             with torch.no_grad():
-                torch._foreach_lerp_(list(self._target_model.parameters()), list(self._model.parameters()),
+                torch._foreach_lerp_(list(self._target_model.parameters()), list(self.model.parameters()),
                                      self._target_theta)
         elif self.optimizer_step.updates % self._target_update_freq == 0:
-            self._target_model.load_state_dict(self._model.state_dict())
+            self._target_model.load_state_dict(self.model.state_dict())
 
     # ---- act -------------------------------------------------------------------------------------
     def _greedy(self, obs: Any, mode: str) -> np.ndarray:
@@ -95,7 +95,7 @@ class QValuePolicy(Policy):
 
     def greedy_module(self) -> torch.nn.Module:
         """``argmax_a Q(obs, a)`` (``Policy.greedy_module``)."""
-        return GreedyActor(self._model, discrete=True, image=self._model.is_image)
+        return GreedyActor(self.model, discrete=True, image=self.model.is_image)
 
     def _explore_on_device(self, obs: torch.Tensor, eps: float) -> torch.Tensor:
         """``_forward_collect``'s epsilon-greedy rule on tensors, on the collect device."""
@@ -111,7 +111,7 @@ class QValuePolicy(Policy):
         return action
 
     # ---- state -----------------------------------------------------------------------------------
-    _checkpointed = (("model", "_model"), ("target_model", "_target_model"))
+    _checkpointed = (("model", "model"), ("target_model", "_target_model"))
 
     def optimizer_settings(self) -> List[Dict[str, float]]:
         """The config's settings of the one parameter group (``policies.optim``)."""
@@ -184,12 +184,12 @@ class DQNPolicy(QValuePolicy):
         action_dim = int(action_shape if not isinstance(action_shape, list) else action_shape[0])
         self._distribution = model_cfg["distribution"]
         self._v_min, self._v_max = float(model_cfg["v_min"]), float(model_cfg["v_max"])
-        self._model = self.placement.build(lambda: QNetwork(
+        self.model = self.placement.build(lambda: QNetwork(
             obs_shape, action_dim, model_cfg["encoder_hidden_size_list"], model_cfg["dueling"],
             distribution=model_cfg["distribution"], n_atoms=int(model_cfg["n_atoms"]), v_min=self._v_min,
             v_max=self._v_max, noisy=bool(model_cfg["noisy"]), sigma0=float(model_cfg["noise_sigma0"])))
-        self._target_model = copy.deepcopy(self._model).requires_grad_(False)
-        self.optimizer_step = OptimizerStep.adam([self._model.parameters()], self.optimizer_settings(), self._name)
+        self._target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self._name)
         self._target_update_freq = int(learn["target_update_freq"])
         self._target_theta = float(learn["target_theta"])
         self._double_q = bool(learn["double_q"])
@@ -220,7 +220,7 @@ class DQNPolicy(QValuePolicy):
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         obs = batch.obs.to(self.device, non_blocking=True)
         next_obs = batch.next_obs.to(self.device, non_blocking=True)
-        if not self._model.is_image:  # image frames stay uint8 until the CNN scales them
+        if not self.model.is_image:  # image frames stay uint8 until the CNN scales them
             obs, next_obs = obs.float(), next_obs.float()
         action = batch.action.to(self.device).long()
         reward = batch.reward.to(self.device).float()
@@ -248,7 +248,7 @@ class DQNPolicy(QValuePolicy):
             out_next_target = self._target_model(next_obs)
             # double Q: the online net picks a*, the target net rates it (by expected value for distributions)
             pick = out_next_online if self._double_q else out_next_target
-            next_action = self._model.expectation(pick).argmax(dim=1)
+            next_action = self.model.expectation(pick).argmax(dim=1)
             next_taken = out_next_target[rows, next_action]
             bootstrap = discount * not_done
 

@@ -7,7 +7,7 @@ into it through host memory, so nothing meant for one GPU passes through another
 
 A policy composes one ``Placement`` (``policy.placement``) and builds its model through it::
 
-    self._model = self.placement.build(lambda: QNetwork(...))   # on the learner's device
+    self.model = self.placement.build(lambda: QNetwork(...))   # on the learner's device
     model = self.placement.actor("collect")                      # what the collect mode acts with
 
 Examples:

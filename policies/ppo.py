@@ -109,9 +109,9 @@ class PPOPolicy(Policy):
         resolve_shape(model_cfg, "obs_shape", observation_space.shape, self.algo, f"observation shape "
                       f"{observation_space.shape}")
         resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
-        self._model = self.placement.build(lambda: self._make_model(obs_shape, action_dim))
+        self.model = self.placement.build(lambda: self._make_model(obs_shape, action_dim))
         learn = cfg["learn"]
-        self.optimizer_step = OptimizerStep.adam([self._model.parameters()], self.optimizer_settings(), self.algo,
+        self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self.algo,
                                                  eps=1e-5)
         self._clip = float(learn["clip_ratio"])
         self._value_weight = float(learn["value_weight"])
@@ -273,9 +273,9 @@ class PPOPolicy(Policy):
         """The most likely action: ``argmax`` of the logits, or the Gaussian mean clipped to the bounds
         (``Policy.greedy_module``)."""
         if self.continuous:
-            return GreedyActor(ActorOut(self._model), discrete=False, image=self._image, low=self._low, high=self._high,
+            return GreedyActor(ActorOut(self.model), discrete=False, image=self._image, low=self._low, high=self._high,
                                preprocess=self.normalisation.frozen_obs_norm())
-        return GreedyActor(ActorOut(self._model), discrete=True, image=self._image,
+        return GreedyActor(ActorOut(self.model), discrete=True, image=self._image,
                            preprocess=self.normalisation.frozen_obs_norm())
 
     @torch.inference_mode()

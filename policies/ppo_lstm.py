@@ -94,7 +94,7 @@ class PPOLSTMPolicy(PPOPolicy):
     # ---- memory --------------------------------------------------------------------------------------
     def initial_state_on(self, mode: str) -> Callable[[int], torch.Tensor]:
         device = self.mode_devices[mode]
-        return lambda num_envs: self._model.initial_state(int(num_envs), device)
+        return lambda num_envs: self.model.initial_state(int(num_envs), device)
 
     def _state(self, state: Optional[torch.Tensor], mode: str) -> torch.Tensor:
         if state is None:

@@ -127,12 +127,12 @@ class SACPolicy(Policy):
         resolve_shape(model_cfg, "action_shape", action_dim, "sac", f"action space {action_space}")
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ValueError(f"policy 'sac' needs a bounded action space, got {action_space}")
-        self._model = self.placement.build(lambda: SACModel(
+        self.model = self.placement.build(lambda: SACModel(
             obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"], model_cfg["critic_head_hidden_size_list"],
             float(learn["alpha"]), bool(learn["auto_alpha"])))
-        self._target_critic = copy.deepcopy(self._model.critic).requires_grad_(False)
+        self._target_critic = copy.deepcopy(self.model.critic).requires_grad_(False)
         # one group per setting: the temperature's only with auto_alpha (zip stops at the settings)
-        params = [self._model.critic.parameters(), self._model.actor.parameters(), [self._model.log_alpha]]
+        params = [self.model.critic.parameters(), self.model.actor.parameters(), [self.model.log_alpha]]
         self.optimizer_step = OptimizerStep.adam(params, self.optimizer_settings(), "SAC")
         self._auto_alpha = bool(learn["auto_alpha"])
         self._target_entropy = float(learn["target_entropy"] if learn["target_entropy"] is not None
@@ -159,7 +159,7 @@ class SACPolicy(Policy):
         loss, stats = self._loss(obs, action, next_obs, reward, discount, terminated, weight)
         self.optimizer_step.step(loss)
         with torch.no_grad():
-            torch._foreach_lerp_(list(self._target_critic.parameters()), list(self._model.critic.parameters()),
+            torch._foreach_lerp_(list(self._target_critic.parameters()), list(self.model.critic.parameters()),
                                  self._theta)
         q1, q2, target = stats.pop("q1"), stats.pop("q2"), stats.pop("target")
         return {"loss": loss.detach(), **stats, "q_value": q1.mean(), "target_q": target.mean(),
@@ -169,7 +169,7 @@ class SACPolicy(Policy):
     def _loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
               discount: torch.Tensor, terminated: torch.Tensor, weight: Optional[torch.Tensor]) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``."""
-        alpha = self._model.log_alpha.detach().exp()
+        alpha = self.model.log_alpha.detach().exp()
         q1, q2, new_logp, q_new, next_action, next_logp = self.learn_model(obs, action, next_obs)
         with torch.no_grad():
             q1_next, q2_next = self._target_critic(next_obs, next_action)
@@ -178,7 +178,7 @@ class SACPolicy(Policy):
         policy_loss = (alpha * new_logp - q_new).mean()
         loss = q_loss + policy_loss
         if self._auto_alpha:
-            alpha_loss = -(self._model.log_alpha * (new_logp.detach() + self._target_entropy)).mean()
+            alpha_loss = -(self.model.log_alpha * (new_logp.detach() + self._target_entropy)).mean()
             loss = loss + alpha_loss
         return loss, {"q_loss": q_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
                       "entropy": -new_logp.detach().mean(), "q1": q1.detach(), "q2": q2.detach(), "target": target}
@@ -225,7 +225,7 @@ class SACPolicy(Policy):
 
     def greedy_module(self) -> torch.nn.Module:
         """``tanh`` of the Gaussian mean, scaled to the bounds (``Policy.greedy_module``)."""
-        return GreedyActor(TanhMean(self._model.actor), discrete=False, scale=self._scale.numpy(),
+        return GreedyActor(TanhMean(self.model.actor), discrete=False, scale=self._scale.numpy(),
                            bias=self._bias.numpy(), preprocess=self.normalisation.frozen_obs_norm())
 
     # the acting hot paths (compiled with policy.compile)
@@ -238,7 +238,7 @@ class SACPolicy(Policy):
         return torch.tanh(model.actor(obs)[0])
 
     # ---- state -----------------------------------------------------------------------------------
-    _checkpointed = (("model", "_model"), ("target_critic", "_target_critic"))
+    _checkpointed = (("model", "model"), ("target_critic", "_target_critic"))
 
     def optimizer_settings(self) -> List[Dict[str, float]]:
         """The config's settings per parameter group (``policies.optim``): critic, actor and, with

@@ -152,10 +152,10 @@ class TD3Policy(Policy):
         _check_learn_config(learn)
         twin = bool(model_cfg.get("twin_critic", True))
         actor_hidden, critic_hidden = model_cfg["actor_head_hidden_size_list"], model_cfg["critic_head_hidden_size_list"]
-        self._model = self.placement.build(lambda: TD3Model(obs_dim, action_dim, actor_hidden, critic_hidden, twin))
-        self._target_model = copy.deepcopy(self._model).requires_grad_(False)
-        self._actor_params = list(self._model.actor.parameters())
-        params = [self._model.critic.parameters(), self._actor_params]
+        self.model = self.placement.build(lambda: TD3Model(obs_dim, action_dim, actor_hidden, critic_hidden, twin))
+        self._target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self._actor_params = list(self.model.actor.parameters())
+        params = [self.model.critic.parameters(), self._actor_params]
         self.optimizer_step = OptimizerStep.adam(params, self.optimizer_settings(), self.label)
         self._gamma = float(cfg["discount_factor"])
         self._actor_every = int(learn["actor_update_freq"])
@@ -194,7 +194,7 @@ class TD3Policy(Policy):
         self.optimizer_step.step(loss, hold=() if actor_step else self._actor_params)
         if actor_step:
             with torch.no_grad():
-                torch._foreach_lerp_(list(self._target_model.parameters()), list(self._model.parameters()),
+                torch._foreach_lerp_(list(self._target_model.parameters()), list(self.model.parameters()),
                                      self._theta)
         return {"loss": loss.detach(), **stats}
 
@@ -265,11 +265,11 @@ class TD3Policy(Policy):
 
     def greedy_module(self) -> torch.nn.Module:
         """``pi(obs)`` scaled to the bounds (``Policy.greedy_module``)."""
-        return GreedyActor(self._model.actor, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy(),
+        return GreedyActor(self.model.actor, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy(),
                            preprocess=self.normalisation.frozen_obs_norm())
 
     # ---- state -----------------------------------------------------------------------------------
-    _checkpointed = (("model", "_model"), ("target_model", "_target_model"))
+    _checkpointed = (("model", "model"), ("target_model", "_target_model"))
 
     def state_dict(self) -> Dict[str, Any]:
         return dict(super().state_dict(), noise_seed=self._noise_seed)

@@ -73,7 +73,7 @@ def one_learner_step(out_dir):
     policy, batches = dqn_policy_and_batches(seed=get_rank())  # ranks start different: DDP must sync them
     DDPMiddleware(policy.learn_mode)
     policy.learn_mode.forward(batches[get_rank()])
-    _dump(out_dir, "step", {k: v.flatten().tolist() for k, v in policy._model.state_dict().items()})
+    _dump(out_dir, "step", {k: v.flatten().tolist() for k, v in policy.model.state_dict().items()})
 
 
 def counters_and_stop(out_dir):

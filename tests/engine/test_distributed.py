@@ -72,7 +72,7 @@ def test_ddp_learner_step_equals_single_process_step_on_concatenated_batches(tmp
     r0, r1 = _read(tmp_path, "step")
     policy, batches = dqn_policy_and_batches(seed=0)  # rank 0's init, which DDP broadcast
     policy.learn_mode.forward(concat(batches))
-    for key, value in policy._model.state_dict().items():
+    for key, value in policy.model.state_dict().items():
         assert torch.allclose(torch.tensor(r0[key]), value.flatten(), atol=1e-6), key
         assert r0[key] == r1[key], key
 

@@ -24,7 +24,7 @@ PIECES = {"__init__", "accel", "base", "checks", "defaults", "distributional", "
 ALGORITHMS = sorted(path for path in glob.glob(os.path.join(ROOT, "policies", "*.py"))
                     if os.path.basename(path)[:-3] not in PIECES)
 #: what an algorithm defines or declares itself, though the base names it
-HOOKS = {"_forward_learn", "_forward_collect", "_forward_eval", "_checkpointed", "_model"}
+HOOKS = {"_forward_learn", "_forward_collect", "_forward_eval", "_checkpointed"}
 #: the base's private members before the split (issue 30), which no algorithm may call again
 FORMER = ("hot norm_obs actor check_finite optimize without_forward generator faster_than_hot_path init_model "
           "export_obs_norm optimizer_settings learn_model drop_hot_paths observing statistics obs_norm reward_norm "
@@ -62,7 +62,7 @@ class Tiny(Policy):
 
     def __init__(self, cfg):
         super().__init__(cfg, gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(2))
-        self._model = self.placement.build(lambda: torch.nn.Linear(2, 2))
+        self.model = self.placement.build(lambda: torch.nn.Linear(2, 2))
 
     @hot_path("learn")
     def _loss(self, x):
@@ -86,10 +86,10 @@ def test_a_declared_hot_path_is_built_once_per_mode_and_kept_under_its_name():
 def test_a_new_learn_model_rebuilds_the_learn_hot_paths():
     policy = Tiny(EasyDict(common_config()))
     before = policy._loss
-    policy.learn_mode.model = torch.nn.Sequential(policy._model)
-    assert policy._loss is not before and policy.learn_mode.model is not policy._model
-    policy.learn_mode.model = policy._model
-    assert policy.learn_model is policy._model
+    policy.learn_mode.model = torch.nn.Sequential(policy.model)
+    assert policy._loss is not before and policy.learn_mode.model is not policy.model
+    policy.learn_mode.model = policy.model
+    assert policy.learn_model is policy.model
 
 
 @pytest.mark.parametrize("modes", [(), ("act",)])
