@@ -49,11 +49,40 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Set, Tuple
 
 import torch
 
-from engine.config import AMP_MODES, COMPILE_MODES, accel_modes
+from engine.config import ConfigError
+from engine.config_rules import not_one_of
 
 __all__ = ["COMPILE_MODES", "AMP_MODES", "HotPath", "HotPaths", "hot_path", "accel_modes", "warn_once"]
 
 logger = logging.getLogger(__name__)
+
+# policy.compile / policy.amp (checked at compile time too, Policy.check_config: a typo fails before any env starts)
+COMPILE_MODES = ("none", "compile", "cudagraph")
+AMP_MODES = ("none", "bf16")
+
+
+def accel_modes(cfg: Mapping[str, Any]) -> Tuple[str, str]:
+    """``(policy.compile, policy.amp)`` of a policy config, checked (missing keys: ``none``).
+
+    Raises:
+        ConfigError: a value that is not one of the modes, naming the key, the choices and a close one.
+
+    Examples:
+        >>> accel_modes({"compile": "cudagraph"})
+        ('cudagraph', 'none')
+        >>> accel_modes({"amp": "fp16"})
+        Traceback (most recent call last):
+        ...
+        engine.config.ConfigError: policy.amp='fp16' is not one of 'none', 'bf16' (did you mean 'bf16'?)
+    """
+    modes = []
+    for key, choices in (("compile", COMPILE_MODES), ("amp", AMP_MODES)):
+        value = cfg.get(key, "none")
+        value = "none" if value is None else value
+        if value not in choices:
+            raise ConfigError(not_one_of(f"policy.{key}", value, choices))
+        modes.append(value)
+    return modes[0], modes[1]
 
 _WARNED: set = set()
 

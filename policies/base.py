@@ -37,9 +37,11 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import gymnasium as gym
 import torch
 
+from engine.config_rules import ValueRules
+
 from .accel import HotPaths, accel_modes
 from .checks import DeviceMismatchError, NonFiniteLossError, check_finite
-from .defaults import common_config, evaluator_config
+from .defaults import check_policy_section, common_config, evaluator_config, refuse_recurrent_keys
 from .modes import CollectMode, EvalMode, LearnMode
 from .noisy import set_noise as _set_noise
 from .normalisation import OBS_NORM_PREFIX, Normalisation
@@ -85,10 +87,29 @@ class Policy:
     eager_acting: Optional[str] = None
     #: what a checkpoint holds besides the optimizer and the update count: (state key, module attribute)
     _checkpointed: Tuple[Tuple[str, str], ...] = (("model", "model"),)
+    #: the ranges and words of the algorithm's own ``policy.*`` keys, checked at compile time beside those
+    #: every policy has (``policies.defaults.POLICY_RULES``)
+    config_rules: ValueRules = ValueRules()
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
         raise NotImplementedError
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """The compiled config's ``policy`` section, at compile time, before any env starts (``config_rules``
+        and the rules of every policy). A subclass with checks of its own calls this first.
+
+        Raises:
+            engine.config.ConfigError: naming the key and the fix.
+        """
+        check_policy_section(cfg, cls.config_rules)
+
+    @classmethod
+    def check_user_keys(cls, policy_type: str, user_policy: Mapping[str, Any]) -> None:
+        """The user's ``policy`` section before the defaults are merged under it: keys the algorithm refuses
+        by name and reason (a recurrent policy's keys on a feed-forward one) rather than as unknown keys."""
+        refuse_recurrent_keys(cls, policy_type, user_policy)
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
@@ -53,6 +54,7 @@ class DiscreteCQLPolicy(QValuePolicy):
 
     pipeline = "offline"
     default_env_steps = None
+    config_rules = QValuePolicy.config_rules + ValueRules(not_negative=("policy.learn.cql_alpha",))
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:

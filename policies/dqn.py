@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import ConfigError
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path, warn_once
@@ -58,6 +59,9 @@ class QValuePolicy(Policy):
     ``_action_dim`` and ``_rng`` and writes its own update."""
 
     eager_acting = "through numpy on the CPU (faster than torch for an MLP)"
+    config_rules = ValueRules(at_least_one=("policy.learn.target_update_freq",),
+                              unit_interval=("policy.learn.target_theta",),
+                              choices={"policy.learn.td_loss": ("huber", "mse")})
 
     def _step(self, loss: torch.Tensor) -> None:
         """After the loss: its check, backward, gradient clipping (``grad_clip_norm`` > 0), the optimizer step,
@@ -125,6 +129,9 @@ class DQNPolicy(QValuePolicy):
 
     pipeline = "off_policy"
     default_env_steps = 500_000
+    config_rules = QValuePolicy.config_rules + ValueRules(
+        at_least_one=("policy.other.eps.decay",),
+        choices={"policy.other.eps.type": ("exp", "linear"), "policy.model.distribution": Q_DISTRIBUTIONS})
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -212,6 +219,7 @@ class DQNPolicy(QValuePolicy):
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """At compile time, before any env starts: the Q head and the exploration (``check_q_head``,
         ``check_exploration``); the policy checks them again when it is built from a config of its own."""
+        super().check_config(cfg)
         policy = cfg["policy"]
         check_q_head(policy["model"], policy["learn"])
         check_exploration(policy["model"], policy.get("other", {}).get("eps"))

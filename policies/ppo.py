@@ -44,6 +44,7 @@ from torch.distributions import Categorical, Normal
 
 from engine.config import ConfigError
 from engine.distributed import allreduce_data, is_distributed
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
@@ -63,6 +64,8 @@ class PPOPolicy(Policy):
     pipeline = "on_policy"
     algo = "PPO"
     supports_obs_norm = True
+    config_rules = ValueRules(at_least_one=("policy.learn.epoch_per_collect",),
+                              unit_interval=("policy.collect.gae_lambda",))
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -134,6 +137,7 @@ class PPOPolicy(Policy):
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """At compile time: the learning-rate schedule's settings."""
+        super().check_config(cfg)
         learn = cfg["policy"]["learn"]
         if learn.get("lr_schedule", "constant") not in LR_SCHEDULES:
             raise ConfigError(f"policy.learn.lr_schedule={learn['lr_schedule']!r} is not a schedule baton has: "

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
@@ -84,6 +85,9 @@ class SACPolicy(Policy):
 
     pipeline = "off_policy"
     supports_obs_norm = True
+    config_rules = ValueRules(positive=("policy.learn.learning_rate_q", "policy.learn.learning_rate_policy",
+                                        "policy.learn.learning_rate_alpha"),
+                              unit_interval=("policy.learn.target_theta",))
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:

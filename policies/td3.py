@@ -47,6 +47,7 @@ from torch import nn
 from torch.func import functional_call
 
 from engine.distributed import get_rank, get_world_size
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
@@ -103,6 +104,10 @@ class TD3Policy(Policy):
     supports_obs_norm = True
     #: the registered name and the label of messages (subclasses set their own)
     algo, label = "td3", "TD3"
+    config_rules = ValueRules(at_least_one=("policy.learn.actor_update_freq",),
+                              positive=("policy.learn.learning_rate_q", "policy.learn.learning_rate_policy"),
+                              not_negative=("policy.learn.policy_noise", "policy.learn.noise_clip"),
+                              unit_interval=("policy.learn.target_theta",))
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
