@@ -46,7 +46,7 @@ def imports_of(root: str, path: str, modules: Set[str]) -> Set[str]:
     me = module_name(root, path)
     package = me if path.endswith("__init__.py") else me.rpartition(".")[0]
     found: Set[str] = set()
-    for node in ast.walk(tree):
+    for node in _runtime_nodes(tree):
         names: List[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -63,6 +63,20 @@ def imports_of(root: str, path: str, modules: Set[str]) -> Set[str]:
             if name and name != me and not me.startswith(name + "."):  # a package's own __init__ is not a circle
                 found.add(name)
     return found
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, as ``ast.walk`` gives them, but those under ``if TYPE_CHECKING:`` (imports for type hints
+    only, which never run and tie no circle)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and getattr(child.test, "id", getattr(child.test, "attr", "")) == "TYPE_CHECKING":
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
 
 
 def circles(graph: Dict[str, Set[str]]) -> List[List[str]]:

@@ -128,7 +128,7 @@ def run_mode(cfg, mode: str, args: argparse.Namespace, device: torch.device) -> 
     changed = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
     row: Dict[str, object] = dict(mode=mode, warmup_s=warmup_s, device_rate=device_rate, host_rate=host_rate,
                                   counters_in_timed_loop=changed, counters_total=after,
-                                  hot_paths=[repr(p) for p in policy._hot_paths.values()])
+                                  hot_paths=[repr(p) for p in policy.hot_paths.values()])
     if device.type == "cuda":
         row["host_reads_per_10_updates"] = dict(host_reads(policy, on_device, 10))
     if args.profile:

@@ -153,7 +153,7 @@ def resolve_baton(task: Task, eval_every: int, root: str = ROOT) -> BatonSetup:
     from engine.config import ConfigError, compile_config
     from engine.registry import POLICY_REGISTRY, UnknownTypeError
     from commands.algo_env import AlgoEnvError, build_config
-    from commands.cli import load_config_file
+    from commands.config_file import load_config_file
 
     config = os.path.join(root, task.config) if task.config else None
     try:

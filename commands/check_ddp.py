@@ -113,9 +113,9 @@ def _check_rank(input_cfg: ConfigPair, seed: int, tmp: str) -> None:
         if ctx.train_iter == 0:
             return
         record["batch"] = {k: v.clone() for k, v in ctx.train_data.items()}
-        record["after"] = {k: v.detach().clone() for k, v in policy._model.state_dict().items()}
-        record["unused"] = [n for n, p in policy._model.named_parameters() if p.requires_grad and p.grad is None]
-        record["buffers"] = {n: b.detach().clone() for n, b in policy._model.named_buffers()}
+        record["after"] = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+        record["unused"] = [n for n, p in policy.model.named_parameters() if p.requires_grad and p.grad is None]
+        record["buffers"] = {n: b.detach().clone() for n, b in policy.model.named_buffers()}
         ctx.finish = True  # rank 0's decision reaches every rank; all trained in this same iteration
 
     pipeline.insert_before("learner", before_learner, name="check_before")
@@ -138,7 +138,7 @@ def _reference(input_cfg: ConfigPair, before: Mapping[str, Any], batches: List[M
     policy.learn_mode.load_state_dict(before)
     policy.set_noise(False)  # as on the ranks (_check_rank)
     policy.learn_mode.forward(make_batch({k: torch.cat([b[k] for b in batches]) for k in batches[0]}))
-    return {k: v.detach() for k, v in policy._model.state_dict().items()}
+    return {k: v.detach() for k, v in policy.model.state_dict().items()}
 
 
 def compare_ranks(records: List[Mapping[str, Any]], reference: Mapping[str, torch.Tensor],

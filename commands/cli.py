@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 

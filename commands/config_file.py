@@ -7,7 +7,7 @@ from typing import Any, Tuple
 
 from .user_errors import close_path_hint, config_load_error
 
-__all__ = ["load_config_file"]
+__all__ = ["load_config_file", "removed_ddp_config"]
 
 
 def load_config_file(path: str) -> Tuple[Any, Any]:
@@ -18,7 +18,7 @@ def load_config_file(path: str) -> Tuple[Any, Any]:
         ValueError: when the file does not define both names, or its own code fails (naming its line).
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"config file not found: {path}{close_path_hint(path)}")
+        raise FileNotFoundError(removed_ddp_config(path) or f"config file not found: {path}{close_path_hint(path)}")
     if not path.endswith(".py"):
         raise ValueError(f"config file {path}: a config is a Python file defining main_config and create_config "
                          f"(see dizoo/**/config/*_config.py); {os.path.splitext(path)[1] or 'this'} files are not read")
@@ -36,3 +36,21 @@ def load_config_file(path: str) -> Tuple[Any, Any]:
         if not isinstance(namespace[name], dict):  # EasyDict is one
             raise ValueError(f"config file {path}: {name} must be a dict, got {type(namespace[name]).__name__}")
     return namespace["main_config"], namespace["create_config"]
+
+
+def removed_ddp_config(path: str) -> str:
+    """The message for a ``<name>_ddp_config.py`` that is gone because it only renamed ``<name>_config.py``
+    (every config runs data-parallel as it is), or "" when ``path`` is not one.
+
+    Examples:
+        >>> removed_ddp_config("no_such_config.py")
+        ''
+    """
+    if not path.endswith("_ddp_config.py"):
+        return ""
+    base = path[: -len("_ddp_config.py")] + "_config.py"
+    if not os.path.isfile(base):
+        return ""
+    return (f"config file {path} was removed: it differed from {base} in its name only, and every config runs "
+            f"data-parallel as it is: baton train -c {base} --nproc 2 (or --gpus all, or torchrun "
+            f"--nproc_per_node=2 {base})")

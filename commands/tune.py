@@ -39,9 +39,7 @@ import logging
 import os
 import sys
 import textwrap
-import time
-import traceback
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from engine.config import ConfigError
 from engine.devices import usable_cores
@@ -50,6 +48,9 @@ from engine.registry import UnknownTypeError
 
 from pipelines.run_dir import RunDirError, RunLock
 from .search_space import FORMS, Distribution, SearchSpaceError, split_search_words, value_text
+from .tune_store import (BEST_CONFIG, INSTALL, RECORD_ATTR, STUDY_FILE, STUDY_NAME, TuneError, check_record,
+                         counted_trials, load_optuna, requeue_cut_short, study_storage, trial_dirs, trial_overrides)
+from .tune_trials import TrialPruning, run_jobs
 from .user_errors import print_user_error
 
 __all__ = ["TuneError", "StudySpec", "TrialPruning", "add_tune_options", "tune_main", "prepare_study", "run_study",
@@ -57,19 +58,8 @@ __all__ = ["TuneError", "StudySpec", "TrialPruning", "add_tune_options", "tune_m
 
 logger = logging.getLogger(__name__)
 
-STUDY_FILE = "study.db"
-BEST_CONFIG = "best_config.py"
-STUDY_NAME = "baton"
-#: the study's user attribute holding what its trials were run with (checked when the study continues)
-RECORD_ATTR = "baton_search"
-#: a median pruner judges a trial only once this many trials finished
-PRUNER_STARTUP_TRIALS = 5
-_INTERRUPTED = 130  # a job's exit status when its trial was interrupted (128 + SIGINT)
-_INSTALL = "pip install -e \".[tune]\" (or pip install optuna)"
 
 
-class TuneError(ValueError):
-    """Input ``baton tune`` cannot run; the message names what to change."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +165,7 @@ def prepare_study(config_path: str, words: Sequence[str], *, n_trials: int, jobs
         FileNotFoundError, ValueError: the config file (as ``baton train -c``).
     """
     if importlib.util.find_spec("optuna") is None:
-        raise TuneError(f"baton tune needs optuna, which is not installed: {_INSTALL}")
+        raise TuneError(f"baton tune needs optuna, which is not installed: {INSTALL}")
     if n_trials < 1:
         raise TuneError(f"--trials {n_trials}: give at least 1 trial")
     if jobs < 1:
@@ -239,18 +229,18 @@ def run_study(spec: StudySpec) -> int:
         TuneError: the study directory holds another study, or trials without a study.
         RunDirError: another ``baton tune`` works on the study.
     """
-    optuna = _optuna()
+    optuna = load_optuna()
     db = os.path.join(spec.study_dir, STUDY_FILE)
-    if not os.path.exists(db) and os.path.isdir(spec.study_dir) and _trial_dirs(spec.study_dir):
-        raise TuneError(f"{spec.study_dir} holds trial runs ({', '.join(_trial_dirs(spec.study_dir)[:3])}, ...) but no "
+    if not os.path.exists(db) and os.path.isdir(spec.study_dir) and trial_dirs(spec.study_dir):
+        raise TuneError(f"{spec.study_dir} holds trial runs ({', '.join(trial_dirs(spec.study_dir)[:3])}, ...) but no "
                         f"{STUDY_FILE}: it was deleted or moved; give this study another --study-dir")
     lock = RunLock.acquire(spec.study_dir)
     try:
-        study = optuna.create_study(storage=_storage(spec), study_name=STUDY_NAME, direction="maximize",
+        study = optuna.create_study(storage=study_storage(spec), study_name=STUDY_NAME, direction="maximize",
                                     load_if_exists=True)
-        _check_record(study, spec)
-        retried = _requeue_cut_short(study)
-        done = _counted(study, running=False)
+        check_record(study, spec)
+        retried = requeue_cut_short(study)
+        done = counted_trials(study, running=False)
         remaining = max(0, spec.n_trials - done)
         jobs = max(1, min(spec.jobs, remaining))
         cores = usable_cores()
@@ -263,7 +253,7 @@ def run_study(spec: StudySpec) -> int:
               flush=True)
         if remaining:
             try:
-                failed_jobs = _run_jobs(dataclasses.replace(spec, jobs=jobs))
+                failed_jobs = run_jobs(dataclasses.replace(spec, jobs=jobs))
             except KeyboardInterrupt:
                 print(f"baton: study interrupted; the trials that finished are in {db}: the same command "
                       f"continues it", file=sys.stderr, flush=True)
@@ -271,7 +261,7 @@ def run_study(spec: StudySpec) -> int:
             if failed_jobs:
                 print(f"baton: {failed_jobs} trial process(es) failed (their error is above); the same command "
                       f"continues the study", file=sys.stderr, flush=True)
-        study = optuna.load_study(storage=_storage(spec), study_name=STUDY_NAME)
+        study = optuna.load_study(storage=study_storage(spec), study_name=STUDY_NAME)
         print(trials_table(study, spec.space), flush=True)
         best = write_best_config(study, spec)
         if best is None:
@@ -280,247 +270,11 @@ def run_study(spec: StudySpec) -> int:
             return 1
         trial, path = best
         print(f"baton: best trial {trial.number}: best_eval_return={trial.value:.6g} "
-              f"({' '.join(_overrides(spec, trial.params))}); its config: {path}; run it: "
+              f"({' '.join(trial_overrides(spec, trial.params))}); its config: {path}; run it: "
               f"baton train -c {path} {spec.budget_flags()}", flush=True)
         return 0
     finally:
         lock.release()
-
-
-def _run_jobs(spec: StudySpec) -> int:
-    """Run the study's missing trials in ``spec.jobs`` processes (in this one when 1); the number of
-    processes that failed."""
-    if spec.jobs == 1:
-        if not _work(spec, worker=0, lock=None):
-            raise KeyboardInterrupt
-        return 0
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")  # never fork a process that may hold threads or a lock
-    lock = context.Lock()
-    processes = [context.Process(target=_job_main, args=(spec, worker, lock), name=f"baton-tune-{worker}")
-                 for worker in range(spec.jobs)]
-    for process in processes:
-        process.start()
-    try:
-        for process in processes:
-            process.join()
-    except KeyboardInterrupt:  # the terminal told the jobs too: let their trials close, tell the ones it did not
-        deadline = time.monotonic() + 5.0
-        for process in processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-        for process in processes:
-            if process.is_alive():
-                os.kill(process.pid, 2)  # SIGINT: the run writes latest and ends
-        for process in processes:
-            process.join()
-        raise
-    if any(process.exitcode == _INTERRUPTED for process in processes):
-        raise KeyboardInterrupt  # a trial was interrupted (a signal to its process alone): stop as Ctrl-C does
-    return sum(1 for process in processes if process.exitcode not in (0, None))
-
-
-def _job_main(spec: StudySpec, worker: int, lock: Any) -> None:
-    """A ``--jobs`` process: its trials, then exit 0 (130 when interrupted)."""
-    try:
-        interrupted = not _work(spec, worker, lock)
-    except KeyboardInterrupt:
-        interrupted = True
-    sys.exit(_INTERRUPTED if interrupted else 0)
-
-
-def _work(spec: StudySpec, worker: int, lock: Any) -> bool:
-    """Run trials until the study holds ``spec.n_trials`` (counting those the other jobs are running);
-    False when a trial was interrupted."""
-    import contextlib
-
-    from engine.devices import size_torch_threads
-
-    optuna = _optuna()
-    if not os.environ.get("OMP_NUM_THREADS"):  # this process's share of the cores, kept by the trials' pipelines
-        os.environ["OMP_NUM_THREADS"] = str(size_torch_threads(0, local_world=spec.jobs))
-    storage = _storage(spec)
-    existing = len(optuna.load_study(storage=storage, study_name=STUDY_NAME).trials)
-    # seeded per job and per command: jobs alike, or a continued study, would draw the same values again
-    sampler = optuna.samplers.TPESampler(seed=(spec.seed * 1_000_003 + worker * 7919 + existing) % 2**32)
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS, n_warmup_steps=spec.prune_after)
-              if spec.prune else optuna.pruners.NopPruner())
-    study = optuna.load_study(storage=storage, study_name=STUDY_NAME, sampler=sampler, pruner=pruner)
-    while True:
-        with lock if lock is not None else contextlib.nullcontext():
-            if _counted(study, running=True) >= spec.n_trials:
-                return True
-            trial = study.ask()  # a trial cut short earlier (enqueued) first
-        if not _run_trial(spec, study, trial):
-            return False
-
-
-def _run_trial(spec: StudySpec, study: Any, trial: Any) -> bool:
-    """Train one trial and tell the study how it ended; False when it was interrupted."""
-    from optuna.trial import TrialState
-
-    from .user_errors import USER_ERRORS
-
-    run_dir = os.path.join(spec.study_dir, f"trial_{trial.number}")
-    trial.set_user_attr("run_dir", run_dir)
-    values = {dist.key: dist.suggest(trial) for dist in spec.space}
-    overrides = [dist.override(values[dist.key]) for dist in spec.space]
-    shown = " ".join(overrides)
-    try:
-        summary, pruning = _train(spec, trial, overrides, run_dir)
-    except KeyboardInterrupt:  # Ctrl-C, a preemption signal: run again by the next command (no "error")
-        study.tell(trial, state=TrialState.FAIL)
-        print(f"baton: trial {trial.number} interrupted ({shown})", file=sys.stderr, flush=True)
-        return False
-    except USER_ERRORS as err:  # a value the config or the policy refuses: this trial fails, the study goes on
-        return _failed(study, trial, shown, str(err))
-    except Exception as err:  # a bug: its traceback, and the study goes on (the next values may not hit it)
-        traceback.print_exc()
-        return _failed(study, trial, shown, f"{type(err).__name__}: {err}")
-    for key in ("env_step", "wall_time_s", "stop_reason", "evaluations"):
-        trial.set_user_attr(key, summary.get(key))
-    if pruning.pruned_at is not None:
-        study.tell(trial, state=TrialState.PRUNED)
-        print(f"baton: trial {trial.number} pruned at evaluation {pruning.pruned_at} "
-              f"(return {pruning.last:.6g}; {shown})", flush=True)
-        return True
-    value = summary.get("best_eval_return")
-    if value is None:
-        return _failed(study, trial, shown, f"no evaluation within the trial's budget ({spec.budget_flags()}): raise "
-                                            f"it, or evaluate more often (policy.eval.evaluator.eval_freq)")
-    study.tell(trial, float(value))
-    print(f"baton: trial {trial.number} complete: best_eval_return={value:.6g} in {summary['wall_time_s']:.1f} s "
-          f"({shown})", flush=True)
-    return True
-
-
-def _failed(study: Any, trial: Any, shown: str, message: str) -> bool:
-    from optuna.trial import TrialState
-
-    trial.set_user_attr("error", message)  # a failure of the values: counted, never run again
-    study.tell(trial, state=TrialState.FAIL)
-    print(f"baton: trial {trial.number} failed ({shown}): {message}", file=sys.stderr, flush=True)
-    return True
-
-
-def _train(spec: StudySpec, trial: Any, overrides: List[str], run_dir: str) -> Tuple[Dict[str, Any], "TrialPruning"]:
-    """The trial's run: the standard pipeline with the trial's values, reporting each evaluation to it."""
-    from pipelines.build import build_pipeline
-
-    main_config, create_config = apply_overrides(spec.base[0], spec.base[1], overrides)
-    pipeline = build_pipeline((main_config, create_config), spec.seed, spec.max_env_step, spec.max_train_iter,
-                              exp_name=run_dir, progress=False)
-    pruning = TrialPruning(trial)
-    if "evaluator" in pipeline:
-        pipeline.insert_after("evaluator", pruning, name="pruning", main_only=True)
-    else:
-        pipeline.append(pruning, name="pruning", main_only=True)
-    return pipeline.run(), pruning
-
-
-class TrialPruning:
-    """Middleware: each new evaluation's return goes to the Optuna trial (step: the evaluation's number, 1, 2,
-    ...), and when the trial's pruner says so the run ends at this iteration (``pruned_at``: that number).
-
-    It reads the context's evaluation fields (``eval_output``, ``last_eval_iter``, ``eval_value``), so a
-    background evaluation's result counts when it arrives."""
-
-    def __init__(self, trial: Any) -> None:
-        self._trial = trial
-        self._seen: Optional[int] = None
-        self.evaluations = 0
-        self.last = float("nan")
-        self.pruned_at: Optional[int] = None
-
-    def __call__(self, ctx: Any) -> None:
-        if ctx.eval_output is None or ctx.last_eval_iter == self._seen:
-            return
-        self._seen = ctx.last_eval_iter
-        self.evaluations += 1
-        self.last = float(ctx.eval_value)
-        self._trial.report(self.last, self.evaluations)
-        if self.pruned_at is None and self._trial.should_prune():
-            from engine.context import StopReason
-
-            self.pruned_at = self.evaluations
-            ctx.finish = True
-            ctx.stop_reason = ctx.stop_reason or StopReason.FINISHED
-
-
-# ---- the study's bookkeeping -----------------------------------------------------------------------
-def _optuna() -> Any:
-    try:
-        import optuna
-    except ImportError as err:
-        raise TuneError(f"baton tune needs optuna ({err}): {_INSTALL}") from None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # baton prints one line per trial itself
-    return optuna
-
-
-def _storage(spec: StudySpec) -> Any:
-    """The study's SQLite storage; several jobs write it, so a writer waits for another's lock (60 s)."""
-    import optuna
-
-    return optuna.storages.RDBStorage(spec.storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
-
-
-def _check_record(study: Any, spec: StudySpec) -> None:
-    """A new study records what its trials run with; a continued one must be given the same."""
-    record = spec.record()
-    stored = study.user_attrs.get(RECORD_ATTR)
-    if stored is None:
-        if study.trials:
-            raise TuneError(f"{spec.study_dir}/{STUDY_FILE} holds a study that baton tune did not start: give "
-                            f"another --study-dir")
-        study.set_user_attr(RECORD_ATTR, record)
-        return
-    changed = [name for name in record if name != "config" and stored.get(name) != record[name]]
-    if changed:
-        details = "; ".join(f"{name}: {_short(stored.get(name))} before, {_short(record[name])} now" for name in changed)
-        raise TuneError(f"the study in {spec.study_dir} was run with other settings ({details}): continue it with the "
-                        f"command that started it (only --trials and --jobs may change), or give --study-dir a new "
-                        f"directory")
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def _requeue_cut_short(study: Any) -> int:
-    """Trials a stopped command left running are failed, and every trial cut short (failed without an
-    ``error``: interrupted, or its process gone) is queued again with its values, once. Returns how many."""
-    from optuna.trial import TrialState
-
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):  # the lock says: nobody runs it
-        study.tell(trial.number, state=TrialState.FAIL)
-    trials = study.get_trials(deepcopy=False)
-    retried = {trial.user_attrs.get("retry_of") for trial in trials}
-    count = 0
-    for trial in trials:
-        if (trial.state == TrialState.FAIL and "error" not in trial.user_attrs and trial.number not in retried
-                and trial.params):
-            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
-            count += 1
-    return count
-
-
-def _counted(study: Any, running: bool) -> int:
-    """Trials that count toward ``--trials``: complete, pruned, failed on their values; with ``running``,
-    also those running now."""
-    from optuna.trial import TrialState
-
-    states = [TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL] + ([TrialState.RUNNING] if running else [])
-    return sum(1 for trial in study.get_trials(deepcopy=False, states=tuple(states))
-               if trial.state != TrialState.FAIL or "error" in trial.user_attrs)
-
-
-def _trial_dirs(study_dir: str) -> List[str]:
-    return sorted(name for name in os.listdir(study_dir) if name.startswith("trial_"))
-
-
-def _overrides(spec: StudySpec, params: Mapping[str, Any]) -> List[str]:
-    return [dist.override(params[dist.key]) for dist in spec.space if dist.key in params]
 
 
 # ---- the results -----------------------------------------------------------------------------------
@@ -564,7 +318,7 @@ def write_best_config(study: Any, spec: StudySpec) -> Optional[Tuple[Any, str]]:
     if not complete:
         return None
     trial = max(complete, key=lambda t: t.value)
-    values = _overrides(spec, trial.params)
+    values = trial_overrides(spec, trial.params)
     name = f"{spec.base[0].get('exp_name') or 'tuned'}_tuned"
     main_config, create_config = apply_overrides(spec.base[0], spec.base[1], values + [f"exp_name={name}"])
     path = os.path.join(spec.study_dir, BEST_CONFIG)

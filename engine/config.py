@@ -12,15 +12,16 @@ import copy
 import difflib
 import math
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional
 
 from easydict import EasyDict
 
+from .config_rules import ValueRules, lookup
 from .fileio import atomic_write_json
 from .registry import ENV_REGISTRY, POLICY_REGISTRY
 
-__all__ = ["ConfigError", "compile_config", "check_values", "accel_modes", "COMPILE_MODES", "AMP_MODES", "plain",
-           "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
+__all__ = ["ConfigError", "compile_config", "check_values", "ENGINE_RULES", "ValueRules", "plain", "deep_merge",
+           "save_config", "base_config", "CONFIG_FILE"]
 
 CONFIG_FILE = "config.json"
 
@@ -130,7 +131,8 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
                                                 create_config["env_manager"], path="create_config.env_manager")
     user_policy.pop("type", None)
     user_env.pop("type", None)
-    _check_recurrent_keys(policy_type, policy_cls, user_policy)
+    if hasattr(policy_cls, "check_user_keys"):  # keys the policy refuses by name, before they read as unknown
+        policy_cls.check_user_keys(policy_type, user_policy)
     user = dict(main_config, policy=user_policy, env=user_env)
     merged = deep_merge(defaults, user, path="")
     if seed is not None:
@@ -146,30 +148,6 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     if save:
         save_config(cfg)
     return cfg
-
-
-#: the keys of a recurrent policy (``ppo_lstm``): given to another one, the config asks for a memory it cannot have
-_RECURRENT_KEYS = ("model.rnn_type", "model.hidden_size", "learn.seq_len")
-
-
-def _check_recurrent_keys(policy_type: str, policy_cls: type, user_policy: Mapping[str, Any]) -> None:
-    """Refuse a recurrent policy's keys on a policy without a memory, saying why that algorithm cannot have one
-    (a replay-based one learns from shuffled single transitions) and which policy does, rather than reporting
-    an unknown key."""
-    if getattr(policy_cls, "recurrent", False):
-        return
-    for path in _RECURRENT_KEYS:
-        section, key = path.split(".")
-        given = user_policy.get(section)
-        if isinstance(given, Mapping) and key in given:
-            pipeline = getattr(policy_cls, "pipeline", "")
-            why = {"off_policy": "it learns from single transitions sampled from a replay buffer, in an order no "
-                                 "memory can follow",
-                   "offline": "it learns from single transitions of a dataset, in an order no memory can follow"}.get(
-                pipeline, "its networks are feed-forward")
-            raise ConfigError(f"policy.{path} asks for a recurrent policy, but policy {policy_type!r} is not "
-                              f"recurrent ({why}): for recurrent PPO set policy.type='ppo_lstm' (baton train --algo "
-                              f"ppo_lstm), or remove policy.{path}")
 
 
 def deep_merge(defaults: Mapping[str, Any], user: Mapping[str, Any], path: str = "", *,
@@ -206,113 +184,30 @@ def save_config(cfg: Mapping[str, Any]) -> str:
     return atomic_write_json(os.path.join(cfg["exp_name"], CONFIG_FILE), plain(cfg))
 
 
-# Values that would make a run train nothing, or crash deep inside: refused at compile time, by key path.
-_AT_LEAST_ONE = ("env.collector_env_num", "env.evaluator_env_num", "env.n_evaluator_episode", "policy.nstep",
-                 "policy.collect.n_sample", "policy.learn.batch_size", "policy.learn.update_per_collect",
-                 "policy.learn.epoch_per_collect", "policy.learn.target_update_freq",
-                 "policy.eval.evaluator.eval_freq", "policy.other.replay_buffer.replay_buffer_size",
-                 "policy.device.refresh_every", "policy.learn.actor_update_freq", "policy.other.eps.decay")
-_POSITIVE = ("policy.learn.learning_rate", "policy.learn.learning_rate_q", "policy.learn.learning_rate_policy",
-             "policy.learn.learning_rate_alpha", "ddp.bucket_cap_mb", "ddp.powersgd_rank")
-_NOT_NEGATIVE = ("ckpt.save_freq", "ckpt.latest_every_s", "log.print_freq", "policy.random_collect_size",
-                 "torch_threads", "policy.learn.cql_alpha", "policy.learn.policy_noise", "policy.learn.noise_clip")
-_UNIT_INTERVAL = ("policy.discount_factor", "policy.collect.gae_lambda", "policy.learn.target_theta")
-# Words a key takes, checked here with a "did you mean" rather than where the policy or the env is built
-_CHOICES = {"policy.learn.td_loss": ("huber", "mse"), "policy.other.eps.type": ("exp", "linear"),
-            "policy.model.distribution": ("none", "categorical", "quantile"),
-            "env.manager.type": ("sync", "async", "subprocess"),
-            "ddp.comm_hook": ("none", "fp16", "bf16", "powersgd"), "dataset.split": ("shard", "replicate")}
-
-
-def _lookup(cfg: Mapping[str, Any], path: str) -> Any:
-    node: Any = cfg
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-# policy.compile / policy.amp (policies.accel applies them; checked here so a typo fails before any env starts)
-COMPILE_MODES = ("none", "compile", "cudagraph")
-AMP_MODES = ("none", "bf16")
-
-
-def accel_modes(cfg: Mapping[str, Any]) -> Tuple[str, str]:
-    """``(policy.compile, policy.amp)`` of a policy config, checked (missing keys: ``none``).
-
-    Raises:
-        ConfigError: a value that is not one of the modes, naming the key, the choices and a close one.
-
-    Examples:
-        >>> accel_modes({"compile": "cudagraph"})
-        ('cudagraph', 'none')
-        >>> accel_modes({"amp": "fp16"})
-        Traceback (most recent call last):
-        ...
-        engine.config.ConfigError: policy.amp='fp16' is not one of 'none', 'bf16' (did you mean 'bf16'?)
-    """
-    modes = []
-    for key, choices in (("compile", COMPILE_MODES), ("amp", AMP_MODES)):
-        value = cfg.get(key, "none")
-        value = "none" if value is None else value
-        if value not in choices:
-            raise ConfigError(_not_one_of(f"policy.{key}", value, choices))
-        modes.append(value)
-    return modes[0], modes[1]
+#: the engine's own sections: values that would make a run not run, or fail deep inside (the ``policy`` section's
+#: rules are the policy class's, ``Policy.config_rules``)
+ENGINE_RULES = ValueRules(
+    at_least_one=("env.collector_env_num", "env.evaluator_env_num", "env.n_evaluator_episode"),
+    positive=("ddp.bucket_cap_mb", "ddp.powersgd_rank"),
+    not_negative=("ckpt.save_freq", "ckpt.latest_every_s", "log.print_freq", "torch_threads"),
+    # words a key takes, checked here with a "did you mean" rather than where the env is built
+    choices={"env.manager.type": ("sync", "async", "subprocess"), "ddp.comm_hook": ("none", "fp16", "bf16", "powersgd"),
+             "dataset.split": ("shard", "replicate")},
+)
 
 
 def check_values(cfg: Mapping[str, Any]) -> None:
-    """Refuse values that would train nothing or fail deep inside a run, naming the key and the fix.
+    """Refuse values of the engine's sections that would not run or fail deep inside a run, naming the key and
+    the fix (``ENGINE_RULES``, ``ddp.backend``); ``compile_config`` then asks the policy class for its section.
 
     Raises:
-        ConfigError: e.g. ``policy.learn.learning_rate=0``, ``policy.learn.update_per_collect=0``, a replay
-            buffer smaller than the batch, ``env.collector_env_num=0``.
+        ConfigError: e.g. ``env.collector_env_num=0``, ``ddp.comm_hook='fp32'``.
     """
-    for path in _AT_LEAST_ONE:
-        value = _lookup(cfg, path)
-        if value is not None and value < 1:
-            raise ConfigError(f"config key {path!r} is {value!r}: it must be at least 1 (with {value!r} the run "
-                              f"would {'train nothing' if 'learn' in path or 'replay' in path else 'not run'})")
-    for path in _POSITIVE:
-        value = _lookup(cfg, path)
-        if value is not None and not value > 0:
-            raise ConfigError(f"config key {path!r} is {value!r}: a learning rate must be > 0 (with {value!r} the "
-                              f"run would train nothing)")
-    for path in _NOT_NEGATIVE:
-        value = _lookup(cfg, path)
-        if value is not None and value < 0:
-            raise ConfigError(f"config key {path!r} is {value!r}: it must be >= 0 (0 turns it off)")
-    for path in _UNIT_INTERVAL:
-        value = _lookup(cfg, path)
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise ConfigError(f"config key {path!r} is {value!r}: it must lie in [0, 1]")
-    for path, choices in _CHOICES.items():
-        value = _lookup(cfg, path)
-        if value is not None and value not in choices:
-            raise ConfigError(_not_one_of(path, value, choices))
-    if _lookup(cfg, "policy.model.encoder_hidden_size_list") == []:
-        raise ConfigError("config key 'policy.model.encoder_hidden_size_list' is []: name at least one layer, "
-                          "e.g. [64, 64]")
-    if isinstance(cfg.get("policy"), Mapping):
-        accel_modes(cfg["policy"])
-    backend = _lookup(cfg, "ddp.backend")
+    ENGINE_RULES.check(cfg)
+    backend = lookup(cfg, "ddp.backend")
     if backend is not None and backend not in ("auto", "nccl", "gloo"):
         raise ConfigError(f"config key 'ddp.backend' is {backend!r}: use 'auto', 'nccl' (one GPU per process) or "
                           f"'gloo' (CPU, or processes sharing GPUs)")
-    size = _lookup(cfg, "policy.other.replay_buffer.replay_buffer_size")
-    batch = _lookup(cfg, "policy.learn.batch_size")
-    if size is not None and batch is not None and _lookup(cfg, "policy.learn.update_per_collect") is not None \
-            and size < batch:
-        raise ConfigError(f"policy.other.replay_buffer.replay_buffer_size={size} is smaller than "
-                          f"policy.learn.batch_size={batch}: the learner would never start. Make the buffer larger "
-                          f"or the batch smaller")
-
-
-def _not_one_of(path: str, value: Any, choices: Tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.4)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{path}={value!r} is not one of {', '.join(map(repr, choices))}{hint}"
 
 
 # ---- helpers ---------------------------------------------------------------------------------------

@@ -1,8 +1,20 @@
 """Hot paths without launch overhead: ``policy.compile`` and ``policy.amp`` (docs/performance.md).
 
-A policy names the functions that run on every env step or every update (the acting forward, the learner's
-forward and loss) and calls them through ``Policy._hot(name, fn, mode)``, which returns a ``HotPath``:
-``fn`` itself, or ``fn`` compiled, run under bf16 autocast, or both, as the config asks:
+A policy declares the functions that run on every env step or every update (the acting forward, the
+learner's forward and loss) with ``@hot_path(mode)``; calling one calls its ``HotPath``, kept in the policy's
+``HotPaths`` (``policy.hot_paths``): ``fn`` itself, or ``fn`` compiled, run under bf16 autocast, or both, as
+the config asks::
+
+    @hot_path("learn")
+    def _loss(self, obs, action): ...                 # self._loss(obs, action) runs the learn hot path
+
+    @hot_path("collect", "eval", name="pi")
+    def _pi(self, model, obs): ...                    # self._pi[mode](model, obs): one hot path per mode
+
+The driver around them (moving batches, backward, optimizer step, target update) stays eager. A mode whose
+first call used no hot path while a switch is on logs once that the switch does not apply to it: a warning,
+or, for an acting mode of a policy that says why it acts eagerly on purpose (``Policy.eager_acting``), an
+info line. A collect call with ``random=True`` (the uniform warm-up, which needs no forward) is not judged.
 
 - ``policy.compile``:
   - ``none`` (the default): eager PyTorch.
@@ -33,15 +45,44 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Set, Tuple
 
 import torch
 
-from engine.config import AMP_MODES, COMPILE_MODES, accel_modes
+from engine.config import ConfigError
+from engine.config_rules import not_one_of
 
-__all__ = ["COMPILE_MODES", "AMP_MODES", "HotPath", "accel_modes", "warn_once"]
+__all__ = ["COMPILE_MODES", "AMP_MODES", "HotPath", "HotPaths", "hot_path", "accel_modes", "warn_once"]
 
 logger = logging.getLogger(__name__)
+
+# policy.compile / policy.amp (checked at compile time too, Policy.check_config: a typo fails before any env starts)
+COMPILE_MODES = ("none", "compile", "cudagraph")
+AMP_MODES = ("none", "bf16")
+
+
+def accel_modes(cfg: Mapping[str, Any]) -> Tuple[str, str]:
+    """``(policy.compile, policy.amp)`` of a policy config, checked (missing keys: ``none``).
+
+    Raises:
+        ConfigError: a value that is not one of the modes, naming the key, the choices and a close one.
+
+    Examples:
+        >>> accel_modes({"compile": "cudagraph"})
+        ('cudagraph', 'none')
+        >>> accel_modes({"amp": "fp16"})
+        Traceback (most recent call last):
+        ...
+        engine.config.ConfigError: policy.amp='fp16' is not one of 'none', 'bf16' (did you mean 'bf16'?)
+    """
+    modes = []
+    for key, choices in (("compile", COMPILE_MODES), ("amp", AMP_MODES)):
+        value = cfg.get(key, "none")
+        value = "none" if value is None else value
+        if value not in choices:
+            raise ConfigError(not_one_of(f"policy.{key}", value, choices))
+        modes.append(value)
+    return modes[0], modes[1]
 
 _WARNED: set = set()
 
@@ -156,6 +197,139 @@ class HotPath:
 
     def __repr__(self) -> str:
         return f"HotPath({self.name}, mode={self.mode!r}, amp={self.amp!r}, device={self.device})"
+
+
+class hot_path:
+    """Declare a policy method a hot path of ``modes`` (module docstring).
+
+    With one mode, ``self.<method>`` is that mode's ``HotPath``; with several, ``self.<method>[mode]`` is.
+    The path is built at its first use and kept in ``policy.hot_paths`` under ``(mode, name)``.
+
+    Args:
+        modes: "learn" (on the learner's device; its outputs take a backward through ``policy.learn_model``,
+            which may be a DDP wrapper), "collect" or "eval" (on that mode's device).
+        name: the key and the name in messages; default: the method's name without its leading underscores.
+    """
+
+    def __init__(self, *modes: str, name: Optional[str] = None) -> None:
+        unknown = [mode for mode in modes if mode not in ("learn", "collect", "eval")]
+        if not modes or unknown:
+            raise ValueError(f"hot_path takes one or more of the modes 'learn', 'collect', 'eval', got {modes!r}")
+        self.modes, self.name = modes, name
+        self.fn: Callable[..., Any]
+        self.attr = ""
+        self.key: Optional[Tuple[str, str]] = None  # (mode, name) of a one-mode path
+
+    def __call__(self, fn: Callable[..., Any]) -> "hot_path":
+        self.fn = fn
+        self.name = self.name or fn.__name__.lstrip("_")
+        self.key = (self.modes[0], self.name) if len(self.modes) == 1 else None
+        self.__doc__ = fn.__doc__
+        return self
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.attr = attr
+
+    def __get__(self, policy: Any, owner: Optional[type] = None) -> Any:
+        if policy is None:
+            return self
+        key = self.key
+        if key is not None:
+            paths = policy.hot_paths
+            return paths._paths.get(key) or paths.get(key[0], self.name, self.fn, policy)
+        view = policy.__dict__[self.attr] = ModePaths(self, policy)  # kept: later reads skip this method
+        return view
+
+
+class ModePaths:
+    """``[mode]``: the ``HotPath`` of a method declared hot for several modes."""
+
+    __slots__ = ("_declared", "_policy")
+
+    def __init__(self, declared: hot_path, policy: Any) -> None:
+        self._declared, self._policy = declared, policy
+
+    def __getitem__(self, mode: str) -> HotPath:
+        declared, paths = self._declared, self._policy.hot_paths
+        return paths._paths.get((mode, declared.name)) or paths.get(mode, declared.name, declared.fn, self._policy)
+
+
+class HotPaths:
+    """A policy's hot paths by ``(mode, name)``, and the check that each mode used one.
+
+    Args:
+        owner: the policy's class name, for messages.
+        compile_mode, amp: ``policy.compile`` and ``policy.amp``.
+        devices: each mode's device ("learn", "collect", "eval").
+        eager_acting: why an acting mode may use no hot path on purpose (``Policy.eager_acting``), or None.
+    """
+
+    def __init__(self, owner: str, compile_mode: str, amp: str, devices: Mapping[str, torch.device],
+                 eager_acting: Optional[str] = None) -> None:
+        self.owner, self.compile_mode, self.amp = owner, compile_mode, amp
+        self.devices = dict(devices)
+        self.eager_acting = eager_acting
+        self.ddp = False  # the learner runs a DistributedDataParallel module (``drop``)
+        self._paths: Dict[Tuple[str, str], HotPath] = {}
+        self._used: Set[str] = set()  # modes that used a hot path
+
+    def get(self, mode: str, name: str, fn: Callable[..., Any], policy: Any) -> HotPath:
+        """The hot path of ``fn`` (a method of ``policy``) for ``mode``, built at its first use."""
+        path = self._paths.get((mode, name))
+        if path is None:
+            learn = mode == "learn"
+            path = HotPath(fn.__get__(policy), f"{self.owner} {name}", self.compile_mode, self.amp, self.devices[mode],
+                           ddp=learn and self.ddp, train=learn)
+            self._paths[(mode, name)] = path
+            self._used.add(mode)
+        return path
+
+    def drop(self, mode: str, ddp: bool = False) -> None:
+        """Forget ``mode``'s hot paths (built again at their next use): the learn model changed, and is a
+        DistributedDataParallel module when ``ddp``."""
+        if mode == "learn":
+            self.ddp = ddp
+        for key in [key for key in self._paths if key[0] == mode]:
+            del self._paths[key]
+
+    def watched(self, mode: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn``, or (a switch on) ``fn`` followed at its first judged call by the check that ``mode`` used a
+        hot path (module docstring)."""
+        if self.compile_mode == "none" and self.amp == "none":
+            return fn
+        checked = False
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            nonlocal checked
+            out = fn(*args, **kwargs)
+            if not checked and not kwargs.get("random"):
+                checked = True
+                self._judge(mode)
+            return out
+
+        return watched
+
+    def _judge(self, mode: str) -> None:
+        if mode in self._used:
+            return
+        if mode != "learn" and self.eager_acting:
+            logger.info("%s %s acts %s; policy.compile and policy.amp do not apply to it", self.owner, mode,
+                        self.eager_acting)
+            return
+        warn_once("%s's %s mode does not route its forward through policy.compile/policy.amp "
+                  "(policies.accel.hot_path): it runs eagerly in fp32", self.owner, mode)
+
+    def __getitem__(self, key: Tuple[str, str]) -> HotPath:
+        return self._paths[key]
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __iter__(self) -> Iterator[Tuple[str, str]]:
+        return iter(self._paths)
+
+    def values(self) -> Any:
+        return self._paths.values()
 
 
 def _lower_backward_with_forward() -> None:

@@ -20,9 +20,11 @@ import torch.nn.functional as F
 
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, common_config, make_adam, resolve_shape, space_dims
+from .accel import hot_path
+from .base import Policy, common_config, resolve_shape, space_dims
 from .greedy import GreedyActor
 from .models import DeterministicActor, QNetwork
+from .optim import OptimizerStep
 
 __all__ = ["BCPolicy"]
 
@@ -33,6 +35,7 @@ class BCPolicy(Policy):
 
     pipeline = "offline"
     default_env_steps = None
+    eager_acting = "through numpy on the CPU (faster than torch for an MLP)"  # discrete actions
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -68,15 +71,14 @@ class BCPolicy(Policy):
                 raise ValueError(f"policy 'bc' needs a bounded continuous action space, got {action_space}")
             self._scale = torch.as_tensor((action_space.high - action_space.low) / 2.0, dtype=torch.float32)
             self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
-            self._init_model(lambda: DeterministicActor(obs_dim, action_dim, hidden))
+            self.model = self.placement.build(lambda: DeterministicActor(obs_dim, action_dim, hidden))
         else:  # logits through an MLP with a plain head (argmax acting in numpy on the CPU)
-            self._init_model(lambda: QNetwork(obs_dim, action_dim, hidden, dueling=False))
-        self._optimizer = make_adam(self._model.parameters(), **self._optimizer_settings()[0])
+            self.model = self.placement.build(lambda: QNetwork(obs_dim, action_dim, hidden, dueling=False))
+        self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), "BC")
         self._grad_clip = float(learn["grad_clip_norm"])
         self._action_dim = action_dim
         self._action_space = action_space
         self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
-        self._updates = 0
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
@@ -85,35 +87,35 @@ class BCPolicy(Policy):
             target = (batch.action.to(self.device).float() - self._bias.to(self.device)) / self._scale.to(self.device)
         else:
             target = batch.action.to(self.device).long()
-        loss, stats = self._hot("loss", self._loss, "learn")(obs, target)
-        self._check_finite(loss, "BC")
-        self._optimize(loss, self._grad_clip)
+        loss, stats = self._loss(obs, target)
+        self.optimizer_step.step(loss, self._grad_clip)
         return {"loss": loss.detach(), **stats}
 
+    @hot_path("learn")
     def _loss(self, obs: torch.Tensor, target: torch.Tensor) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``;
         ``target`` is the action in [-1, 1] (continuous) or its index (discrete)."""
         if self._continuous:
-            pred = self._learn_model(obs)
+            pred = self.learn_model(obs)
             loss = F.mse_loss(pred, target.clamp(-1.0, 1.0))
             return loss, {"action_error": (pred.detach() - target).abs().mean()}
-        logits = self._learn_model(obs)
+        logits = self.learn_model(obs)
         loss = F.cross_entropy(logits, target)
         return loss, {"accuracy": (logits.detach().argmax(dim=1) == target).float().mean()}
 
     # ---- act -------------------------------------------------------------------------------------
     def _act(self, obs: Any, mode: str) -> np.ndarray:
-        model = self._actor(mode)
+        model = self.placement.actor(mode)
         device = self.mode_devices[mode]
-        if not self._continuous and device.type == "cpu":
-            self._faster_than_hot_path(mode, "through numpy on the CPU (faster than torch for an MLP)")
+        if not self._continuous and device.type == "cpu":  # numpy acting (eager_acting)
             return model.numpy_greedy_action(np.asarray(obs))
         with torch.inference_mode():
-            out = self._hot("act", self._action, mode)(model, torch.as_tensor(np.asarray(obs), device=device).float())
+            out = self._action[mode](model, torch.as_tensor(np.asarray(obs), device=device).float())
             if not self._continuous:
                 return out.cpu().numpy()
             return (out.cpu() * self._scale + self._bias).numpy()
 
+    @hot_path("collect", "eval", name="act")
     def _action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
         """The acting hot path: the most likely action's index, or the action in [-1, 1]."""
         out = model(obs)
@@ -140,10 +142,11 @@ class BCPolicy(Policy):
         """The cloned action: ``argmax`` of the logits, or the squashed action scaled to the bounds
         (``Policy.greedy_module``)."""
         if self._continuous:
-            return GreedyActor(self._model, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy())
-        return GreedyActor(self._model, discrete=True)
+            return GreedyActor(self.model, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy())
+        return GreedyActor(self.model, discrete=True)
 
     # ---- state -----------------------------------------------------------------------------------
-    def _optimizer_settings(self) -> List[Dict[str, float]]:
+    def optimizer_settings(self) -> List[Dict[str, float]]:
+        """The config's settings of the one parameter group (``policies.optim``)."""
         learn = self.cfg["learn"]
         return [dict(lr=learn["learning_rate"], weight_decay=learn["weight_decay"])]

@@ -24,11 +24,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
-from .base import common_config, make_adam, resolve_shape, space_dims
+from .accel import hot_path
+from .base import common_config, resolve_shape, space_dims
 from .dqn import QValuePolicy
 from .models import QNetwork
+from .optim import OptimizerStep
 
 __all__ = ["DiscreteCQLPolicy", "cql_penalty"]
 
@@ -51,6 +54,7 @@ class DiscreteCQLPolicy(QValuePolicy):
 
     pipeline = "offline"
     default_env_steps = None
+    config_rules = QValuePolicy.config_rules + ValueRules(not_negative=("policy.learn.cql_alpha",))
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -87,10 +91,10 @@ class DiscreteCQLPolicy(QValuePolicy):
                                   f"observation shape {observation_space.shape}")
         action_dim = int(resolve_shape(model_cfg, "action_shape", int(action_space.n), "cql",
                                        f"action space {action_space}"))
-        self._init_model(lambda: QNetwork(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"],
-                                          model_cfg["dueling"]))
-        self._target_model = copy.deepcopy(self._model).requires_grad_(False)
-        self._optimizer = make_adam(self._model.parameters(), **self._optimizer_settings()[0])
+        hidden, dueling = model_cfg["encoder_hidden_size_list"], model_cfg["dueling"]
+        self.model = self.placement.build(lambda: QNetwork(obs_shape, action_dim, hidden, dueling))
+        self._target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), "CQL")
         if learn["td_loss"] not in ("huber", "mse"):
             raise ValueError(f"policy.learn.td_loss must be 'huber' or 'mse', got {learn['td_loss']!r}")
         if learn["cql_alpha"] < 0:
@@ -104,7 +108,6 @@ class DiscreteCQLPolicy(QValuePolicy):
         self._grad_clip = float(learn["grad_clip_norm"])
         self._action_dim = action_dim
         self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
-        self._updates = 0
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
@@ -114,17 +117,17 @@ class DiscreteCQLPolicy(QValuePolicy):
         reward = batch.reward.to(dev).float()
         not_done = (~batch.terminated.to(dev)).float()
 
-        loss, stats = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, not_done)
-        self._check_finite(loss, "CQL")
+        loss, stats = self._loss(obs, next_obs, action, reward, not_done)
         self._step(loss)
         return {"loss": loss.detach(), **stats}
 
+    @hot_path("learn")
     def _loss(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
               not_done: torch.Tensor) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``."""
         n = len(obs)
         # one forward of the online net over obs and next_obs: one DDP forward per update
-        q_both = self._learn_model(torch.cat([obs, next_obs]))
+        q_both = self.learn_model(torch.cat([obs, next_obs]))
         q_all, q_next_online = q_both[:n], q_both[n:].detach()
         q = q_all.gather(1, action.unsqueeze(1)).squeeze(1)
         with torch.no_grad():

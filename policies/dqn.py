@@ -37,14 +37,17 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import ConfigError
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
-from .accel import warn_once
-from .base import Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims
+from .accel import hot_path, warn_once
+from .base import Policy, common_config, evaluator_config, resolve_shape, space_dims
 from .distributional import categorical_projection, quantile_huber_loss, support
 from .greedy import GreedyActor
 from .models import Q_DISTRIBUTIONS, QNetwork
 from .noisy import noise_off
+from .optim import OptimizerStep
+from .placement import DeviceGenerators
 
 __all__ = ["DQNPolicy", "check_q_head", "check_exploration"]
 
@@ -52,36 +55,41 @@ __all__ = ["DQNPolicy", "check_q_head", "check_exploration"]
 class QValuePolicy(Policy):
     """What a discrete Q-learning policy shares, online (DQN) or offline (CQL): an online and a target
     Q network, greedy acting, the target update, and the learn state. A subclass builds ``_model``,
-    ``_target_model``, ``_optimizer``, ``_target_update_freq``, ``_target_theta`` and ``_updates`` and
-    writes its own update."""
+    ``_target_model``, ``optimizer_step``, ``_grad_clip``, ``_target_update_freq``, ``_target_theta``,
+    ``_action_dim`` and ``_rng`` and writes its own update."""
+
+    eager_acting = "through numpy on the CPU (faster than torch for an MLP)"
+    config_rules = ValueRules(at_least_one=("policy.learn.target_update_freq",),
+                              unit_interval=("policy.learn.target_theta",),
+                              choices={"policy.learn.td_loss": ("huber", "mse")})
 
     def _step(self, loss: torch.Tensor) -> None:
-        """After the loss: backward, gradient clipping (``grad_clip_norm`` > 0), the optimizer step, the update
-        count and the target network's update."""
-        self._optimize(loss, self._grad_clip)
+        """After the loss: its check, backward, gradient clipping (``grad_clip_norm`` > 0), the optimizer step,
+        the update count and the target network's update."""
+        self.optimizer_step.step(loss, self._grad_clip)
         self._update_target()
 
     def _update_target(self) -> None:
         if self._target_theta > 0:
             with torch.no_grad():
-                torch._foreach_lerp_(list(self._target_model.parameters()), list(self._model.parameters()),
+                torch._foreach_lerp_(list(self._target_model.parameters()), list(self.model.parameters()),
                                      self._target_theta)
-        elif self._updates % self._target_update_freq == 0:
-            self._target_model.load_state_dict(self._model.state_dict())
+        elif self.optimizer_step.updates % self._target_update_freq == 0:
+            self._target_model.load_state_dict(self.model.state_dict())
 
     # ---- act -------------------------------------------------------------------------------------
     def _greedy(self, obs: Any, mode: str) -> np.ndarray:
-        model = self._actor(mode)
+        model = self.placement.actor(mode)
         device = self.mode_devices[mode]
-        if device.type == "cpu" and model.numpy_acting:  # numpy acting, see QNetwork.numpy_greedy_action
-            self._faster_than_hot_path(mode, "through numpy on the CPU (faster than torch for an MLP)")
+        if device.type == "cpu" and model.numpy_acting:  # numpy acting (eager_acting), see QNetwork
             return model.numpy_greedy_action(np.asarray(obs))
         # evaluation acts on the noisy layers' mean weights; collection on a new noise draw per step
         with torch.inference_mode(), (noise_off(model) if mode == "eval" else contextlib.nullcontext()):
             obs_t = torch.as_tensor(np.asarray(obs), device=device)
-            action = self._hot("greedy", self._greedy_action, mode)(model, obs_t if model.is_image else obs_t.float())
+            action = self._greedy_action[mode](model, obs_t if model.is_image else obs_t.float())
             return action.cpu().numpy()
 
+    @hot_path("collect", "eval", name="greedy")
     def _greedy_action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
         """The acting hot path: ``argmax_a Q(obs, a)`` (a distributional head's expected values)."""
         return model.expectation(model(obs)).argmax(dim=1)
@@ -91,26 +99,26 @@ class QValuePolicy(Policy):
 
     def greedy_module(self) -> torch.nn.Module:
         """``argmax_a Q(obs, a)`` (``Policy.greedy_module``)."""
-        return GreedyActor(self._model, discrete=True, image=self._model.is_image)
+        return GreedyActor(self.model, discrete=True, image=self.model.is_image)
 
     def _explore_on_device(self, obs: torch.Tensor, eps: float) -> torch.Tensor:
         """``_forward_collect``'s epsilon-greedy rule on tensors, on the collect device."""
         device = self.mode_devices["collect"]
-        model = self._actor("collect")
+        model = self.placement.actor("collect")
         with torch.inference_mode():
             obs_t = obs.to(device)
-            action = self._hot("greedy", self._greedy_action, "collect")(model, obs_t if model.is_image else
-                                                                          obs_t.float())
+            action = self._greedy_action["collect"](model, obs_t if model.is_image else obs_t.float())
             if eps > 0:
-                u = torch.rand(len(action), generator=self._generator(device), device=device)
+                u = torch.rand(len(action), generator=self._generators.on(device), device=device)
                 random_action = (u * (self._action_dim / eps)).long() % self._action_dim
                 action = torch.where(u < eps, random_action, action)
         return action
 
     # ---- state -----------------------------------------------------------------------------------
-    _checkpointed = (("model", "_model"), ("target_model", "_target_model"))
+    _checkpointed = (("model", "model"), ("target_model", "_target_model"))
 
-    def _optimizer_settings(self) -> List[Dict[str, float]]:
+    def optimizer_settings(self) -> List[Dict[str, float]]:
+        """The config's settings of the one parameter group (``policies.optim``)."""
         learn = self.cfg["learn"]
         return [dict(lr=learn["learning_rate"], weight_decay=learn["weight_decay"])]
 
@@ -121,6 +129,9 @@ class DQNPolicy(QValuePolicy):
 
     pipeline = "off_policy"
     default_env_steps = 500_000
+    config_rules = QValuePolicy.config_rules + ValueRules(
+        at_least_one=("policy.other.eps.decay",),
+        choices={"policy.other.eps.type": ("exp", "linear"), "policy.model.distribution": Q_DISTRIBUTIONS})
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -180,12 +191,12 @@ class DQNPolicy(QValuePolicy):
         action_dim = int(action_shape if not isinstance(action_shape, list) else action_shape[0])
         self._distribution = model_cfg["distribution"]
         self._v_min, self._v_max = float(model_cfg["v_min"]), float(model_cfg["v_max"])
-        self._init_model(lambda: QNetwork(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"],
-                                          model_cfg["dueling"], distribution=model_cfg["distribution"],
-                                          n_atoms=int(model_cfg["n_atoms"]), v_min=self._v_min, v_max=self._v_max,
-                                          noisy=bool(model_cfg["noisy"]), sigma0=float(model_cfg["noise_sigma0"])))
-        self._target_model = copy.deepcopy(self._model).requires_grad_(False)
-        self._optimizer = make_adam(self._model.parameters(), **self._optimizer_settings()[0])
+        self.model = self.placement.build(lambda: QNetwork(
+            obs_shape, action_dim, model_cfg["encoder_hidden_size_list"], model_cfg["dueling"],
+            distribution=model_cfg["distribution"], n_atoms=int(model_cfg["n_atoms"]), v_min=self._v_min,
+            v_max=self._v_max, noisy=bool(model_cfg["noisy"]), sigma0=float(model_cfg["noise_sigma0"])))
+        self._target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self._name)
         self._target_update_freq = int(learn["target_update_freq"])
         self._target_theta = float(learn["target_theta"])
         self._double_q = bool(learn["double_q"])
@@ -194,10 +205,10 @@ class DQNPolicy(QValuePolicy):
         self._grad_clip = float(learn["grad_clip_norm"])
         self._td_loss = F.smooth_l1_loss if learn["td_loss"] == "huber" else F.mse_loss
         self._kappa = float(learn["quantile_kappa"])
-        self._updates = 0
         self._action_dim = action_dim
         # its RNG is drawn from torch's, so torch.manual_seed still makes collection reproducible
         self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+        self._generators = DeviceGenerators(self._rng)  # draws on a device env's tensors
 
     @property
     def _name(self) -> str:
@@ -208,6 +219,7 @@ class DQNPolicy(QValuePolicy):
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """At compile time, before any env starts: the Q head and the exploration (``check_q_head``,
         ``check_exploration``); the policy checks them again when it is built from a config of its own."""
+        super().check_config(cfg)
         policy = cfg["policy"]
         check_q_head(policy["model"], policy["learn"])
         check_exploration(policy["model"], policy.get("other", {}).get("eps"))
@@ -216,7 +228,7 @@ class DQNPolicy(QValuePolicy):
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         obs = batch.obs.to(self.device, non_blocking=True)
         next_obs = batch.next_obs.to(self.device, non_blocking=True)
-        if not self._model.is_image:  # image frames stay uint8 until the CNN scales them
+        if not self.model.is_image:  # image frames stay uint8 until the CNN scales them
             obs, next_obs = obs.float(), next_obs.float()
         action = batch.action.to(self.device).long()
         reward = batch.reward.to(self.device).float()
@@ -224,12 +236,11 @@ class DQNPolicy(QValuePolicy):
         not_done = (~batch.terminated.to(self.device)).float() if not self._ignore_done else torch.ones_like(reward)
         weight = batch.weight.to(self.device).float() if self._use_weight else None
 
-        loss, q, target, priority = self._hot("loss", self._loss, "learn")(obs, next_obs, action, reward, discount,
-                                                                           not_done, weight)
-        self._check_finite(loss, self._name)
+        loss, q, target, priority = self._loss(obs, next_obs, action, reward, discount, not_done, weight)
         self._step(loss)
         return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": priority}
 
+    @hot_path("learn")
     def _loss(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
               discount: torch.Tensor, not_done: torch.Tensor, weight: Optional[torch.Tensor]) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, q, target, priority)``, all but
@@ -238,14 +249,14 @@ class DQNPolicy(QValuePolicy):
         rows = torch.arange(n, device=obs.device)
         # one forward of the online net over obs and next_obs: fewer kernel launches, one DDP forward (and with
         # noisy layers one noise draw, shared by both halves)
-        out_both = self._learn_model(torch.cat([obs, next_obs]))
+        out_both = self.learn_model(torch.cat([obs, next_obs]))
         out, out_next_online = out_both[:n], out_both[n:].detach()
         taken = out[rows, action]                       # [B] values, or [B, n_atoms] log-probs / quantiles
         with torch.no_grad():
             out_next_target = self._target_model(next_obs)
             # double Q: the online net picks a*, the target net rates it (by expected value for distributions)
             pick = out_next_online if self._double_q else out_next_target
-            next_action = self._model.expectation(pick).argmax(dim=1)
+            next_action = self.model.expectation(pick).argmax(dim=1)
             next_taken = out_next_target[rows, next_action]
             bootstrap = discount * not_done
 

@@ -44,13 +44,15 @@ from torch.distributions import Categorical, Normal
 
 from engine.config import ConfigError
 from engine.distributed import allreduce_data, is_distributed
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
-from .base import (Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims,
-                   to_numpy)
+from .accel import hot_path
+from .base import Policy, common_config, evaluator_config, resolve_shape, space_dims, to_numpy
 from .greedy import ActorOut, GreedyActor
 from .models import ActorCritic
 from .obs_norm import RunningObsNorm
+from .optim import OptimizerStep
 
 __all__ = ["PPOPolicy", "A2CPolicy", "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
 
@@ -62,6 +64,8 @@ class PPOPolicy(Policy):
     pipeline = "on_policy"
     algo = "PPO"
     supports_obs_norm = True
+    config_rules = ValueRules(at_least_one=("policy.learn.epoch_per_collect",),
+                              unit_interval=("policy.collect.gae_lambda",))
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -108,9 +112,10 @@ class PPOPolicy(Policy):
         resolve_shape(model_cfg, "obs_shape", observation_space.shape, self.algo, f"observation shape "
                       f"{observation_space.shape}")
         resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
-        self._init_model(lambda: self._make_model(obs_shape, action_dim))
+        self.model = self.placement.build(lambda: self._make_model(obs_shape, action_dim))
         learn = cfg["learn"]
-        self._optimizer = make_adam(self._model.parameters(), eps=1e-5, **self._optimizer_settings()[0])
+        self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self.algo,
+                                                 eps=1e-5)
         self._clip = float(learn["clip_ratio"])
         self._value_weight = float(learn["value_weight"])
         self._entropy_weight = float(learn["entropy_weight"])
@@ -120,19 +125,19 @@ class PPOPolicy(Policy):
         self._adaptive_lr = learn.get("lr_schedule", "constant") == "adaptive"
         self._kl_threshold = float(learn.get("kl_threshold", 0.008))
         self._epoch_kls: List[torch.Tensor] = []  # adaptive: this epoch's approx_kl, left on the device
-        self._updates = 0
         if self.continuous:
             self._low, self._high = action_space.low, action_space.high
             self._bounds_on: Dict[torch.device, tuple] = {}
         self._gamma = float(cfg["discount_factor"])
         if cfg.get("reward_norm", False):
-            self._reward_norm = RunningObsNorm((), cfg.get("reward_norm_clip", 10.0),
-                                               name="policy.reward_norm_clip").to(self.device)
+            self.normalisation.reward_norm = RunningObsNorm((), cfg.get("reward_norm_clip", 10.0),
+                                                            name="policy.reward_norm_clip").to(self.device)
         self._running_return: Optional[torch.Tensor] = None  # each env's discounted return so far (reward_norm)
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """At compile time: the learning-rate schedule's settings."""
+        super().check_config(cfg)
         learn = cfg["policy"]["learn"]
         if learn.get("lr_schedule", "constant") not in LR_SCHEDULES:
             raise ConfigError(f"policy.learn.lr_schedule={learn['lr_schedule']!r} is not a schedule baton has: "
@@ -185,13 +190,11 @@ class PPOPolicy(Policy):
         logp_old = rows(batch.logp.to(dev).float())
         value_old = rows(batch.value.to(dev).float()) if self._value_clip else None
 
-        loss, stats = self._hot("loss", self._loss, "learn")(inputs, action, adv, returns, logp_old, value_old)
-        self._check_finite(loss, self.algo)
-
-        self._optimize(loss, self._grad_clip)
+        loss, stats = self._loss(inputs, action, adv, returns, logp_old, value_old)
+        self.optimizer_step.step(loss, self._grad_clip)
         if self._adaptive_lr and "approx_kl" in stats:
             self._epoch_kls.append(stats["approx_kl"])
-            stats["learning_rate"] = self._optimizer.param_groups[0]["lr"]
+            stats["learning_rate"] = self.optimizer_step.optimizer.param_groups[0]["lr"]
         return {"loss": loss.detach(), **stats}
 
     def end_epoch(self) -> None:
@@ -202,7 +205,7 @@ class PPOPolicy(Policy):
         kl = torch.stack([k.reshape(()).double() for k in self._epoch_kls]).mean()
         self._epoch_kls = []
         kl = float(allreduce_data(kl, op="mean")) if is_distributed() else float(kl)
-        for group in self._optimizer.param_groups:
+        for group in self.optimizer_step.optimizer.param_groups:
             group["lr"] = adaptive_lr(float(group["lr"]), kl, self._kl_threshold)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -210,7 +213,7 @@ class PPOPolicy(Policy):
         a constant one takes the config's."""
         super().load_state_dict(state)
         if self._adaptive_lr:
-            for group, saved in zip(self._optimizer.param_groups, state["optimizer"]["param_groups"]):
+            for group, saved in zip(self.optimizer_step.optimizer.param_groups, state["optimizer"]["param_groups"]):
                 group["lr"] = saved["lr"]
 
     def _learn_inputs(self, batch: Any) -> tuple:
@@ -223,13 +226,14 @@ class PPOPolicy(Policy):
         recurrent policy's sequences ``[B, L]`` are flattened, ``policies.ppo_lstm``)."""
         return value
 
+    @hot_path("learn")
     def _loss(self, inputs: tuple, action: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor,
               logp_old: torch.Tensor, value_old: Optional[torch.Tensor]) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``; the
         advantages arrive normalised (``normalise_advantages``: its collective stays out of the compiled
         graph). One forward of the learn model on ``inputs`` (``_learn_inputs``), so that a DDP wrapper sees
         one forward and one backward per update."""
-        head, value = self._learn_model(*inputs)
+        head, value = self.learn_model(*inputs)
         dist = self._dist(head)
         logp = self._log_prob(dist, action)
         policy_loss, stats = self._policy_loss(logp, logp_old, adv)
@@ -248,8 +252,7 @@ class PPOPolicy(Policy):
     def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
         """Sample an action; also return its log-prob and the state value, for GAE and the ratio. Numpy for
         numpy observations; tensors on the collect device for a tensor (a device env: nothing goes to the host)."""
-        action, logp, value = self._hot("sample", self._sample, "collect")(self._actor("collect"),
-                                                                          self._obs(obs, "collect"))
+        action, logp, value = self._sample(self.placement.actor("collect"), self._obs(obs, "collect"))
         if isinstance(obs, torch.Tensor):
             out = {"action": action, "logp": logp, "value": value}
             if self.continuous:
@@ -265,7 +268,7 @@ class PPOPolicy(Policy):
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        action = self._hot("mode", self._mode_action, "eval")(self._actor("eval"), self._obs(obs, "eval")).cpu()
+        action = self._mode_action(self.placement.actor("eval"), self._obs(obs, "eval")).cpu()
         if self.continuous:
             return {"action": np.clip(action.numpy(), self._low, self._high)}
         return {"action": action.numpy()}
@@ -274,15 +277,16 @@ class PPOPolicy(Policy):
         """The most likely action: ``argmax`` of the logits, or the Gaussian mean clipped to the bounds
         (``Policy.greedy_module``)."""
         if self.continuous:
-            return GreedyActor(ActorOut(self._model), discrete=False, image=self._image, low=self._low, high=self._high,
-                               preprocess=self._export_obs_norm())
-        return GreedyActor(ActorOut(self._model), discrete=True, image=self._image, preprocess=self._export_obs_norm())
+            return GreedyActor(ActorOut(self.model), discrete=False, image=self._image, low=self._low, high=self._high,
+                               preprocess=self.normalisation.frozen_obs_norm())
+        return GreedyActor(ActorOut(self.model), discrete=True, image=self._image,
+                           preprocess=self.normalisation.frozen_obs_norm())
 
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs) for a batch of observations (GAE bootstraps from it): on the host, or on the device of a tensor
         ``obs`` (a device env's rollout stays there)."""
-        value = self._hot("value", self._state_value, "collect")(self._actor("collect"), self._obs(obs, "collect"))
+        value = self._state_value(self.placement.actor("collect"), self._obs(obs, "collect"))
         return value.to(obs.device) if isinstance(obs, torch.Tensor) else value.cpu()
 
     def _bounds(self, device: torch.device) -> tuple:
@@ -294,16 +298,19 @@ class PPOPolicy(Policy):
         return bounds
 
     # the acting hot paths (compiled with policy.compile)
+    @hot_path("collect")
     def _sample(self, model: torch.nn.Module, obs: torch.Tensor) -> tuple:
         head, value = model(obs)
         dist = self._dist(head)
         action = dist.sample()
         return action, self._log_prob(dist, action), value
 
+    @hot_path("eval", name="mode")
     def _mode_action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
         head, _ = model(obs)
         return head[0] if self.continuous else head.argmax(dim=-1)
 
+    @hot_path("collect", name="value")
     def _state_value(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
         return model.value(obs)
 
@@ -312,13 +319,13 @@ class PPOPolicy(Policy):
         uint8 frames left to the CNN."""
         device = self.device if mode == "learn" else self.mode_devices[mode]
         obs_t = torch.as_tensor(np.asarray(obs) if not isinstance(obs, torch.Tensor) else obs, device=device)
-        return obs_t if self._image else self._norm_obs(obs_t.float())
+        return obs_t if self._image else self.normalisation.norm_obs(obs_t.float())
 
     # ---- reward scaling (policy.reward_norm) ------------------------------------------------------
     @property
     def scales_rewards(self) -> bool:
         """Whether ``policy.reward_norm`` is on (the GAE stage then calls ``scale_rewards``)."""
-        return self._reward_norm is not None
+        return self.normalisation.reward_norm is not None
 
     @torch.no_grad()
     def scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
@@ -326,7 +333,8 @@ class PPOPolicy(Policy):
         discounted return and clipped (module docstring), with the statistics as they stood before it; its
         discounted returns (SB3's ``VecNormalize``: ``G = gamma G + r``, 0 again after an episode's end)
         join the pending statistics, merged after the learner (``merge_statistics``)."""
-        if self._reward_norm is None:
+        reward_norm = self.normalisation.reward_norm
+        if reward_norm is None:
             return reward
         shape = tuple(reward.shape[1:])
         running = self._running_return
@@ -339,11 +347,12 @@ class PPOPolicy(Policy):
             returns[t] = running
             running = running * not_done[t]
         self._running_return = running
-        self._reward_norm.observe(returns.reshape(-1))
-        return self._reward_norm.scale(reward)
+        reward_norm.observe(returns.reshape(-1))
+        return reward_norm.scale(reward)
 
     # ---- state -----------------------------------------------------------------------------------
-    def _optimizer_settings(self) -> List[Dict[str, float]]:
+    def optimizer_settings(self) -> List[Dict[str, float]]:
+        """The config's settings of the one parameter group (``policies.optim``)."""
         return [dict(lr=self.cfg["learn"]["learning_rate"])]
 
 

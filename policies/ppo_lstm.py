@@ -34,6 +34,7 @@ from data.sequences import SequenceError, check_seq_len
 from engine.config import ConfigError
 from engine.registry import POLICY_REGISTRY
 
+from .accel import hot_path
 from .base import to_numpy
 from .greedy import NotExportableError
 from .models import RNN_TYPES, RecurrentActorCritic
@@ -93,7 +94,7 @@ class PPOLSTMPolicy(PPOPolicy):
     # ---- memory --------------------------------------------------------------------------------------
     def initial_state_on(self, mode: str) -> Callable[[int], torch.Tensor]:
         device = self.mode_devices[mode]
-        return lambda num_envs: self._model.initial_state(int(num_envs), device)
+        return lambda num_envs: self.model.initial_state(int(num_envs), device)
 
     def _state(self, state: Optional[torch.Tensor], mode: str) -> torch.Tensor:
         if state is None:
@@ -118,8 +119,8 @@ class PPOLSTMPolicy(PPOPolicy):
         """Sample an action from each env's memory ``state``; also return its log-prob, the state value, the
         memory it acted from (``state``, stored with the step) and the next one (``next_state``)."""
         state = self._state(state, "collect")
-        action, logp, value, next_state = self._hot("sample", self._sample_step, "collect")(
-            self._actor("collect"), self._obs(obs, "collect"), state)
+        action, logp, value, next_state = self._sample_step(self.placement.actor("collect"), self._obs(obs, "collect"),
+                                                            state)
         if not isinstance(obs, torch.Tensor):
             action, logp, value = to_numpy(action, logp, value)
         out = {"action": action, "logp": logp, "value": value, "state": state, "next_state": next_state}
@@ -136,8 +137,7 @@ class PPOLSTMPolicy(PPOPolicy):
     def _forward_eval(self, obs: Any, state: Optional[torch.Tensor] = None) -> Dict[str, Any]:
         """The most likely action from each env's memory; ``next_state`` for the loop to carry."""
         state = self._state(state, "eval")
-        action, next_state = self._hot("mode", self._mode_step, "eval")(self._actor("eval"), self._obs(obs, "eval"),
-                                                                       state)
+        action, next_state = self._mode_step(self.placement.actor("eval"), self._obs(obs, "eval"), state)
         action = action.cpu().numpy()
         if self.continuous:
             action = np.clip(action, self._low, self._high)
@@ -147,21 +147,23 @@ class PPOLSTMPolicy(PPOPolicy):
     def _value(self, obs: Any, state: Optional[torch.Tensor] = None) -> torch.Tensor:
         """V(obs) from the memory ``state`` each row had before it (GAE passes the steps' ``next_state``)."""
         state = self._state(state, "collect")
-        value = self._hot("value", self._state_value_from, "collect")(self._actor("collect"),
-                                                                      self._obs(obs, "collect"), state)
+        value = self._state_value_from(self.placement.actor("collect"), self._obs(obs, "collect"), state)
         return value.to(obs.device) if isinstance(obs, torch.Tensor) else value.cpu()
 
     # the acting hot paths (compiled with policy.compile)
+    @hot_path("collect", name="sample")
     def _sample_step(self, model: torch.nn.Module, obs: torch.Tensor, state: torch.Tensor) -> tuple:
         head, value, next_state = model.step(obs, state)
         dist = self._dist(head)
         action = dist.sample()
         return action, self._log_prob(dist, action), value, next_state
 
+    @hot_path("eval", name="mode")
     def _mode_step(self, model: torch.nn.Module, obs: torch.Tensor, state: torch.Tensor) -> tuple:
         head, _, next_state = model.step(obs, state)
         return (head[0] if self.continuous else head.argmax(dim=-1)), next_state
 
+    @hot_path("collect", name="value")
     def _state_value_from(self, model: torch.nn.Module, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         return model.value(obs, state)
 

@@ -28,11 +28,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, common_config, evaluator_config, make_adam, resolve_shape, space_dims
+from .accel import hot_path
+from .base import Policy, common_config, evaluator_config, resolve_shape, space_dims
 from .greedy import GreedyActor, TanhMean
 from .models import SquashedGaussianActor, TwinQ
+from .optim import OptimizerStep
+from .placement import DeviceGenerators
 
 __all__ = ["SACPolicy", "SACModel", "sac_target"]
 
@@ -81,6 +85,9 @@ class SACPolicy(Policy):
 
     pipeline = "off_policy"
     supports_obs_norm = True
+    config_rules = ValueRules(positive=("policy.learn.learning_rate_q", "policy.learn.learning_rate_policy",
+                                        "policy.learn.learning_rate_alpha"),
+                              unit_interval=("policy.learn.target_theta",))
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -124,14 +131,13 @@ class SACPolicy(Policy):
         resolve_shape(model_cfg, "action_shape", action_dim, "sac", f"action space {action_space}")
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ValueError(f"policy 'sac' needs a bounded action space, got {action_space}")
-        self._init_model(lambda: SACModel(obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"],
-                                          model_cfg["critic_head_hidden_size_list"], float(learn["alpha"]),
-                                          bool(learn["auto_alpha"])))
-        self._target_critic = copy.deepcopy(self._model.critic).requires_grad_(False)
+        self.model = self.placement.build(lambda: SACModel(
+            obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"], model_cfg["critic_head_hidden_size_list"],
+            float(learn["alpha"]), bool(learn["auto_alpha"])))
+        self._target_critic = copy.deepcopy(self.model.critic).requires_grad_(False)
         # one group per setting: the temperature's only with auto_alpha (zip stops at the settings)
-        params = [self._model.critic.parameters(), self._model.actor.parameters(), [self._model.log_alpha]]
-        self._optimizer = make_adam([dict(settings, params=group)
-                                     for group, settings in zip(params, self._optimizer_settings())])
+        params = [self.model.critic.parameters(), self.model.actor.parameters(), [self.model.log_alpha]]
+        self.optimizer_step = OptimizerStep.adam(params, self.optimizer_settings(), "SAC")
         self._auto_alpha = bool(learn["auto_alpha"])
         self._target_entropy = float(learn["target_entropy"] if learn["target_entropy"] is not None
                                      else -action_dim)
@@ -141,36 +147,34 @@ class SACPolicy(Policy):
         self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
         self._action_dim = action_dim
         self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
-        self._updates = 0
+        self._generators = DeviceGenerators(self._rng)  # draws on a device env's tensors
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
-        obs = self._norm_obs(batch.obs.to(dev).float())
-        next_obs = self._norm_obs(batch.next_obs.to(dev).float())
+        obs = self.normalisation.norm_obs(batch.obs.to(dev).float())
+        next_obs = self.normalisation.norm_obs(batch.next_obs.to(dev).float())
         action = (batch.action.to(dev).float() - self._bias.to(dev)) / self._scale.to(dev)
         reward = batch.reward.to(dev).float()
         discount = batch.discount.to(dev).float()
         terminated = batch.terminated.to(dev)
         weight = batch.weight.to(dev).float() if self._use_weight else None
 
-        loss, stats = self._hot("loss", self._loss, "learn")(obs, action, next_obs, reward, discount, terminated,
-                                                             weight)
-        self._check_finite(loss, "SAC")
-
-        self._optimize(loss)
+        loss, stats = self._loss(obs, action, next_obs, reward, discount, terminated, weight)
+        self.optimizer_step.step(loss)
         with torch.no_grad():
-            torch._foreach_lerp_(list(self._target_critic.parameters()), list(self._model.critic.parameters()),
+            torch._foreach_lerp_(list(self._target_critic.parameters()), list(self.model.critic.parameters()),
                                  self._theta)
         q1, q2, target = stats.pop("q1"), stats.pop("q2"), stats.pop("target")
         return {"loss": loss.detach(), **stats, "q_value": q1.mean(), "target_q": target.mean(),
                 "priority": ((q1 - target).abs() + (q2 - target).abs()) / 2}
 
+    @hot_path("learn")
     def _loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
               discount: torch.Tensor, terminated: torch.Tensor, weight: Optional[torch.Tensor]) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``."""
-        alpha = self._model.log_alpha.detach().exp()
-        q1, q2, new_logp, q_new, next_action, next_logp = self._learn_model(obs, action, next_obs)
+        alpha = self.model.log_alpha.detach().exp()
+        q1, q2, new_logp, q_new, next_action, next_logp = self.learn_model(obs, action, next_obs)
         with torch.no_grad():
             q1_next, q2_next = self._target_critic(next_obs, next_action)
             target = sac_target(reward, discount, terminated, q1_next, q2_next, next_logp, alpha)
@@ -178,7 +182,7 @@ class SACPolicy(Policy):
         policy_loss = (alpha * new_logp - q_new).mean()
         loss = q_loss + policy_loss
         if self._auto_alpha:
-            alpha_loss = -(self._model.log_alpha * (new_logp.detach() + self._target_entropy)).mean()
+            alpha_loss = -(self.model.log_alpha * (new_logp.detach() + self._target_entropy)).mean()
             loss = loss + alpha_loss
         return loss, {"q_loss": q_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
                       "entropy": -new_logp.detach().mean(), "q1": q1.detach(), "q2": q2.detach(), "target": target}
@@ -195,19 +199,22 @@ class SACPolicy(Policy):
         if isinstance(obs, torch.Tensor):  # a device env: a tensor on the collect device, nothing on the host
             device = self.mode_devices["collect"]
             if random:
-                self._without_forward("collect")
-                squashed = 2 * torch.rand((n, self._action_dim), generator=self._generator(device), device=device) - 1
+                generator = self._generators.on(device)
+                squashed = 2 * torch.rand((n, self._action_dim), generator=generator, device=device) - 1
             else:
-                squashed = self._hot("sample", self._sample, "collect")(self._actor("collect"),
-                                                                        self._norm_obs(obs.to(device).float()))
+                squashed = self._sample(self.placement.actor("collect"), self._obs(obs, "collect"))
             scale, bias = self._affine(device)
             return {"action": squashed * scale + bias}
         if random:
-            self._without_forward("collect")
             squashed = torch.as_tensor(self._rng.uniform(-1.0, 1.0, (n, self._action_dim)), dtype=torch.float32)
             return {"action": self._to_env(squashed)}
-        obs_t = self._norm_obs(torch.as_tensor(np.asarray(obs), device=self.mode_devices["collect"]).float())
-        return {"action": self._to_env(self._hot("sample", self._sample, "collect")(self._actor("collect"), obs_t))}
+        return {"action": self._to_env(self._sample(self.placement.actor("collect"), self._obs(obs, "collect")))}
+
+    def _obs(self, obs: Any, mode: str) -> torch.Tensor:
+        """Acting observations as normalised float tensors on ``mode``'s device."""
+        obs_t = obs.to(self.mode_devices[mode]) if isinstance(obs, torch.Tensor) else torch.as_tensor(
+            np.asarray(obs), device=self.mode_devices[mode])
+        return self.normalisation.norm_obs(obs_t.float())
 
     def _affine(self, device: torch.device) -> tuple:
         """``(scale, bias)`` from squashed actions to env units, as tensors on ``device`` (made once per device)."""
@@ -218,26 +225,28 @@ class SACPolicy(Policy):
 
     @torch.inference_mode()
     def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        obs_t = self._norm_obs(torch.as_tensor(np.asarray(obs), device=self.mode_devices["eval"]).float())
-        return {"action": self._to_env(self._hot("mean", self._mean_action, "eval")(self._actor("eval"), obs_t))}
+        return {"action": self._to_env(self._mean_action(self.placement.actor("eval"), self._obs(obs, "eval")))}
 
     def greedy_module(self) -> torch.nn.Module:
         """``tanh`` of the Gaussian mean, scaled to the bounds (``Policy.greedy_module``)."""
-        return GreedyActor(TanhMean(self._model.actor), discrete=False, scale=self._scale.numpy(),
-                           bias=self._bias.numpy(), preprocess=self._export_obs_norm())
+        return GreedyActor(TanhMean(self.model.actor), discrete=False, scale=self._scale.numpy(),
+                           bias=self._bias.numpy(), preprocess=self.normalisation.frozen_obs_norm())
 
     # the acting hot paths (compiled with policy.compile)
+    @hot_path("collect")
     def _sample(self, model: SACModel, obs: torch.Tensor) -> torch.Tensor:
         return model.sample(obs)[0]
 
+    @hot_path("eval", name="mean")
     def _mean_action(self, model: SACModel, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(model.actor(obs)[0])
 
     # ---- state -----------------------------------------------------------------------------------
-    _checkpointed = (("model", "_model"), ("target_critic", "_target_critic"))
+    _checkpointed = (("model", "model"), ("target_critic", "_target_critic"))
 
-    def _optimizer_settings(self) -> List[Dict[str, float]]:
-        """Critic, actor and, with ``auto_alpha``, the temperature."""
+    def optimizer_settings(self) -> List[Dict[str, float]]:
+        """The config's settings per parameter group (``policies.optim``): critic, actor and, with
+        ``auto_alpha``, the temperature."""
         learn = self.cfg["learn"]
         rates = [learn["learning_rate_q"], learn["learning_rate_policy"]]
         if learn["auto_alpha"]:

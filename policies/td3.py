@@ -47,11 +47,14 @@ from torch import nn
 from torch.func import functional_call
 
 from engine.distributed import get_rank, get_world_size
+from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
-from .base import Policy, SpaceMismatchError, common_config, evaluator_config, make_adam, resolve_shape, space_dims
+from .accel import hot_path
+from .base import Policy, SpaceMismatchError, common_config, evaluator_config, resolve_shape, space_dims
 from .greedy import GreedyActor
 from .models import DeterministicActor, SingleQ, TwinQ
+from .optim import OptimizerStep
 
 __all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise"]
 
@@ -101,6 +104,10 @@ class TD3Policy(Policy):
     supports_obs_norm = True
     #: the registered name and the label of messages (subclasses set their own)
     algo, label = "td3", "TD3"
+    config_rules = ValueRules(at_least_one=("policy.learn.actor_update_freq",),
+                              positive=("policy.learn.learning_rate_q", "policy.learn.learning_rate_policy"),
+                              not_negative=("policy.learn.policy_noise", "policy.learn.noise_clip"),
+                              unit_interval=("policy.learn.target_theta",))
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -149,13 +156,12 @@ class TD3Policy(Policy):
                                      f"to the bounds), got {action_space}")
         _check_learn_config(learn)
         twin = bool(model_cfg.get("twin_critic", True))
-        self._init_model(lambda: TD3Model(obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"],
-                                          model_cfg["critic_head_hidden_size_list"], twin))
-        self._target_model = copy.deepcopy(self._model).requires_grad_(False)
-        self._actor_params = list(self._model.actor.parameters())
-        params = [self._model.critic.parameters(), self._actor_params]
-        self._optimizer = make_adam([dict(settings, params=group)
-                                     for group, settings in zip(params, self._optimizer_settings())])
+        actor_hidden, critic_hidden = model_cfg["actor_head_hidden_size_list"], model_cfg["critic_head_hidden_size_list"]
+        self.model = self.placement.build(lambda: TD3Model(obs_dim, action_dim, actor_hidden, critic_hidden, twin))
+        self._target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self._actor_params = list(self.model.actor.parameters())
+        params = [self.model.critic.parameters(), self._actor_params]
+        self.optimizer_step = OptimizerStep.adam(params, self.optimizer_settings(), self.label)
         self._gamma = float(cfg["discount_factor"])
         self._actor_every = int(learn["actor_update_freq"])
         self._theta = float(learn["target_theta"])
@@ -172,7 +178,6 @@ class TD3Policy(Policy):
         self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
         self._noise_seed = int(torch.randint(0, 2**31 - 1, ()).item())
         self._noise_generator = torch.Generator(device=self.device)
-        self._updates = 0
 
     def _check_action_space(self, action_space: gym.Space) -> None:
         """A subclass's own refusal of an action space, before the generic one of ``space_dims``."""
@@ -180,23 +185,21 @@ class TD3Policy(Policy):
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
-        obs, next_obs = self._norm_obs(batch.obs.to(dev).float()), self._norm_obs(batch.next_obs.to(dev).float())
+        norm_obs = self.normalisation.norm_obs
+        obs, next_obs = norm_obs(batch.obs.to(dev).float()), norm_obs(batch.next_obs.to(dev).float())
         action = ((batch.action.to(dev).float() - self._learn_bias) / self._learn_scale).clamp(-1.0, 1.0)
         reward = batch.reward.to(dev).float()
         bootstrap = self._discount(batch) * (~batch.terminated.to(dev)).float()
         noise = self._smoothing_noise(*action.shape)
-        actor_step = (self._updates + 1) % self._actor_every == 0  # updates 2, 4, ... with a delay of 2
+        actor_step = (self.optimizer_step.updates + 1) % self._actor_every == 0  # updates 2, 4, ... (delay 2)
 
-        loss, stats = self._hot("loss", self._loss, "learn")(obs, action, next_obs, reward, bootstrap, noise,
-                                                             1.0 if actor_step else 0.0)
-        self._check_finite(loss, self.label)
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self._step(actor_step)
-        self._updates += 1
+        loss, stats = self._loss(obs, action, next_obs, reward, bootstrap, noise, 1.0 if actor_step else 0.0)
+        # off actor steps the actor's (zero-weighted) gradients are held out of the step: the backward did reach
+        # every parameter (what DDP needs and check-ddp reads), and Adam skips a parameter without a gradient
+        self.optimizer_step.step(loss, hold=() if actor_step else self._actor_params)
         if actor_step:
             with torch.no_grad():
-                torch._foreach_lerp_(list(self._target_model.parameters()), list(self._model.parameters()),
+                torch._foreach_lerp_(list(self._target_model.parameters()), list(self.model.parameters()),
                                      self._theta)
         return {"loss": loss.detach(), **stats}
 
@@ -209,24 +212,11 @@ class TD3Policy(Policy):
         size)."""
         if self._policy_noise == 0.0:
             return torch.zeros((rows, cols), device=self.device)
-        self._noise_generator.manual_seed((self._noise_seed * 1_000_003 + self._updates) % 2**63)
+        self._noise_generator.manual_seed((self._noise_seed * 1_000_003 + self.optimizer_step.updates) % 2**63)
         return smoothing_noise(self._noise_generator, rows, cols, self._policy_noise, self._noise_clip, get_rank(),
                                get_world_size())
 
-    def _step(self, actor_step: bool) -> None:
-        """The optimizer step; off actor steps without the actor's (zero-weighted) gradients, which are given
-        back afterwards: the backward did reach every parameter (what DDP needs and ``check-ddp`` reads), and
-        the next ``zero_grad`` clears them."""
-        if actor_step:
-            self._optimizer.step()
-            return
-        grads = [p.grad for p in self._actor_params]
-        for p in self._actor_params:
-            p.grad = None
-        self._optimizer.step()
-        for p, grad in zip(self._actor_params, grads):
-            p.grad = grad
-
+    @hot_path("learn")
     def _loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
               bootstrap: torch.Tensor, noise: torch.Tensor,
               actor_weight: float) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
@@ -238,7 +228,7 @@ class TD3Policy(Policy):
             q_next = functools.reduce(torch.minimum, self._target_model.critic(next_obs, next_action))
             target = reward + bootstrap * q_next
         # one forward of the learn model: the critics on the batch's actions, the actor and its value
-        qs, pi, q_pi = self._learn_model(obs, action)
+        qs, pi, q_pi = self.learn_model(obs, action)
         q_loss = sum(F.mse_loss(q, target) for q in qs)
         actor_loss, actor_stats = self._actor_loss(q_pi, pi, action)
         loss = q_loss + actor_weight * actor_loss
@@ -253,10 +243,11 @@ class TD3Policy(Policy):
     # ---- act -------------------------------------------------------------------------------------
     def _act(self, obs: Any, mode: str) -> torch.Tensor:
         """``pi(obs)`` in (-1, 1), on the host."""
-        obs_t = self._norm_obs(torch.as_tensor(np.asarray(obs), device=self.mode_devices[mode]).float())
+        obs_t = self.normalisation.norm_obs(torch.as_tensor(np.asarray(obs), device=self.mode_devices[mode]).float())
         with torch.inference_mode():
-            return self._hot("pi", self._pi, mode)(self._actor(mode), obs_t).cpu()
+            return self._pi[mode](self.placement.actor(mode), obs_t).cpu()
 
+    @hot_path("collect", "eval")
     def _pi(self, model: TD3Model, obs: torch.Tensor) -> torch.Tensor:
         """The acting forward (a hot path: ``policy.compile`` / ``policy.amp``)."""
         return model.actor(obs)
@@ -265,7 +256,6 @@ class TD3Policy(Policy):
         """``pi(obs)`` plus Gaussian noise of std ``noise`` (default ``collect.noise_sigma``), clipped to the
         bounds, in env units; uniform over the bounds when ``random`` (the warm-up)."""
         if random:
-            self._without_forward("collect")
             action = torch.as_tensor(self._rng.uniform(-1.0, 1.0, (len(obs), self._action_dim)), dtype=torch.float32)
             return {"action": (action * self._scale + self._bias).numpy()}
         action = self._act(obs, "collect")
@@ -280,11 +270,11 @@ class TD3Policy(Policy):
 
     def greedy_module(self) -> torch.nn.Module:
         """``pi(obs)`` scaled to the bounds (``Policy.greedy_module``)."""
-        return GreedyActor(self._model.actor, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy(),
-                           preprocess=self._export_obs_norm())
+        return GreedyActor(self.model.actor, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy(),
+                           preprocess=self.normalisation.frozen_obs_norm())
 
     # ---- state -----------------------------------------------------------------------------------
-    _checkpointed = (("model", "_model"), ("target_model", "_target_model"))
+    _checkpointed = (("model", "model"), ("target_model", "_target_model"))
 
     def state_dict(self) -> Dict[str, Any]:
         return dict(super().state_dict(), noise_seed=self._noise_seed)
@@ -296,8 +286,8 @@ class TD3Policy(Policy):
         if "noise_seed" in state:
             self._noise_seed = int(state["noise_seed"])
 
-    def _optimizer_settings(self) -> List[Dict[str, float]]:
-        """Critics, then actor."""
+    def optimizer_settings(self) -> List[Dict[str, float]]:
+        """The config's settings per parameter group (``policies.optim``): critics, then actor."""
         learn = self.cfg["learn"]
         return [dict(lr=learn["learning_rate_q"]), dict(lr=learn["learning_rate_policy"])]
 

@@ -12,6 +12,7 @@ from engine import ConfigError, compile_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE_DQN = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
+PENDULUM_SAC = os.path.join(ROOT, "dizoo", "classic_control", "pendulum", "config", "pendulum_sac_config.py")
 CARTPOLE_DQN_TORCH = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_torch_config.py")
 
 
@@ -28,7 +29,7 @@ def _deep_set(main, sections):
 
 def _cfg(config="cartpole_dqn", **sections):
     """A dizoo config with ``sections`` deep-set (``{"policy.learn.batch_size": 0}``), compiled unsaved."""
-    from commands.cli import load_config_file
+    from commands.config_file import load_config_file
     family = {"cartpole": "classic_control/cartpole", "pendulum": "classic_control/pendulum"}[config.split("_")[0]]
     main, create = load_config_file(os.path.join(ROOT, "dizoo", *family.split("/"), "config", f"{config}_config.py"))
     return compile_config(_deep_set(copy.deepcopy(main), sections), create, save=False)
@@ -99,7 +100,7 @@ CONFIG_VALUES = [
 
 def _train(tmp, config=CARTPOLE_DQN, **sections):
     from pipelines import serial_pipeline
-    from commands.cli import load_config_file
+    from commands.config_file import load_config_file
     main, create = load_config_file(config)
     main = copy.deepcopy(main)
     main.exp_name, main.log = str(tmp / "exp"), dict(progress=False)
@@ -159,7 +160,7 @@ def _algo_env(algo, env_id):
 
 def _cfg_and_policy(tmp, config, policy_type):
     from pipelines import serial_pipeline
-    from commands.cli import load_config_file
+    from commands.config_file import load_config_file
     main, _ = load_config_file(os.path.join(ROOT, "dizoo", "classic_control", "pendulum", "config",
                                             f"{config}_config.py"))
     main = copy.deepcopy(main)
@@ -170,7 +171,7 @@ def _cfg_and_policy(tmp, config, policy_type):
 
 def _resume_nothing(tmp, make_dir=False, force=False):
     from pipelines import serial_pipeline
-    from commands.cli import load_config_file
+    from commands.config_file import load_config_file
     main, create = load_config_file(CARTPOLE_DQN)
     if make_dir:  # a run directory that exists, named explicitly, but holds no checkpoint
         os.makedirs(tmp / "exp" / "log")
@@ -180,7 +181,7 @@ def _resume_nothing(tmp, make_dir=False, force=False):
 
 def _run_twice(tmp):
     from pipelines import serial_pipeline
-    from commands.cli import load_config_file
+    from commands.config_file import load_config_file
     main, create = load_config_file(CARTPOLE_DQN)
     main = dict(copy.deepcopy(main), log=dict(progress=False))
     serial_pipeline((main, create), exp_name=str(tmp / "exp"), max_env_step=64)
@@ -202,6 +203,9 @@ def _write(tmp, name, text):
 
 CLI = [
     ("config not found", lambda tmp: ["train", "-c", str(tmp / "nope.py")], r"config file not found: .*nope.py"),
+    ("removed _ddp_ config", lambda tmp: ["train", "-c", PENDULUM_SAC.replace("_config.py", "_ddp_config.py")],
+     r"config file .*pendulum_sac_ddp_config.py was removed: it differed from .*pendulum_sac_config.py in its name "
+     r"only, and every config runs data-parallel as it is: baton train -c .*pendulum_sac_config.py --nproc 2"),
     ("YAML config", lambda tmp: ["train", "-c", _write(tmp, "c.yaml", "env: {}\n")],
      r"a config is a Python file defining main_config and create_config.*\.yaml files are not read"),
     ("config syntax error", lambda tmp: ["train", "-c", _write(tmp, "c.py", "main_config = dict(\n")],

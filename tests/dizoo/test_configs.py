@@ -85,7 +85,7 @@ MUJOCO_DDP = sorted(glob.glob(os.path.join(ROOT, "dizoo", "mujoco", "config", "*
 @pytest.mark.parametrize("path", MUJOCO_DDP, ids=[os.path.basename(p) for p in MUJOCO_DDP])
 def test_mujoco_ddp_config_compiles_to_its_base_config_made_data_parallel(path):
     from engine.config import compile_config
-    from commands.cli import load_config_file
+    from commands.config_file import load_config_file
 
     ddp = compile_config(*load_config_file(path), save=False)
     base = compile_config(*load_config_file(path.replace("_ddp_config.py", "_config.py")), save=False)

@@ -73,7 +73,7 @@ def one_learner_step(out_dir):
     policy, batches = dqn_policy_and_batches(seed=get_rank())  # ranks start different: DDP must sync them
     DDPMiddleware(policy.learn_mode)
     policy.learn_mode.forward(batches[get_rank()])
-    _dump(out_dir, "step", {k: v.flatten().tolist() for k, v in policy._model.state_dict().items()})
+    _dump(out_dir, "step", {k: v.flatten().tolist() for k, v in policy.model.state_dict().items()})
 
 
 def counters_and_stop(out_dir):
@@ -228,7 +228,7 @@ def obs_norm_run(out_dir):
 
     from pipelines import build_pipeline
     from policies.obs_norm import RunningObsNorm
-    from dizoo.classic_control.pendulum.config.pendulum_sac_ddp_config import create_config, main_config
+    from dizoo.classic_control.pendulum.config.pendulum_sac_config import create_config, main_config
 
     rank = get_rank()
     norm = RunningObsNorm((2,))

@@ -8,7 +8,7 @@ import os
 from engine.distributed import get_rank
 
 
-def offline_run(out_dir, root, dataset, module="dizoo.classic_control.cartpole.config.cartpole_cql_ddp_config",
+def offline_run(out_dir, root, dataset, module="dizoo.classic_control.cartpole.config.cartpole_cql_config",
                 max_train_iter=40):
     """The offline DDP config on ``dataset``; each rank dumps its summary, its shard and its parameters."""
     import importlib

@@ -154,3 +154,23 @@ def test_a_value_the_policy_or_env_would_refuse_is_refused_at_compile_time(path,
     node[path[-1]] = value
     with pytest.raises(ConfigError, match=message):
         compile_config(main, CREATE, save=False)
+
+
+def test_value_rules_doctests_run():
+    import doctest
+
+    import engine.config_rules
+
+    assert doctest.testmod(engine.config_rules).failed == 0
+
+
+def test_engine_names_no_algorithm_key():
+    """Each key's rules live with the code that reads it (issue 30): the engine checks its own sections only."""
+    import engine.config as config
+
+    for rule in ("at_least_one", "positive", "not_negative", "unit_interval"):
+        assert not [key for key in getattr(config.ENGINE_RULES, rule) if key.startswith("policy.")]
+    assert not [key for key in config.ENGINE_RULES.choices if key.startswith("policy.")]
+    source = open(config.__file__, encoding="utf-8").read()
+    for algorithm_key in ("cql_alpha", "td_loss", "actor_update_freq", "rnn_type", "seq_len", "epoch_per_collect"):
+        assert algorithm_key not in source, algorithm_key

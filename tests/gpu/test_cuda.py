@@ -80,10 +80,10 @@ def test_learn_on_cuda_collect_on_cpu(tmp_path):
     pipeline = build_pipeline((main, create), max_env_step=512)
     pipeline.run()
     policy = pipeline.policy
-    assert next(policy._model.parameters()).is_cuda
-    actor = policy._actor("collect")
+    assert next(policy.model.parameters()).is_cuda
+    actor = policy.placement.actor("collect")
     assert not next(actor.parameters()).is_cuda
-    for a, b in zip(actor.state_dict().values(), policy._model.state_dict().values()):
+    for a, b in zip(actor.state_dict().values(), policy.model.state_dict().values()):
         assert torch.equal(a, b.cpu())
 
 
@@ -98,7 +98,7 @@ def test_device_check_names_a_cpu_tensor_in_a_cuda_model():
 
     cfg = EasyDict(deep_merge(DQNPolicy.default_config(), dict(cuda=True, check_device=True)))
     policy = DQNPolicy(cfg, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2))
-    policy._model.register_buffer("left_behind", torch.zeros(1))
+    policy.model.register_buffer("left_behind", torch.zeros(1))
     with pytest.raises(DeviceMismatchError, match="'left_behind' is on cpu, expected cuda"):
         policy.eval_mode.forward(np.zeros((2, 3), np.float32))
 
@@ -277,7 +277,7 @@ def _dqn_run(compile_mode, amp="none", updates=8):
     import numpy as np
 
     policy = _pong_dqn(compile_mode, amp)
-    initial = {k: v.clone() for k, v in policy._model.state_dict().items()}
+    initial = {k: v.clone() for k, v in policy.model.state_dict().items()}
     outputs = [policy.learn_mode.forward(b) for b in _frame_batches(updates)]
     obs = np.random.default_rng(0).integers(0, 256, (3, 8, 4, 84, 84), dtype=np.uint8)
     actions = [policy.eval_mode.forward(o)["action"] for o in obs]
@@ -292,28 +292,28 @@ def test_compiled_dqn_updates_and_acting_match_eager_on_cuda(mode, monkeypatch):
     eager, initial, eager_losses, eager_actions = _dqn_run("none")
     compiled, _, losses, actions = _dqn_run(mode)
     for key in ("learn", "loss"), ("eval", "greedy"):
-        path = compiled._hot_paths[key]
+        path = compiled.hot_paths[key]
         assert path.mode == mode and path.fallback_error is None, path
     assert losses == pytest.approx(eager_losses, rel=1e-3, abs=1e-5)
     for a, b in zip(actions, eager_actions):
         assert (a == b).all()
     # Adam moves every weight by about its learning rate: compiled and eager moved them alike
-    for key, value in compiled._model.state_dict().items():
-        moved = (eager._model.state_dict()[key] - initial[key]).norm()
-        assert (value - eager._model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
+    for key, value in compiled.model.state_dict().items():
+        moved = (eager.model.state_dict()[key] - initial[key]).norm()
+        assert (value - eager.model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
 
 
 def test_bf16_dqn_on_cuda_stays_close_to_fp32():
     _, _, fp32, _ = _dqn_run("none", updates=3)
     for mode in ("none", "cudagraph"):
         policy, _, bf16, _ = _dqn_run(mode, amp="bf16", updates=3)
-        assert policy._hot_paths[("learn", "loss")].amp == "bf16"
-        assert all(p.dtype == torch.float32 for p in policy._model.parameters())
+        assert policy.hot_paths[("learn", "loss")].amp == "bf16"
+        assert all(p.dtype == torch.float32 for p in policy.model.parameters())
         assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.05, abs=0.02)
 
 
 def test_a_nan_loss_on_cuda_skips_its_step_and_is_raised_one_update_later():
-    """The learner's loss check on a GPU waits for nothing (``Policy._check_finite``): the fused Adam skips
+    """The learner's loss check on a GPU waits for nothing (``policies.optim.OptimizerStep``): the fused Adam skips
     the NaN update on the device, and the error comes at the next update."""
     import gymnasium as gym
     import numpy as np
@@ -325,14 +325,14 @@ def test_a_nan_loss_on_cuda_skips_its_step_and_is_raised_one_update_later():
 
     cfg = EasyDict(deep_merge(DQNPolicy.default_config(), dict(cuda=True)))
     policy = DQNPolicy(cfg, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2))
-    assert policy._optimizer.defaults.get("fused")
+    assert policy.optimizer_step.optimizer.defaults.get("fused")
     n = 8
     data = dict(obs=torch.randn(n, 3), next_obs=torch.randn(n, 3), action=torch.arange(n) % 2,
                 reward=torch.full((n,), float("nan")), terminated=torch.zeros(n, dtype=torch.bool),
                 truncated=torch.zeros(n, dtype=torch.bool), discount=torch.full((n,), 0.99), weight=torch.ones(n))
-    before = [p.detach().clone() for p in policy._model.parameters()]
+    before = [p.detach().clone() for p in policy.model.parameters()]
     policy.learn_mode.forward(make_batch(data))
     torch.cuda.synchronize()
-    assert all(torch.equal(a, b) for a, b in zip(before, policy._model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
     with pytest.raises(NonFiniteLossError, match="seen one update later on cuda"):
         policy.learn_mode.forward(make_batch(data))

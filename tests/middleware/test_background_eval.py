@@ -278,8 +278,8 @@ def test_acting_weights_are_a_copy_that_loads_into_another_policy(quick_cartpole
     obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     assert (other.eval_mode.forward(obs)["action"] == trained.eval_mode.forward(obs)["action"]).all()
     with torch.no_grad():
-        next(trained._model.parameters()).add_(1.0)
-    assert not np.allclose(next(iter(weights.values())), next(trained._model.parameters()).detach().numpy())
+        next(trained.model.parameters()).add_(1.0)
+    assert not np.allclose(next(iter(weights.values())), next(trained.model.parameters()).detach().numpy())
 
 
 def _evaluate_once(worker, weights, n_episode):

@@ -13,7 +13,7 @@ DQN_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "
 
 
 PPO_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_ppo_ddp_config.py")
-TD3_DDP = os.path.join(ROOT, "dizoo", "classic_control", "pendulum", "config", "pendulum_td3_ddp_config.py")
+TD3_DDP = os.path.join(ROOT, "dizoo", "classic_control", "pendulum", "config", "pendulum_td3_config.py")
 PPO_LSTM_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config",
                             "cartpole_masked_ppo_lstm_ddp_config.py")
 

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from commands.cli import load_config_file, main
+from commands.cli import main
+from commands.config_file import load_config_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")

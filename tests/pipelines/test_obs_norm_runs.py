@@ -28,7 +28,7 @@ def test_eval_and_export_act_with_the_checkpoints_statistics(normalised_run, cap
         env_step = json.load(f)["env_step"]
     assert float(stats["count"]) == env_step  # every collected step, once
     assert float(saved.state["policy"]["reward_norm"]["count"]) == env_step  # a discounted return per step
-    assert torch.equal(saved.policy._obs_norm.mean, stats["mean"])
+    assert torch.equal(saved.policy.normalisation.obs_norm.mean, stats["mean"])
     assert main(["eval", normalised_run, "--ckpt", "latest", "--episodes", "2"]) == 0
     assert main(["export", normalised_run, "--format", "torchscript", "--ckpt", "latest", "-o",
                  str(tmp_path / "p.pt")]) == 0

@@ -13,7 +13,8 @@ import pytest
 from engine.config import ConfigError
 from engine.overrides import apply_overrides, parse_value
 from commands import options
-from commands.cli import load_config_file, main
+from commands.cli import main
+from commands.config_file import load_config_file
 from commands.options import cli_main, parse_train_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,8 +13,9 @@ import pytest
 
 import commands.config_writer
 import commands.search_space
-from commands import tune
-from commands.cli import load_config_file, main
+from commands import tune, tune_trials
+from commands.cli import main
+from commands.config_file import load_config_file
 from commands.config_writer import write_config_file
 from commands.search_space import SearchSpaceError, parse_distribution, split_search_words
 from commands.tune import TrialPruning, TuneError, prepare_study
@@ -239,7 +240,7 @@ def test_tune_continues_a_study_where_it_stopped(tmp_path, capsys, monkeypatch, 
     assert sorted(p.name for p in study_dir.glob("trial_*")) == ["trial_0", "trial_1", "trial_2"]
 
     # Ctrl-C in the 2nd trial of this command: status 130, that trial cut short ...
-    real_train, calls = tune._train, []
+    real_train, calls = tune_trials._train, []
 
     def interrupted_second(*args):
         calls.append(1)
@@ -247,10 +248,10 @@ def test_tune_continues_a_study_where_it_stopped(tmp_path, capsys, monkeypatch, 
             raise KeyboardInterrupt
         return real_train(*args)
 
-    monkeypatch.setattr(tune, "_train", interrupted_second)
+    monkeypatch.setattr(tune_trials, "_train", interrupted_second)
     assert main(_tune_argv(study_dir, trials=5, prune=False)) == 130
     assert "the same command continues it" in capsys.readouterr().err
-    monkeypatch.setattr(tune, "_train", real_train)
+    monkeypatch.setattr(tune_trials, "_train", real_train)
     # ... and a trial a killed process left running
     study = optuna.load_study(study_name=tune.STUDY_NAME, storage=f"sqlite:///{study_dir}/{tune.STUDY_FILE}")
     left_running = study.ask({"policy.learn.learning_rate": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),

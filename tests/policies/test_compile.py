@@ -120,7 +120,7 @@ def _max_diff(a, b):
 
 
 def _learn_path(policy):
-    return policy._hot_paths[("learn", "loss")]
+    return policy.hot_paths[("learn", "loss")]
 
 
 # ---- config ----------------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def test_defaults_never_call_torch_compile(monkeypatch):
     policy = _policy(PPOPolicy)
     policy.learn_mode.forward(_batches(1)[0])
     policy.collect_mode.forward(np.zeros((2, 4), np.float32))
-    assert all(path.mode == "eager" for path in policy._hot_paths.values())
+    assert all(path.mode == "eager" for path in policy.hot_paths.values())
 
 
 # ---- compiled == eager -----------------------------------------------------------------------------
@@ -180,9 +180,9 @@ def test_compiled_dqn_updates_match_eager(dqn_runs):
     for e, c in zip(dqn_runs["eager_out"], dqn_runs["compiled_out"]):
         assert float(c["loss"]) == pytest.approx(float(e["loss"]), rel=1e-5, abs=1e-6)
         assert torch.allclose(c["priority"], e["priority"], atol=1e-5)
-    assert _max_diff(compiled._model, dqn_runs["eager"]._model) < 1e-5
+    assert _max_diff(compiled.model, dqn_runs["eager"].model) < 1e-5
     assert _max_diff(compiled._target_model, dqn_runs["eager"]._target_model) < 1e-5
-    assert _max_diff(compiled._model, _policy(DQNPolicy)._model) > 1e-4  # the updates did move the weights
+    assert _max_diff(compiled.model, _policy(DQNPolicy).model) > 1e-4  # the updates did move the weights
 
 
 def test_compiled_policy_state_dict_and_acting_weights_are_unchanged(dqn_runs):
@@ -223,13 +223,13 @@ def test_every_policy_learns_and_acts_compiled_as_eager(cls, action_space, overr
             act = policy.eval_mode.forward(obs)
         outputs.append((policy, stats, collect, act))
     (eager, e_stats, e_collect, e_eval), (compiled, c_stats, c_collect, c_eval) = outputs
-    assert compiled._hot_paths and all(p.mode == "compile" for p in compiled._hot_paths.values()
+    assert compiled.hot_paths and all(p.mode == "compile" for p in compiled.hot_paths.values()
                                        if p.device.type == "cpu" and p.fallback_error is None)
     assert _learn_path(compiled).mode == "compile"
     for e, c in zip(e_stats, c_stats):
         assert e.keys() == c.keys()
         assert float(c["loss"]) == pytest.approx(float(e["loss"]), rel=1e-5, abs=1e-6)
-    assert _max_diff(compiled._model, eager._model) < 1e-5
+    assert _max_diff(compiled.model, eager.model) < 1e-5
     for e, c in ((e_collect, c_collect), (e_eval, c_eval)):
         assert e.keys() == c.keys()
         for key in e:
@@ -248,7 +248,7 @@ def test_compiled_image_dqn_acts_as_eager():
         policy = DQNPolicy(cfg, space, DISCRETE)
         with compiled_with(CountingBackend()):
             actions.append((policy.collect_mode.forward(obs)["action"], policy.eval_mode.forward(obs)["action"]))
-    assert policy._hot_paths[("eval", "greedy")].mode == "compile"
+    assert policy.hot_paths[("eval", "greedy")].mode == "compile"
     np.testing.assert_array_equal(actions[0][0], actions[1][0])
     np.testing.assert_array_equal(actions[0][1], actions[1][1])
 
@@ -270,8 +270,8 @@ def test_cudagraph_on_cpu_warns_once_and_runs_eagerly(monkeypatch, caplog):
             p.eval_mode.forward(np.zeros((3, 4), np.float32))
     warnings = [r.getMessage() for r in caplog.records if "cudagraph" in r.getMessage()]
     assert len(warnings) == 1 and "needs a CUDA device" in warnings[0] and "eagerly" in warnings[0]
-    assert all(path.mode == "eager" for path in policy._hot_paths.values())
-    assert _max_diff(policy._model, eager._model) == 0
+    assert all(path.mode == "eager" for path in policy.hot_paths.values())
+    assert _max_diff(policy.model, eager.model) == 0
 
 
 def test_torch_compile_unavailable_falls_back_to_eager(monkeypatch, caplog):
@@ -289,7 +289,7 @@ def test_torch_compile_unavailable_falls_back_to_eager(monkeypatch, caplog):
     assert _learn_path(policy).mode == "eager"
     assert any("not supported on this Python" in r.getMessage() and "eagerly" in r.getMessage()
                for r in caplog.records)
-    assert _max_diff(policy._model, eager._model) == 0
+    assert _max_diff(policy.model, eager.model) == 0
 
 
 def test_compile_failing_at_first_call_falls_back_once_and_updates_as_eager(monkeypatch, caplog):
@@ -314,10 +314,10 @@ def test_compile_failing_at_first_call_falls_back_once_and_updates_as_eager(monk
             p.eval_mode.forward(obs)
             p.eval_mode.forward(obs)
     assert attempts == ["_loss", "_mean_action"]  # one attempt per hot path, then eager for good
-    assert all(path.mode == "eager" and path.fallback_error is not None for path in policy._hot_paths.values())
+    assert all(path.mode == "eager" and path.fallback_error is not None for path in policy.hot_paths.values())
     warnings = [r.getMessage() for r in caplog.records if "C++ compiler" in r.getMessage()]
     assert len(warnings) == 1 and "runs eagerly" in warnings[0]  # one warning for one cause
-    assert _max_diff(policy._model, eager._model) == 0
+    assert _max_diff(policy.model, eager.model) == 0
 
 
 def test_backward_that_does_not_lower_falls_back_before_the_update(monkeypatch, caplog):
@@ -334,7 +334,7 @@ def test_backward_that_does_not_lower_falls_back_before_the_update(monkeypatch, 
     assert _learn_path(policy).mode == "eager"
     assert "backward lowering failed on purpose" in str(_learn_path(policy).fallback_error)
     assert any("backward lowering failed" in r.getMessage() for r in caplog.records)
-    assert _max_diff(policy._model, eager._model) < 1e-6
+    assert _max_diff(policy.model, eager.model) < 1e-6
 
 
 def test_an_error_of_the_function_itself_is_raised_not_hidden(monkeypatch):
@@ -383,10 +383,10 @@ def test_a_policy_without_hot_paths_says_the_switch_does_not_apply(monkeypatch, 
     class Plain(Policy):
         def __init__(self, cfg):
             super().__init__(cfg, OBS, DISCRETE)
-            self._init_model(lambda: torch.nn.Linear(4, 3))
+            self.model = self.placement.build(lambda: torch.nn.Linear(4, 3))
 
         def _forward_eval(self, obs):
-            return {"action": self._model(torch.as_tensor(obs)).argmax(1).numpy()}
+            return {"action": self.model(torch.as_tensor(obs)).argmax(1).numpy()}
 
     policy = Plain(EasyDict(dict(common_config(), compile="compile")))
     with caplog.at_level(logging.WARNING, logger="policies.accel"):
@@ -394,7 +394,7 @@ def test_a_policy_without_hot_paths_says_the_switch_does_not_apply(monkeypatch, 
         policy.eval_mode.forward(np.zeros((2, 4), np.float32))
     warnings = [r.getMessage() for r in caplog.records if "does not route" in r.getMessage()]
     assert warnings == ["Plain's eval mode does not route its forward through policy.compile/policy.amp "
-                        "(Policy._hot): it runs eagerly in fp32"]
+                        "(policies.accel.hot_path): it runs eagerly in fp32"]
 
 
 def test_random_actions_first_are_not_taken_for_a_mode_without_hot_paths(monkeypatch, caplog):
@@ -406,7 +406,7 @@ def test_random_actions_first_are_not_taken_for_a_mode_without_hot_paths(monkeyp
         policy.collect_mode.forward(np.zeros((2, 4), np.float32), random=True)
         policy.collect_mode.forward(np.zeros((2, 4), np.float32))
     assert not [r for r in caplog.records if "does not route" in r.getMessage()]
-    assert policy._hot_paths[("collect", "sample")].mode == "compile"
+    assert policy.hot_paths[("collect", "sample")].mode == "compile"
 
 
 # ---- bf16 --------------------------------------------------------------------------------------------
@@ -419,8 +419,8 @@ def test_bf16_loss_is_close_to_fp32_and_the_update_stays_fp32(cls, action_space)
         torch.manual_seed(3)  # SAC samples actions in its loss
         out = policy.learn_mode.forward(batch)
         assert out["loss"].dtype == torch.float32
-        assert all(p.dtype == torch.float32 for p in policy._model.parameters())
-        state = policy._optimizer.state_dict()["state"]
+        assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+        state = policy.optimizer_step.optimizer.state_dict()["state"]
         assert all(v.dtype == torch.float32 for s in state.values() for k, v in s.items() if k != "step")
         losses[amp] = float(out["loss"])
     assert losses["bf16"] != losses["none"]  # bf16 did run
@@ -454,7 +454,7 @@ def ddp_compiled_updates(out_dir):
         for batch in _batches(3, n=16, seed=10 + rank):
             policy.learn_mode.forward(batch)
     path = _learn_path(policy)
-    dump = {"params": {k: v.flatten().tolist() for k, v in policy._model.state_dict().items()},
+    dump = {"params": {k: v.flatten().tolist() for k, v in policy.model.state_dict().items()},
             "mode": path.mode, "ddp": path.ddp, "error": repr(path.fallback_error), "graphs": backend.forward,
             "backward_graphs": backend.backward}
     ddp.on_finish(None)
@@ -478,5 +478,5 @@ def test_compiled_learner_under_ddp_matches_one_process_on_the_joined_batches(tm
     policy = _policy(DQNPolicy, seed=0, compile="none", learn=dict(learning_rate=0.01))
     for b0, b1 in zip(_batches(3, n=16, seed=10), _batches(3, n=16, seed=11)):
         policy.learn_mode.forward(make_batch({k: torch.cat([getattr(b0, k), getattr(b1, k)]) for k in b0.keys()}))
-    for key, value in policy._model.state_dict().items():
+    for key, value in policy.model.state_dict().items():
         assert torch.allclose(torch.tensor(ranks[0]["params"][key]), value.flatten(), atol=1e-5), key

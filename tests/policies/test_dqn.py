@@ -35,7 +35,7 @@ def _batch(n=4):
 def test_dqn_loss_matches_independent_computation(double_q):
     torch.manual_seed(0)
     policy = _policy(learn=dict(double_q=double_q, td_loss="mse"))
-    online = copy.deepcopy(policy._model)
+    online = copy.deepcopy(policy.model)
     target_net = copy.deepcopy(policy._target_model)
     # make target differ from online so double vs plain matters
     with torch.no_grad():
@@ -65,14 +65,14 @@ def test_dqn_hard_target_update_every_freq():
     policy.learn_mode.forward(_batch())
     assert all(torch.equal(before[k], v) for k, v in policy._target_model.state_dict().items())
     policy.learn_mode.forward(_batch())
-    assert all(torch.equal(policy._model.state_dict()[k], v) for k, v in policy._target_model.state_dict().items())
+    assert all(torch.equal(policy.model.state_dict()[k], v) for k, v in policy._target_model.state_dict().items())
 
 
 def test_dqn_soft_target_update():
     policy = _policy(learn=dict(target_theta=0.5))
     t0 = [p.clone() for p in policy._target_model.parameters()]
     policy.learn_mode.forward(_batch())
-    for before, tgt, online in zip(t0, policy._target_model.parameters(), policy._model.parameters()):
+    for before, tgt, online in zip(t0, policy._target_model.parameters(), policy.model.parameters()):
         assert torch.allclose(tgt, 0.5 * before + 0.5 * online.detach(), atol=1e-6)
 
 
@@ -110,12 +110,12 @@ def test_dqn_rejects_continuous_action_space():
 
 def test_dqn_nan_loss_raises_before_step_and_keeps_parameters():
     policy = _policy()
-    params = copy.deepcopy(policy._model.state_dict())
+    params = copy.deepcopy(policy.model.state_dict())
     batch = _batch()
     bad = make_batch({**{k: getattr(batch, k) for k in batch.keys()}, "reward": torch.full((4,), float("nan"))})
     with pytest.raises(NonFiniteLossError, match="learning_rate"):
         policy.learn_mode.forward(bad)
-    assert all(torch.equal(params[k], v) for k, v in policy._model.state_dict().items())
+    assert all(torch.equal(params[k], v) for k, v in policy.model.state_dict().items())
 
 
 def test_dqn_state_dict_round_trip():
@@ -124,7 +124,7 @@ def test_dqn_state_dict_round_trip():
     b.load_state_dict(a.state_dict())
     obs = torch.randn(5, 3)
     assert np.array_equal(a.eval_mode.forward(obs)["action"], b.eval_mode.forward(obs)["action"])
-    assert b._updates == 1
+    assert b.optimizer_step.updates == 1
 
 
 @pytest.mark.parametrize("dueling", [True, False])
@@ -134,9 +134,9 @@ def test_numpy_greedy_action_matches_torch_and_tracks_updates(dueling):
 
     def torch_greedy():
         with torch.no_grad():
-            return policy._model(torch.from_numpy(obs)).argmax(1).numpy()
+            return policy.model(torch.from_numpy(obs)).argmax(1).numpy()
 
-    assert (policy._model.numpy_greedy_action(obs) == torch_greedy()).all()
+    assert (policy.model.numpy_greedy_action(obs) == torch_greedy()).all()
     for _ in range(20):  # in-place optimizer steps must show through the numpy views
         policy.learn_mode.forward(_batch())
-    assert (policy._model.numpy_greedy_action(obs) == torch_greedy()).all()
+    assert (policy.model.numpy_greedy_action(obs) == torch_greedy()).all()

@@ -19,7 +19,7 @@ import torch
 from easydict import EasyDict
 
 import data.replay.device
-import policies.base
+import policies.optim
 from data.batch import make_batch
 from engine.config import deep_merge
 from policies import DQNPolicy, NonFiniteLossError, PPOPolicy, SACPolicy
@@ -56,7 +56,7 @@ def _sac():
 @pytest.fixture
 def device_path(monkeypatch):
     """The policies' device path on CPU tensors, and a counter of host reads (by where they were made)."""
-    monkeypatch.setattr(policies.base, "host_path", lambda device: False)
+    monkeypatch.setattr(policies.optim, "host_path", lambda device: False)
     monkeypatch.setattr(data.replay.device, "host_path", lambda device: False)
     reads: collections.Counter = collections.Counter()
     counting = [False]
@@ -100,11 +100,11 @@ def test_a_non_finite_loss_off_the_host_skips_its_step_and_is_raised_at_the_next
     torch.manual_seed(0)
     policy, transitions = _dqn()
     update(policy, make_batch(transitions))
-    before = [p.detach().clone() for p in policy._model.parameters()]
-    steps_before = [s["step"].clone() for s in policy._optimizer.state.values()]
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    steps_before = [s["step"].clone() for s in policy.optimizer_step.optimizer.state.values()]
     transitions["reward"] = torch.full((8,), float("nan"))
     update(policy, make_batch(transitions))  # no error yet: the device has not been asked
-    assert all(torch.equal(a, b) for a, b in zip(before, policy._model.parameters()))
-    assert all(torch.equal(a, s["step"]) for a, s in zip(steps_before, policy._optimizer.state.values()))
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
+    assert all(torch.equal(a, s["step"]) for a, s in zip(steps_before, policy.optimizer_step.optimizer.state.values()))
     with pytest.raises(NonFiniteLossError, match="at update 1, seen one update later"):
         update(policy, make_batch(transitions))

@@ -82,13 +82,13 @@ def test_collection_updates_the_statistics_evaluation_does_not(cls):
     batches = _data()
     policy.eval_mode.forward(batches[0])
     policy.merge_statistics()
-    assert float(policy._obs_norm.count) == 0  # evaluation never updates them
+    assert float(policy.normalisation.obs_norm.count) == 0  # evaluation never updates them
     policy.collect_mode.forward(batches[1], random=True) if cls is not PPOPolicy else \
         policy.collect_mode.forward(batches[1])  # a random warm-up step is collected too
     policy.collect_mode.forward(batches[2])
     before = policy.eval_mode.forward(batches[0])["action"]
     policy.merge_statistics()
-    assert float(policy._obs_norm.count) == len(batches[1]) + len(batches[2])
+    assert float(policy.normalisation.obs_norm.count) == len(batches[1]) + len(batches[2])
     after = policy.eval_mode.forward(batches[0])["action"]
     assert not np.allclose(before, after)  # the networks now see normalised observations
 
@@ -173,15 +173,15 @@ def test_rewards_are_divided_by_the_std_of_discounted_returns_that_restart_after
     policy.merge_statistics()
     # SB3's VecNormalize: G = gamma G + r, set to 0 after done; env 0: 1, 2.5, (end) 3; env 1: 4, 6, 7
     returns = np.array([1.0, 4.0, 2.5, 6.0, 3.0, 7.0])
-    assert float(policy._reward_norm.count) == 6
-    np.testing.assert_allclose(float(policy._reward_norm.var()), returns.var(), rtol=1e-9)
+    assert float(policy.normalisation.reward_norm.count) == 6
+    np.testing.assert_allclose(float(policy.normalisation.reward_norm.var()), returns.var(), rtol=1e-9)
     second = policy.scale_rewards(torch.tensor([[30.0, -1.0]]), torch.tensor([[False, False]]))
     np.testing.assert_allclose(second.numpy(), np.clip([[30.0, -1.0]] / np.sqrt(returns.var() + 1e-8), -10, 10),
                                rtol=1e-5)
     assert float(second[0, 0]) == 10.0  # clipped at policy.reward_norm_clip
     policy.merge_statistics()  # env 0 went on from 3 (0.5 * 3 + 30), env 1 from 7
-    assert float(policy._reward_norm.count) == 8
-    np.testing.assert_allclose(float(policy._reward_norm.mean), np.mean(list(returns) + [31.5, 2.5]), rtol=1e-9)
+    assert float(policy.normalisation.reward_norm.count) == 8
+    np.testing.assert_allclose(float(policy.normalisation.reward_norm.mean), np.mean(list(returns) + [31.5, 2.5]), rtol=1e-9)
 
 
 def test_reward_statistics_are_checkpointed_and_a_mismatch_names_the_switch():
@@ -191,7 +191,7 @@ def test_reward_statistics_are_checkpointed_and_a_mismatch_names_the_switch():
     state = policy.learn_mode.state_dict()
     restored = _ppo_reward_norm()
     restored.learn_mode.load_state_dict(state)
-    assert torch.equal(restored._reward_norm.m2, policy._reward_norm.m2) and float(restored._reward_norm.count) == 2
+    assert torch.equal(restored.normalisation.reward_norm.m2, policy.normalisation.reward_norm.m2) and float(restored.normalisation.reward_norm.count) == 2
     plain = PPOPolicy(EasyDict(deep_merge(PPOPolicy.default_config(), dict(model=dict(SMALL)))), OBS, BOX)
     with pytest.raises(ObsNormMismatchError, match=r"holds reward-scaling statistics.*policy.reward_norm=true"):
         plain.learn_mode.load_state_dict(state)

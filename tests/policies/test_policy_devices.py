@@ -37,15 +37,15 @@ def _same(a, b):
 def test_collect_on_its_own_device_acts_through_a_copy_refreshed_through_the_host():
     policy = _dqn(device=dict(collect="cpu"))
     assert policy.separate_actors and policy.collect_mode.device == torch.device("cpu")
-    actor = policy._actor("collect")
-    assert actor is not policy._model and policy._actor("eval") is policy._model
-    assert _same(actor, policy._model)
+    actor = policy.placement.actor("collect")
+    assert actor is not policy.model and policy.placement.actor("eval") is policy.model
+    assert _same(actor, policy.model)
     policy.learn_mode.forward(_batch())
-    assert not _same(actor, policy._model)          # the copy lags until refreshed ...
+    assert not _same(actor, policy.model)          # the copy lags until refreshed ...
     stale = policy.collect_mode.forward(np.zeros((4, 3), np.float32))["action"]
     policy.refresh_actors()
-    assert _same(actor, policy._model)              # ... and equals the learner after each refresh
-    assert policy._actor("collect") is actor        # refreshed in place (numpy acting views stay valid)
+    assert _same(actor, policy.model)              # ... and equals the learner after each refresh
+    assert policy.placement.actor("collect") is actor        # refreshed in place (numpy acting views stay valid)
     assert stale.shape == (4,)
 
 
@@ -54,8 +54,8 @@ def test_collect_on_its_own_device_acts_through_a_copy_refreshed_through_the_hos
 def test_every_policy_acts_through_its_copy(cls, action_space):
     cfg = EasyDict(deep_merge(cls.default_config(), dict(device=dict(collect="cpu", eval="cpu"))))
     policy = cls(cfg, OBS, action_space)
-    actor = policy._actor("collect")
-    assert actor is policy._actor("eval") is not policy._model  # modes on one device share one copy
+    actor = policy.placement.actor("collect")
+    assert actor is policy.placement.actor("eval") is not policy.model  # modes on one device share one copy
     with torch.no_grad():
         for p in actor.parameters():
             p.add_(1.0)                              # now the copy differs from the learner
@@ -63,7 +63,7 @@ def test_every_policy_acts_through_its_copy(cls, action_space):
     acted = policy.collect_mode.forward(obs)
     assert acted["action"].shape[0] == 2
     policy.refresh_actors()
-    assert _same(actor, policy._model)
+    assert _same(actor, policy.model)
 
 
 def test_refresh_stage_in_the_pipeline_keeps_the_copy_equal_to_the_learner(quick_cartpole_config):
@@ -76,8 +76,8 @@ def test_refresh_stage_in_the_pipeline_keeps_the_copy_equal_to_the_learner(quick
     assert pipeline.names[pipeline.names.index("learner") + 1] == "refresh"
     pipeline.run()
     policy = pipeline.policy
-    assert pipeline.ctx.train_iter > 0 and policy._actor("collect") is not policy._model
-    assert _same(policy._actor("collect"), policy._model)  # refreshed after the last update
+    assert pipeline.ctx.train_iter > 0 and policy.placement.actor("collect") is not policy.model
+    assert _same(policy.placement.actor("collect"), policy.model)  # refreshed after the last update
 
 
 def test_actor_refresher_waits_every_iterations_and_for_an_update():
@@ -116,7 +116,7 @@ def test_device_check_names_a_planted_tensor_in_the_batch():
 
 def test_device_check_names_a_planted_tensor_in_the_model():
     policy = _dqn(check_device=True, device=dict(collect="cpu"))
-    policy._actor("collect").register_buffer("stray", torch.zeros(1, device="meta"))
+    policy.placement.actor("collect").register_buffer("stray", torch.zeros(1, device="meta"))
     with pytest.raises(DeviceMismatchError, match=r"collect_mode model tensor 'stray' is on meta, expected cpu"):
         policy.collect_mode.forward(np.zeros((2, 3), np.float32))
     assert policy.learn_mode.forward(_batch())["loss"].device.type == "cpu"  # the learner's model is clean

@@ -65,7 +65,7 @@ def _policy(cls, space, small, learn=None, seed=0):
 @pytest.mark.parametrize("cls,space,small,modules,settings", CASES, ids=IDS)
 def test_a_load_restores_the_learn_state_under_the_configs_optimizer_settings(cls, space, small, modules, settings):
     saved = _policy(cls, space, small, seed=0)
-    saved._updates = 7
+    saved.optimizer_step.updates = 7
     state = saved.state_dict()
     assert set(state) == modules | {"optimizer", "updates"} | NOT_MODULES.get(cls, set())  # as earlier versions
 
@@ -74,12 +74,12 @@ def test_a_load_restores_the_learn_state_under_the_configs_optimizer_settings(cl
     resumed = _policy(cls, space, small, learn=changed, seed=1)  # other initial weights, other rates
     resumed.load_state_dict(state)
 
-    assert resumed._updates == 7
+    assert resumed.optimizer_step.updates == 7
     for key in modules:
         ours, theirs = getattr(resumed, dict(resumed._checkpointed)[key]).state_dict(), state[key]
         assert all(torch.equal(ours[name], theirs[name]) for name in theirs), key
     wanted = settings(resumed.cfg.learn)
-    assert len(resumed._optimizer.param_groups) == len(wanted)
-    for group, expected in zip(resumed._optimizer.param_groups, wanted):
+    assert len(resumed.optimizer_step.optimizer.param_groups) == len(wanted)
+    for group, expected in zip(resumed.optimizer_step.optimizer.param_groups, wanted):
         assert {k: group[k] for k in expected} == expected  # the resumed config's, not the checkpoint's
     assert any(v in changed.values() for expected in wanted for v in expected.values())

@@ -61,7 +61,7 @@ def _reference_ppo_loss(model, batch, continuous, clip, vw, ew, adv_norm, value_
 def test_ppo_loss_matches_independent_computation(continuous, value_clip):
     space = gym.spaces.Box(-2, 2, (1,), np.float32) if continuous else gym.spaces.Discrete(3)
     policy = _policy(PPOPolicy, space, value_clip=value_clip, entropy_weight=0.01)
-    model = copy.deepcopy(policy._model)
+    model = copy.deepcopy(policy.model)
     batch = _batch(continuous)
     # perturb the batch's log-probs so that some ratios fall outside the clip range
     with torch.no_grad():
@@ -72,7 +72,7 @@ def test_ppo_loss_matches_independent_computation(continuous, value_clip):
 
 def test_a2c_loss_is_unclipped_policy_gradient():
     policy = _policy(A2CPolicy, gym.spaces.Discrete(3), adv_norm=False, entropy_weight=0.0)
-    model = copy.deepcopy(policy._model)
+    model = copy.deepcopy(policy.model)
     batch = _batch(False)
     with torch.no_grad():
         logits, value = model(batch.obs)
@@ -86,7 +86,7 @@ def test_ppo_collect_returns_logp_and_value_consistent_with_model():
     obs = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
     out = policy.collect_mode.forward(obs)
     with torch.no_grad():
-        logits, value = policy._model(torch.from_numpy(obs))
+        logits, value = policy.model(torch.from_numpy(obs))
         logp = torch.log_softmax(logits, -1).gather(1, torch.as_tensor(out["action"]).long().unsqueeze(1)).squeeze(1)
     assert np.allclose(out["logp"], logp.numpy(), atol=1e-6) and np.allclose(out["value"], value.numpy(), atol=1e-6)
     assert np.allclose(policy.collect_mode.value(torch.from_numpy(obs)).numpy(), value.numpy(), atol=1e-6)
@@ -107,7 +107,7 @@ def test_adaptive_rule_is_rl_games():
 
 def _kl_of(policy, batch):
     with torch.no_grad():
-        logits, _ = policy._model(batch.obs)
+        logits, _ = policy.model(batch.obs)
         logp = torch.log_softmax(logits, -1).gather(1, batch.action.long().unsqueeze(1)).squeeze(1)
         ratio = (logp - batch.logp).exp()
         return float(((ratio - 1) - (logp - batch.logp)).mean())
@@ -126,20 +126,20 @@ def test_adaptive_learning_rate_follows_the_epochs_mean_kl(threshold, factor):
         assert out["learning_rate"] == pytest.approx(3e-4)
     assert kls[1] > 0  # the k3 estimate the schedule reads (the first one is the batch's perturbed log-probs)
     policy.learn_mode.end_epoch()
-    assert policy._optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
+    assert policy.optimizer_step.optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
     policy.learn_mode.end_epoch()  # no update since: nothing to steer by
-    assert policy._optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
+    assert policy.optimizer_step.optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
     state = policy.state_dict()
     resumed = _policy(PPOPolicy, gym.spaces.Discrete(3), lr_schedule="adaptive", kl_threshold=threshold)
     resumed.load_state_dict(state)
-    assert resumed._optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
+    assert resumed.optimizer_step.optimizer.param_groups[0]["lr"] == pytest.approx(3e-4 * factor)
 
 
 def test_constant_schedule_keeps_the_learning_rate():
     policy = _policy(PPOPolicy, gym.spaces.Discrete(3))
     out = policy.learn_mode.forward(_batch(False))
     policy.learn_mode.end_epoch()
-    assert "learning_rate" not in out and policy._optimizer.param_groups[0]["lr"] == 3e-4
+    assert "learning_rate" not in out and policy.optimizer_step.optimizer.param_groups[0]["lr"] == 3e-4
 
 
 def test_lr_schedule_settings_are_checked_at_compile_time():

@@ -127,14 +127,14 @@ def _check_unroll_equals_acting(policy, ctx):
     assert bool(traj.truncated.any()) and bool(traj.terminated.any())
     done = traj.terminated | traj.truncated
     with torch.no_grad():  # V(next_obs) from next_state is the next step's value where the episode goes on
-        next_value = policy._model.value(traj.next_obs[:-1].flatten(0, 1), traj.next_state[:-1].flatten(0, 1))
+        next_value = policy.model.value(traj.next_obs[:-1].flatten(0, 1), traj.next_state[:-1].flatten(0, 1))
     going_on = ~done[:-1].flatten()
     assert torch.allclose(next_value[going_on], traj.value[1:].flatten()[going_on], atol=1e-6)
     gae_estimator(policy.collect_mode, gamma=0.99, lam=0.95, seq_len=8)(ctx)
     seqs = ctx.trajectories
     assert seqs.obs.shape[:2] == (4 * 32 // 8, 8) and bool(seqs.episode_start.any())
     with torch.no_grad():
-        head, value = policy._model(*policy._learn_inputs(seqs))
+        head, value = policy.model(*policy._learn_inputs(seqs))
     logp = torch.distributions.Categorical(logits=head).log_prob(seqs.action.flatten(0, 1).long())
     assert torch.allclose(logp, seqs.logp.flatten(0, 1), atol=1e-6)
     assert torch.allclose(value, seqs.value.flatten(0, 1), atol=1e-6)

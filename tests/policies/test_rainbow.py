@@ -107,7 +107,7 @@ def test_categorical_loss_and_priority_match_an_independent_computation(double_q
     with torch.no_grad():
         for p in policy._target_model.parameters():
             p.add_(0.3)
-    online, target_net = copy.deepcopy(policy._model), copy.deepcopy(policy._target_model)
+    online, target_net = copy.deepcopy(policy.model), copy.deepcopy(policy._target_model)
     weight = torch.tensor([1.0, 0.5, 2.0, 0.25])
     batch = _batch(weight=weight)
     z = torch.linspace(-2.0, 2.0, 5)
@@ -137,7 +137,7 @@ def test_categorical_loss_and_priority_match_an_independent_computation(double_q
 def test_quantile_loss_matches_an_independent_computation():
     torch.manual_seed(0)
     policy = _policy(DQNPolicy, model=dict(distribution="quantile", n_atoms=4), learn=dict(double_q=True))
-    online, target_net = copy.deepcopy(policy._model), copy.deepcopy(policy._target_model)
+    online, target_net = copy.deepcopy(policy.model), copy.deepcopy(policy._target_model)
     batch = _batch()
     with torch.no_grad():
         theta = online(batch.obs)[torch.arange(4), batch.action]
@@ -191,17 +191,17 @@ def test_noisy_policy_explores_without_epsilon_and_evaluates_on_the_mean():
     assert any((c != collected[0]).any() for c in collected[1:])  # new noise, other greedy actions
     evaluated = [policy.eval_mode.forward(obs)["action"] for _ in range(3)]
     assert all((e == evaluated[0]).all() for e in evaluated)
-    assert policy._model.torso[0].noise  # evaluation left the noise on for collection
-    set_noise(policy._model, False)
+    assert policy.model.torso[0].noise  # evaluation left the noise on for collection
+    set_noise(policy.model, False)
     with torch.no_grad():  # evaluation acted on the mean weights
-        assert (policy._model.expectation(policy._model(torch.from_numpy(obs))).argmax(1).numpy()
+        assert (policy.model.expectation(policy.model(torch.from_numpy(obs))).argmax(1).numpy()
                 == evaluated[0]).all()
 
 
 def test_set_noise_reaches_every_model_of_the_policy():
     policy = _policy()
     assert policy.set_noise(False)
-    layers = [m for model in (policy._model, policy._target_model) for m in model.modules()
+    layers = [m for model in (policy.model, policy._target_model) for m in model.modules()
               if isinstance(m, NoisyLinear)]
     assert layers and not any(layer.noise for layer in layers)
     assert not _policy(model=dict(noisy=False), other=dict(eps=dict(start=0.5))).set_noise(False)
@@ -219,10 +219,10 @@ def test_every_combination_learns_acts_and_round_trips(distribution, noisy, duel
                      model=dict(distribution=distribution, noisy=noisy, dueling=dueling, n_atoms=3),
                      learn=dict(double_q=double_q), other=dict(eps=dict(start=0.0 if noisy else 0.5,
                                                                         end=0.0 if noisy else 0.05)))
-    before = copy.deepcopy(policy._model.state_dict())
+    before = copy.deepcopy(policy.model.state_dict())
     out = policy.learn_mode.forward(_batch())
     assert torch.isfinite(out["loss"]) and out["priority"].shape == (4,) and (out["priority"] >= 0).all()
-    assert any(not torch.equal(before[k], v) for k, v in policy._model.state_dict().items())
+    assert any(not torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
     obs = np.zeros((2, 3), np.float32)
     assert policy.collect_mode.forward(obs, eps=0.0)["action"].shape == (2,)
     assert policy.eval_mode.forward(obs)["action"].shape == (2,)
@@ -260,7 +260,7 @@ def test_rainbow_refuses_what_it_cannot_mean(overrides, message):
 def test_rainbow_without_noise_takes_an_epsilon_schedule_and_a_scalar_head():
     policy = _policy(model=dict(noisy=False, distribution="none"), other=dict(eps=dict(start=1.0, end=0.05)))
     assert torch.isfinite(policy.learn_mode.forward(_batch())["loss"])
-    assert policy._model.numpy_acting  # a plain MLP again: the numpy acting path
+    assert policy.model.numpy_acting  # a plain MLP again: the numpy acting path
 
 
 # ---- checkpoint and resume through the pipeline ----------------------------------------------------------
@@ -281,7 +281,7 @@ def test_rainbow_run_resumes_its_models_and_prioritized_replay(tmp_path):
     state = copy.deepcopy(first.policy.state_dict())
     priorities = first.buffer.sampler.state_dict()
     second = build_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=192, exp_name=run, resume=True)
-    assert second.policy._updates == state["updates"] > 0
+    assert second.policy.optimizer_step.updates == state["updates"] > 0
     for key in ("model", "target_model"):
         ours = second.policy.state_dict()[key]
         assert all(torch.equal(ours[name], value) for name, value in state[key].items())
@@ -290,4 +290,4 @@ def test_rainbow_run_resumes_its_models_and_prioritized_replay(tmp_path):
     assert restored["max_priority"] == priorities["max_priority"] != 1.0  # learned priorities, not the initial
     assert torch.equal(restored["tree"]["sum"], priorities["tree"]["sum"])
     summary = second.run()
-    assert summary["env_step"] >= 192 and second.policy._updates > state["updates"]
+    assert summary["env_step"] >= 192 and second.policy.optimizer_step.updates > state["updates"]

@@ -54,7 +54,7 @@ def _independent_sample(actor, obs, noise):
 
 def test_sac_losses_match_independent_computation():
     policy = _policy(auto_alpha=True, alpha=0.3)
-    model = copy.deepcopy(policy._model)
+    model = copy.deepcopy(policy.model)
     target_critic = copy.deepcopy(policy._target_critic)
     batch = _batch()
     torch.manual_seed(42)
@@ -81,11 +81,11 @@ def test_sac_losses_match_independent_computation():
 
 def test_sac_policy_loss_does_not_move_the_critic():
     policy = _policy(learning_rate_q=0.0, auto_alpha=False)  # only the actor's loss could move the critic
-    critic_before = copy.deepcopy(policy._model.critic.state_dict())
-    actor_before = copy.deepcopy(policy._model.actor.state_dict())
+    critic_before = copy.deepcopy(policy.model.critic.state_dict())
+    actor_before = copy.deepcopy(policy.model.actor.state_dict())
     policy.learn_mode.forward(_batch())
-    assert all(torch.equal(critic_before[k], v) for k, v in policy._model.critic.state_dict().items())
-    assert any(not torch.equal(actor_before[k], v) for k, v in policy._model.actor.state_dict().items())
+    assert all(torch.equal(critic_before[k], v) for k, v in policy.model.critic.state_dict().items())
+    assert any(not torch.equal(actor_before[k], v) for k, v in policy.model.actor.state_dict().items())
 
 
 def test_sac_actions_within_bounds_and_random_warmup():

@@ -59,7 +59,7 @@ def _same(a, b):
 @pytest.mark.parametrize("cls", [TD3Policy, DDPGPolicy])
 def test_td3_and_ddpg_losses_match_independent_computation(cls):
     policy = _policy(cls, policy_noise=0.3, noise_clip=0.1) if cls is TD3Policy else _policy(cls)
-    model, target = copy.deepcopy(policy._model), copy.deepcopy(policy._target_model)
+    model, target = copy.deepcopy(policy.model), copy.deepcopy(policy._target_model)
     drawn = _recording_noise(policy)
     batch = _batch()
     out = policy.learn_mode.forward(batch)  # TD3: a critic step (the actor waits); DDPG: an actor step
@@ -111,7 +111,7 @@ def test_the_smoothing_noise_of_each_rank_is_its_rows_of_the_joined_batchs():
             mp.setattr(td3_module, "get_world_size", lambda: 2)
             ranks.append(policy._smoothing_noise(3, 2))
     assert torch.equal(torch.cat(ranks), one)
-    policy._updates += 1  # another update, other numbers
+    policy.optimizer_step.updates += 1  # another update, other numbers
     assert not torch.equal(policy._smoothing_noise(6, 2), one)
 
 
@@ -123,12 +123,12 @@ def test_the_actor_and_targets_move_every_delay_th_update_only(delay):
     policy = _policy(actor_update_freq=delay)
     moved = []
     for update in range(1, 7):
-        actor, critic, target = _state(policy._model.actor), _state(policy._model.critic), _state(policy._target_model)
+        actor, critic, target = _state(policy.model.actor), _state(policy.model.critic), _state(policy._target_model)
         out = policy.learn_mode.forward(_batch(seed=update))
-        moved.append((not _same(actor, policy._model.actor.state_dict()),
-                      not _same(critic, policy._model.critic.state_dict()),
+        moved.append((not _same(actor, policy.model.actor.state_dict()),
+                      not _same(critic, policy.model.critic.state_dict()),
                       not _same(target, policy._target_model.state_dict())))
-        assert all(p.grad is not None for p in policy._model.parameters())
+        assert all(p.grad is not None for p in policy.model.parameters())
         actor_step = update % delay == 0
         assert out["loss"].item() == pytest.approx(out["q_loss"].item() + actor_step * out["actor_loss"].item(),
                                                    rel=1e-5)
@@ -177,8 +177,8 @@ def test_ddpg_is_td3_with_one_critic_no_delay_and_no_smoothing():
     assert (cfg["model"]["twin_critic"], cfg["learn"]["actor_update_freq"], cfg["learn"]["policy_noise"]) == \
         (False, 1, 0.0)
     policy = _policy(DDPGPolicy)
-    assert not any(k.startswith("critic.q2") for k in policy._model.state_dict())
-    assert any(k.startswith("critic.q2") for k in _policy(TD3Policy)._model.state_dict())
+    assert not any(k.startswith("critic.q2") for k in policy.model.state_dict())
+    assert any(k.startswith("critic.q2") for k in _policy(TD3Policy).model.state_dict())
 
 
 @pytest.mark.parametrize("cls", [TD3Policy, DDPGPolicy])

@@ -45,10 +45,10 @@ def _same(a, b):
 
 def test_td3bc_losses_match_independent_computation():
     policy = _policy(alpha=2.5, policy_noise=0.2, noise_clip=0.5)
-    model, target = copy.deepcopy(policy._model), copy.deepcopy(policy._target_model)
+    model, target = copy.deepcopy(policy.model), copy.deepcopy(policy._target_model)
     batch = _batch()
     policy.learn_mode.forward(batch)  # update 1: a critic step; update 2 below is an actor step
-    model.critic.load_state_dict(policy._model.critic.state_dict())
+    model.critic.load_state_dict(policy.model.critic.state_dict())
     drawn = []  # the update's smoothing noise (its draw is tested in tests/policies/test_td3.py)
     draw = policy._smoothing_noise
     policy._smoothing_noise = lambda *shape: drawn.append(draw(*shape)) or drawn[-1]
@@ -74,11 +74,11 @@ def test_td3bc_losses_match_independent_computation():
 
 def test_td3bc_actor_loss_does_not_move_the_critic():
     policy = _policy(learning_rate_q=0.0, actor_update_freq=1)  # only the actor's loss could move the critic
-    critic = _state(policy._model.critic)
-    actor = _state(policy._model.actor)
+    critic = _state(policy.model.critic)
+    actor = _state(policy.model.actor)
     policy.learn_mode.forward(_batch())
-    assert _same(critic, policy._model.critic.state_dict())
-    assert not _same(actor, policy._model.actor.state_dict())
+    assert _same(critic, policy.model.critic.state_dict())
+    assert not _same(actor, policy.model.actor.state_dict())
 
 
 def test_td3bc_state_dict_round_trip_continues_identically():
@@ -106,8 +106,8 @@ def test_td3bc_checkpoint_of_an_earlier_version_without_the_noise_seed_loads():
     resumed = _policy()
     own_seed = resumed._noise_seed
     resumed.learn_mode.load_state_dict(state)
-    assert resumed._noise_seed == own_seed and resumed._updates == 1
-    assert all(torch.equal(v, saved._model.state_dict()[k]) for k, v in resumed._model.state_dict().items())
+    assert resumed._noise_seed == own_seed and resumed.optimizer_step.updates == 1
+    assert all(torch.equal(v, saved.model.state_dict()[k]) for k, v in resumed.model.state_dict().items())
 
 
 def test_td3bc_actions_in_env_units_within_bounds():
@@ -175,7 +175,7 @@ def test_td3bc_under_ddp_keeps_ranks_identical(tmp_path, monkeypatch):
     root = str(tmp_path / "datasets")
     write_dataset("test/pendulum-v0", episodes, env.observation_space, env.action_space, root=root)
     launch(offline_ddp_workers.offline_run, nprocs=2, timeout=60, args=(
-        str(tmp_path), root, "test/pendulum-v0", "dizoo.classic_control.pendulum.config.pendulum_td3bc_ddp_config"))
+        str(tmp_path), root, "test/pendulum-v0", "dizoo.classic_control.pendulum.config.pendulum_td3bc_config"))
     runs = [json.loads((tmp_path / f"offline_rank{r}.json").read_text()) for r in range(2)]
     assert runs[0]["shard"] == [0, 2, 4] and runs[1]["shard"] == [1, 3]
     assert runs[0]["summary"]["train_iter"] == runs[1]["summary"]["train_iter"] == 40

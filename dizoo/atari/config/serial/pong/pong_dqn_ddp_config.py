@@ -6,6 +6,10 @@
 Scales the data per update: pong_dqn_8env_config.py (8 envs, DI-engine's settings) per rank, so each update
 averages the gradients of ``batch_size * world_size`` transitions, at the single-process learning rate (no
 scaling rule, as DI-engine's example). On GPUs each rank uses cuda:LOCAL_RANK and nccl.
+
+A file of its own though it changes nothing but the name: DI-engine's launch line above names it. Every other
+config runs data-parallel as it is (``baton train -c CONFIG --gpus all``); a ``_ddp_`` config exists only
+where data-parallel training needs other settings, which its docstring gives.
 """
 import copy
 

@@ -1,0 +1,96 @@
+"""The bookkeeping of a ``baton tune`` study (``commands.tune``): its SQLite storage, the record of what its
+trials run with, which trials count toward ``--trials``, and which were cut short and run again."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, List, Mapping
+
+__all__ = ["TuneError", "STUDY_FILE", "BEST_CONFIG", "STUDY_NAME", "RECORD_ATTR", "load_optuna", "study_storage",
+           "check_record", "requeue_cut_short", "counted_trials", "trial_dirs", "trial_overrides"]
+
+STUDY_FILE = "study.db"
+BEST_CONFIG = "best_config.py"
+STUDY_NAME = "baton"
+#: the study's user attribute holding what its trials were run with (checked when the study continues)
+RECORD_ATTR = "baton_search"
+INSTALL = "pip install -e \".[tune]\" (or pip install optuna)"
+
+
+class TuneError(ValueError):
+    """Input ``baton tune`` cannot run; the message names what to change."""
+
+
+def load_optuna() -> Any:
+    try:
+        import optuna
+    except ImportError as err:
+        raise TuneError(f"baton tune needs optuna ({err}): {INSTALL}") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # baton prints one line per trial itself
+    return optuna
+
+
+def study_storage(spec: Any) -> Any:
+    """The study's SQLite storage; several jobs write it, so a writer waits for another's lock (60 s)."""
+    import optuna
+
+    return optuna.storages.RDBStorage(spec.storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
+
+
+def check_record(study: Any, spec: Any) -> None:
+    """A new study records what its trials run with; a continued one must be given the same."""
+    record = spec.record()
+    stored = study.user_attrs.get(RECORD_ATTR)
+    if stored is None:
+        if study.trials:
+            raise TuneError(f"{spec.study_dir}/{STUDY_FILE} holds a study that baton tune did not start: give "
+                            f"another --study-dir")
+        study.set_user_attr(RECORD_ATTR, record)
+        return
+    changed = [name for name in record if name != "config" and stored.get(name) != record[name]]
+    if changed:
+        details = "; ".join(f"{name}: {_short(stored.get(name))} before, {_short(record[name])} now" for name in changed)
+        raise TuneError(f"the study in {spec.study_dir} was run with other settings ({details}): continue it with the "
+                        f"command that started it (only --trials and --jobs may change), or give --study-dir a new "
+                        f"directory")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def requeue_cut_short(study: Any) -> int:
+    """Trials a stopped command left running are failed, and every trial cut short (failed without an
+    ``error``: interrupted, or its process gone) is queued again with its values, once. Returns how many."""
+    from optuna.trial import TrialState
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):  # the lock says: nobody runs it
+        study.tell(trial.number, state=TrialState.FAIL)
+    trials = study.get_trials(deepcopy=False)
+    retried = {trial.user_attrs.get("retry_of") for trial in trials}
+    count = 0
+    for trial in trials:
+        if (trial.state == TrialState.FAIL and "error" not in trial.user_attrs and trial.number not in retried
+                and trial.params):
+            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+            count += 1
+    return count
+
+
+def counted_trials(study: Any, running: bool) -> int:
+    """Trials that count toward ``--trials``: complete, pruned, failed on their values; with ``running``,
+    also those running now."""
+    from optuna.trial import TrialState
+
+    states = [TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL] + ([TrialState.RUNNING] if running else [])
+    return sum(1 for trial in study.get_trials(deepcopy=False, states=tuple(states))
+               if trial.state != TrialState.FAIL or "error" in trial.user_attrs)
+
+
+def trial_dirs(study_dir: str) -> List[str]:
+    return sorted(name for name in os.listdir(study_dir) if name.startswith("trial_"))
+
+
+def trial_overrides(spec: Any, params: Mapping[str, Any]) -> List[str]:
+    return [dist.override(params[dist.key]) for dist in spec.space if dist.key in params]

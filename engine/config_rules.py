@@ -1,0 +1,90 @@
+"""Value rules for config keys, declared by the code that reads the keys and checked at compile time.
+
+``compile_config`` checks the engine's own sections (``env`` counts, ``ckpt``, ``log``, ``ddp``, ``dataset``)
+with ``engine.config.ENGINE_RULES``; a policy class checks ``policy.*`` with the rules it declares
+(``Policy.config_rules``). The mechanism is here, so that every rule is worded alike; no key of an algorithm
+is named in ``engine``.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Tuple
+
+__all__ = ["ValueRules", "lookup", "not_one_of"]
+
+
+def lookup(cfg: Mapping[str, Any], path: str) -> Any:
+    """The value at dotted ``path`` of ``cfg``, or None where a section or the key is absent."""
+    node: Any = cfg
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def not_one_of(path: str, value: Any, choices: Tuple[str, ...]) -> str:
+    """The message for a word a key does not take, with the closest one it does."""
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.4)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{path}={value!r} is not one of {', '.join(map(repr, choices))}{hint}"
+
+
+@dataclass(frozen=True)
+class ValueRules:
+    """Ranges and words of dotted config keys; a key absent from the config is not checked. ``a + b`` holds
+    both sets of rules.
+
+    Attributes:
+        at_least_one: counts and sizes (0 would train nothing or not run).
+        positive: rates and sizes that must be > 0.
+        not_negative: values where 0 turns a feature off.
+        unit_interval: fractions in [0, 1].
+        choices: the words each key takes.
+
+    Examples:
+        >>> ValueRules(at_least_one=("policy.nstep",)).check({"policy": {"nstep": 0}})
+        Traceback (most recent call last):
+        ...
+        engine.config.ConfigError: config key 'policy.nstep' is 0: it must be at least 1 (with 0 the run would not run)
+    """
+
+    at_least_one: Tuple[str, ...] = ()
+    positive: Tuple[str, ...] = ()
+    not_negative: Tuple[str, ...] = ()
+    unit_interval: Tuple[str, ...] = ()
+    choices: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+
+    def __add__(self, other: "ValueRules") -> "ValueRules":
+        return ValueRules(self.at_least_one + other.at_least_one, self.positive + other.positive,
+                          self.not_negative + other.not_negative, self.unit_interval + other.unit_interval,
+                          {**self.choices, **other.choices})
+
+    def check(self, cfg: Mapping[str, Any]) -> None:
+        """Raises ``engine.config.ConfigError`` naming the first key that breaks its rule and the fix."""
+        from .config import ConfigError
+
+        for path in self.at_least_one:
+            value = lookup(cfg, path)
+            if value is not None and value < 1:
+                raise ConfigError(f"config key {path!r} is {value!r}: it must be at least 1 (with {value!r} the run "
+                                  f"would {'train nothing' if 'learn' in path or 'replay' in path else 'not run'})")
+        for path in self.positive:
+            value = lookup(cfg, path)
+            if value is not None and not value > 0:
+                what = ("a learning rate must be > 0 (with {v!r} the run would train nothing)" if "learning_rate" in path
+                        else "it must be > 0").format(v=value)
+                raise ConfigError(f"config key {path!r} is {value!r}: {what}")
+        for path in self.not_negative:
+            value = lookup(cfg, path)
+            if value is not None and value < 0:
+                raise ConfigError(f"config key {path!r} is {value!r}: it must be >= 0 (0 turns it off)")
+        for path in self.unit_interval:
+            value = lookup(cfg, path)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ConfigError(f"config key {path!r} is {value!r}: it must lie in [0, 1]")
+        for path, words in self.choices.items():
+            value = lookup(cfg, path)
+            if value is not None and value not in words:
+                raise ConfigError(not_one_of(path, value, words))

@@ -1,0 +1,144 @@
+"""The running statistics a policy keeps, and what it does with them (``policies.obs_norm`` holds the statistics).
+
+- ``policy.obs_norm``: observations are normalised before every network (``norm_obs``) with statistics that
+  the collect mode updates (``observing`` wraps its forward: collected observations only, random warm-up
+  steps included; the eval mode never updates them), sent with ``acting_weights()``, frozen inside
+  ``greedy_module()`` (``frozen_obs_norm``).
+- PPO's ``policy.reward_norm``: the return statistics of reward scaling, which PPO assigns to ``reward_norm``.
+
+Both are merged across ranks once per iteration (``merge``) and checkpointed under their config key; a
+checkpoint whose statistics do not match the config's switches is refused before anything is loaded
+(``check_state``).
+
+A policy composes one ``Normalisation`` (``policy.normalisation``); one that routes its observations through
+``norm_obs`` says so with ``supports_obs_norm = True``, and the others refuse ``policy.obs_norm=True``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from .obs_norm import ObsNormMismatchError, RunningObsNorm
+
+__all__ = ["Normalisation", "OBS_NORM_PREFIX"]
+
+#: the keys of the observation statistics among ``acting_weights()``
+OBS_NORM_PREFIX = "obs_norm:"
+
+
+class Normalisation:
+    """A policy's running statistics: ``obs_norm`` and ``reward_norm`` (``RunningObsNorm``, or None when off).
+
+    Examples:
+        >>> norm = Normalisation()
+        >>> x = torch.ones(2, 3)
+        >>> norm.norm_obs(x) is x, norm.kept()
+        (True, {})
+    """
+
+    def __init__(self, obs_norm: Optional[RunningObsNorm] = None) -> None:
+        self.obs_norm = obs_norm
+        self.reward_norm: Optional[RunningObsNorm] = None
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], observation_space: gym.Space, policy_cls: type,
+                    device: torch.device) -> "Normalisation":
+        """With ``obs_norm`` on ``device`` when ``cfg.obs_norm`` is on.
+
+        Raises:
+            ValueError: the policy does not normalise, learns offline, or the observations are not flat floats.
+        """
+        if not cfg.get("obs_norm", False):
+            return cls()
+        name = policy_cls.__name__
+        if policy_cls.pipeline == "offline":
+            raise ValueError(f"policy.obs_norm=True: {name} learns offline from a dataset, and the statistics "
+                             f"are updated from collected observations only; set policy.obs_norm=False "
+                             f"(normalise the dataset's observations instead)")
+        if not policy_cls.supports_obs_norm:
+            raise ValueError(f"policy.obs_norm=True: {name} does not normalise observations (policies that "
+                             f"do: ppo, a2c, sac, td3, ddpg); set policy.obs_norm=False")
+        shape = getattr(observation_space, "shape", None) or ()
+        if not isinstance(observation_space, gym.spaces.Box) or len(shape) != 1:
+            raise ValueError(f"policy.obs_norm=True needs flat Box observations (a vector per step), got "
+                             f"{observation_space}; set policy.obs_norm=False")
+        return cls(RunningObsNorm(shape, cfg.get("obs_norm_clip", 10.0)).to(device))
+
+    # ---- observations --------------------------------------------------------------------------------
+    def norm_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` normalised by the statistics (``policy.obs_norm``), or as it is."""
+        return obs if self.obs_norm is None else self.obs_norm(obs)
+
+    def observing(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (the collect forward), which first adds its observations to the pending statistics when
+        ``policy.obs_norm`` is on; ``fn`` itself otherwise."""
+        if self.obs_norm is None:
+            return fn
+        norm = self.obs_norm
+
+        def observing(obs: Any, *args: Any, **kwargs: Any) -> Any:
+            norm.observe(obs if isinstance(obs, torch.Tensor) else np.asarray(obs))
+            return fn(obs, *args, **kwargs)
+
+        return observing
+
+    def frozen_obs_norm(self) -> Optional[torch.nn.Module]:
+        """The normalisation as it stands, for ``greedy_module`` (``GreedyActor(preprocess=...)``), or None."""
+        return None if self.obs_norm is None else self.obs_norm.frozen()
+
+    # ---- every statistic -----------------------------------------------------------------------------
+    def kept(self) -> Dict[str, RunningObsNorm]:
+        """The statistics kept, by state key: ``obs_norm`` and ``reward_norm`` when on."""
+        return {key: norm for key, norm in (("obs_norm", self.obs_norm), ("reward_norm", self.reward_norm))
+                if norm is not None}
+
+    def merge(self) -> None:
+        """Merge what was collected since the last call (all ranks' under DDP: one all-reduce per statistic)."""
+        for norm in self.kept().values():
+            norm.merge()
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {key: norm.state_dict() for key, norm in self.kept().items()}
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """The checkpoint's running statistics and the config's switches agree (``policy.obs_norm``,
+        ``policy.reward_norm``).
+
+        Raises:
+            ObsNormMismatchError: naming the switch and both fixes.
+        """
+        kept = self.kept()
+        for key, what in (("obs_norm", "observation-normalisation"), ("reward_norm", "reward-scaling")):
+            if key in kept and key not in state:
+                raise ObsNormMismatchError(
+                    f"the checkpoint holds no {what} statistics (it was written by a run without policy.{key}, or "
+                    f"by an older baton), but this config sets policy.{key}=True: load it with policy.{key}=False "
+                    f"(the override policy.{key}=false), or train a new run with it")
+            if key not in kept and key in state:
+                raise ObsNormMismatchError(
+                    f"the checkpoint holds {what} statistics (its run set policy.{key}=True), but this config has "
+                    f"policy.{key}=False, so it would not act or learn as that run did: load it with "
+                    f"policy.{key}=True (the override policy.{key}=true)")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for key, norm in self.kept().items():
+            norm.load_state_dict(state[key])
+
+    # ---- acting weights ------------------------------------------------------------------------------
+    def acting_weights(self) -> Dict[str, np.ndarray]:
+        """The observation statistics as numpy copies, under keys no model has (``OBS_NORM_PREFIX``)."""
+        if self.obs_norm is None:
+            return {}
+        return {OBS_NORM_PREFIX + name: tensor.detach().to("cpu", copy=True).numpy()
+                for name, tensor in self.obs_norm.state_dict().items()}
+
+    def load_acting_weights(self, weights: Mapping[str, Any]) -> Dict[str, Any]:
+        """Load the observation statistics among ``weights``; returns the others (the model's)."""
+        stats = {name[len(OBS_NORM_PREFIX):]: torch.as_tensor(value) for name, value in weights.items()
+                 if name.startswith(OBS_NORM_PREFIX)}
+        if self.obs_norm is not None:
+            self.obs_norm.load_state_dict(stats)
+        return {name: value for name, value in weights.items() if not name.startswith(OBS_NORM_PREFIX)}

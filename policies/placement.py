@@ -1,0 +1,180 @@
+"""Where a policy's model lives and what each mode acts with (``policy.device``, ``policy.cuda``).
+
+The learner works on one device. Collection and evaluation act on theirs (``policy.device.collect`` /
+``.eval``); a mode given its own device acts through its own copy of the model (modes on one device share
+it). A copy is built on the host and moved to its device once, and ``refresh`` copies the learner's weights
+into it through host memory, so nothing meant for one GPU passes through another.
+
+A policy composes one ``Placement`` (``policy.placement``) and builds its model through it::
+
+    self.model = self.placement.build(lambda: QNetwork(...))   # on the learner's device
+    model = self.placement.actor("collect")                      # what the collect mode acts with
+
+Examples:
+    >>> placement = Placement({"device": {"collect": "cpu"}})
+    >>> model = placement.build(lambda: torch.nn.Linear(2, 1))
+    >>> placement.separate, placement.actor("collect") is model, placement.actor("eval") is model
+    (True, False, True)
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import numpy as np
+import torch
+
+from .noisy import set_noise
+
+__all__ = ["Placement", "DeviceGenerators", "host_state", "to_numpy"]
+
+logger = logging.getLogger(__name__)
+
+#: the modes that act, each on its own device or the learner's
+ACTING_MODES = ("collect", "eval")
+
+
+class Placement:
+    """The learner's device, each acting mode's device, and the acting copies of the model.
+
+    Args:
+        cfg: the policy section (reads ``cuda`` and ``device``).
+        device: the learner's device, overriding ``policy.device.learn`` and ``cfg.cuda`` (the ddp runtime
+            passes each rank's device).
+
+    Attributes:
+        device: the learner's device (``cuda`` as ``cuda:N``).
+        mode_devices: ``{"collect": device, "eval": device}``.
+        model: the learner's model (``build``).
+        noise: whether noisy layers of acting copies built from now on draw noise (``Policy.set_noise``).
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], device: Optional[str | torch.device] = None) -> None:
+        from engine.devices import parse_device
+
+        dev_cfg = dict(cfg.get("device") or {})
+        learn = dev_cfg.get("learn")
+        if device is not None:
+            self.device = _indexed(torch.device(device))
+            if learn is not None and torch.device(parse_device(learn, "policy.device.learn")) != self.device:
+                logger.warning("policy.device.learn=%r is ignored: this process learns on %s (its DDP rank's "
+                               "device)", learn, self.device)
+        elif learn is not None:
+            self.device = _indexed(torch.device(parse_device(learn, "policy.device.learn")))
+        else:
+            self.device = _indexed(_device_from_cfg(cfg))
+        # a mode given its own device acts through its own copy of the model (even on the learner's device:
+        # then refresh_every > 1 acts with weights that lag the learner's, by choice)
+        self._copied_modes = {mode for mode in ACTING_MODES if dev_cfg.get(mode) is not None}
+        self.mode_devices: Dict[str, torch.device] = {
+            mode: _indexed(torch.device(parse_device(dev_cfg[mode], f"policy.device.{mode}")))
+            if mode in self._copied_modes else self.device for mode in ACTING_MODES}
+        self.model: torch.nn.Module
+        self.noise = True
+        self._factory: Optional[Callable[[], torch.nn.Module]] = None
+        self._copies: Dict[torch.device, torch.nn.Module] = {}  # acting copies, by device
+        self._by_mode: Dict[str, torch.nn.Module] = {}           # the model each acting mode uses
+
+    def build(self, factory: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        """The learner's model, built with ``factory`` on the host and moved to ``device``; acting copies for
+        other devices are built with ``factory`` too."""
+        self._factory = factory
+        self.model = factory().to(self.device)
+        return self.model
+
+    @property
+    def separate(self) -> bool:
+        """Whether collection or evaluation acts through its own copy (``policy.device.collect`` or ``.eval``)."""
+        return bool(self._copied_modes)
+
+    def actor(self, mode: str) -> torch.nn.Module:
+        """The model ``mode`` ("collect" or "eval") acts with: the learner's own, or a copy on its device."""
+        actor = self._by_mode.get(mode)
+        if actor is None:
+            device = self.mode_devices[mode]
+            if mode not in self._copied_modes:
+                actor = self.model
+            elif device in self._copies:
+                actor = self._copies[device]
+            else:
+                actor = self._factory().requires_grad_(False)  # built on the host ...
+                actor.load_state_dict(host_state(self.model))
+                set_noise(actor, self.noise)
+                actor = self._copies[device] = actor.to(device)  # ... and moved once to its own device
+            self._by_mode[mode] = actor
+        return actor
+
+    def model_for(self, mode: str) -> torch.nn.Module:
+        """The model ``mode`` runs: the learner's for "learn", else ``actor(mode)``."""
+        return self.model if mode == "learn" else self.actor(mode)
+
+    def device_for(self, mode: str) -> torch.device:
+        """``mode``'s device: the learner's for "learn"."""
+        return self.device if mode == "learn" else self.mode_devices[mode]
+
+    @property
+    def copies(self) -> List[torch.nn.Module]:
+        """The acting copies built so far."""
+        return list(self._copies.values())
+
+    def refresh(self) -> None:
+        """Copy the learner's weights into the acting copies, through host memory (in place: numpy acting
+        views of their weights stay valid)."""
+        if self._copies:
+            state = host_state(self.model)
+            for actor in self._copies.values():
+                actor.load_state_dict(state)
+
+
+class DeviceGenerators:
+    """A torch generator per device for a policy's own random draws on tensors (exploration on a device env's
+    observations), each seeded once from ``rng``: a policy whose ``rng`` is drawn from torch's keeps
+    collection reproducible under ``torch.manual_seed``.
+
+    Examples:
+        >>> generators = DeviceGenerators(np.random.default_rng(0))
+        >>> generators.on(torch.device("cpu")) is generators.on(torch.device("cpu"))
+        True
+    """
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._on: Dict[torch.device, torch.Generator] = {}
+
+    def on(self, device: torch.device) -> torch.Generator:
+        generator = self._on.get(device)
+        if generator is None:
+            generator = self._on[device] = torch.Generator(device).manual_seed(int(self._rng.integers(0, 2**62)))
+        return generator
+
+
+def host_state(model: torch.nn.Module, copy: bool = False) -> Dict[str, torch.Tensor]:
+    """The model's state on the host; ``copy``: always new tensors (else a CPU model's own are returned)."""
+    return {k: v.detach().to("cpu", copy=copy) for k, v in model.state_dict().items()}
+
+
+def to_numpy(*tensors: torch.Tensor) -> tuple:
+    """Several tensors as numpy arrays with one wait for their device: the copies to the host are queued
+    together (``non_blocking``) and the stream is synchronised once, where ``.cpu()`` on each would wait for
+    the device once per tensor (three times a vector step in PPO's acting)."""
+    if all(t.device.type == "cpu" for t in tensors):
+        return tuple(t.numpy() for t in tensors)
+    host = [t.to("cpu", non_blocking=True) for t in tensors]
+    for device in {t.device for t in tensors if t.device.type == "cuda"}:
+        torch.cuda.current_stream(device).synchronize()
+    return tuple(h.numpy() for h in host)
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """``cuda`` as ``cuda:N`` (the current GPU): tensors report an index, and the device check compares."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _device_from_cfg(cfg: Mapping[str, Any]) -> torch.device:
+    if cfg.get("cuda", False):
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        logger.warning("policy.cuda=True but CUDA is not available: running on the CPU")
+    return torch.device("cpu")

@@ -1,0 +1,62 @@
+"""The env's spaces against a policy's model: the shapes it declares, the action type it needs.
+
+Each algorithm checks the spaces it is built for at construction, so a mistake shows at start with both
+shapes named, not inside a matmul.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence
+
+import gymnasium as gym
+
+__all__ = ["SpaceMismatchError", "resolve_shape", "space_dims"]
+
+
+class SpaceMismatchError(ValueError):
+    """The model's declared shapes or the algorithm's action type do not fit the env's spaces."""
+
+
+def resolve_shape(cfg_model: Dict[str, Any], key: str, actual: Sequence[int] | int, policy: str,
+                  env_desc: str) -> Any:
+    """Fill ``cfg_model[key]`` from the env when None, or check it against the env.
+
+    Raises:
+        SpaceMismatchError: naming both shapes, so the mistake shows at start and not inside a matmul.
+    """
+    declared = cfg_model.get(key)
+    if declared is None:
+        cfg_model[key] = list(actual) if isinstance(actual, (tuple, list)) else actual
+        return cfg_model[key]
+    norm = lambda v: [int(x) for x in v] if isinstance(v, (tuple, list)) else [int(v)]  # noqa: E731
+    if norm(declared) != norm(actual):
+        raise SpaceMismatchError(f"policy.model.{key}={declared!r} of {policy} does not match the env "
+                                 f"{env_desc}: expected {actual!r}")
+    return declared
+
+
+
+def space_dims(observation_space: gym.Space, action_space: gym.Space, policy: str,
+               continuous: Optional[bool] = None, images: bool = False) -> tuple:
+    """``(obs_shape, action_dim, is_continuous)`` of Box observations (flat, or ``[C, H, W]`` image stacks
+    where ``images``) and a Discrete or Box action space.
+
+    Raises:
+        SpaceMismatchError: naming the policy, the space and what it needs.
+    """
+    ndim = len(getattr(observation_space, "shape", ()) or ())
+    if not isinstance(observation_space, gym.spaces.Box) or ndim not in ((1, 3) if images else (1,)):
+        raise SpaceMismatchError(f"policy {policy!r} needs a flat Box observation space"
+                                 f"{' or [C, H, W] images' if images else ''}, got {observation_space}")
+    if isinstance(action_space, gym.spaces.Discrete):
+        is_continuous, action_dim = False, int(action_space.n)
+    elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        is_continuous, action_dim = True, int(action_space.shape[0])
+    else:
+        raise SpaceMismatchError(f"policy {policy!r} does not support the action space {action_space}")
+    if continuous is True and not is_continuous:
+        raise SpaceMismatchError(f"policy {policy!r} needs a continuous (Box) action space, but the env's action "
+                                 f"space is {action_space}; use a discrete-action policy such as 'dqn' or 'ppo'")
+    if continuous is False and is_continuous:
+        raise SpaceMismatchError(f"policy {policy!r} needs a discrete action space, but the env's action space "
+                                 f"is {action_space}; use a continuous-action policy such as 'sac' or 'ppo'")
+    return tuple(int(d) for d in observation_space.shape), action_dim, is_continuous
