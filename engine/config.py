@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from easydict import EasyDict
 
-from .config_rules import ValueRules, lookup
+from .config_rules import ConfigError, ValueRules, lookup
 from .fileio import atomic_write_json
 from .registry import ENV_REGISTRY, POLICY_REGISTRY
 
@@ -24,10 +24,6 @@ __all__ = ["ConfigError", "compile_config", "check_values", "ENGINE_RULES", "Val
            "save_config", "base_config", "CONFIG_FILE"]
 
 CONFIG_FILE = "config.json"
-
-
-class ConfigError(ValueError):
-    """A config value or key that cannot be used; the message names the key path."""
 
 
 def base_config() -> Dict[str, Any]:
