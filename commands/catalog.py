@@ -1,20 +1,24 @@
 """What ``baton train --list-algos`` and ``--list-envs`` print, without importing a policy or an env.
 
 Asking the registries would import every policy (torch) and env family (gymnasium) for a table of names:
-seconds on a busy machine. The facts are kept here instead, one row per name that setup.py declares in the
-``baton.policies`` / ``baton.envs`` entry-point groups, and tests/pipelines/test_catalog.py checks each row
-against the registered class itself (the action spaces an algorithm builds on, its pipeline, an env family's
-id) and the gymnasium ids against gymnasium's registry, so a change on either side fails there.
+seconds on a busy machine. An algorithm is described by what its class declares (``pipeline``,
+``action_spaces``), read from its source file (``commands.class_facts``) for each name setup.py, or another
+installed package, declares in the ``baton.policies`` entry-point group: a new algorithm is listed truly with
+no row to add here. The env families' facts are kept here, one row per name of the ``baton.envs`` group;
+tests/pipelines/test_catalog.py checks both against the registered classes themselves and the gymnasium ids
+against gymnasium's registry, so a change on either side fails there.
 
-A name another installed package declares in those groups, without a row here, is listed too, with what
-the entry point says (its module) and ``?`` for what only importing it would tell.
+A name whose source cannot be read (an env family without a row) is listed too, with what the entry point
+says (its module) and ``?`` for what only importing it would tell.
 """
 from __future__ import annotations
 
 import importlib.util
 from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-__all__ = ["AlgoRow", "EnvFamilyRow", "ALGOS", "ENV_FAMILIES", "TORCH_ENVS", "GYM_TYPE", "ATARI_TYPE", "GYM_IDS",
+from .class_facts import declared_facts
+
+__all__ = ["EnvFamilyRow", "ENV_FAMILIES", "TORCH_ENVS", "GYM_TYPE", "ATARI_TYPE", "GYM_IDS",
            "describe_algos", "describe_envs"]
 
 #: the generic env type of ``--env`` (any gymnasium id with flat observations; commands/algo_env.py)
@@ -23,30 +27,10 @@ GYM_TYPE = "gym"
 ATARI_TYPE = "atari"
 
 
-class AlgoRow(NamedTuple):
-    discrete: bool    # builds on a flat observation with Discrete actions
-    continuous: bool  # ... with Box actions
-    pipeline: str     # the policy class's ``pipeline``: on_policy, off_policy or offline
-
-
 class EnvFamilyRow(NamedTuple):
     ids: str              # the gymnasium id of the family (its ``env_id``), or what ids it takes
     extra: Optional[str]  # the setup.py extra it needs, if any
 
-
-ALGOS: Dict[str, AlgoRow] = {
-    "a2c": AlgoRow(True, True, "on_policy"),     # advantage actor-critic
-    "bc": AlgoRow(True, True, "offline"),        # behaviour cloning
-    "cql": AlgoRow(True, False, "offline"),      # conservative Q-learning, discrete
-    "ddpg": AlgoRow(False, True, "off_policy"),  # TD3's special case: one critic, no delay, no smoothing
-    "dqn": AlgoRow(True, False, "off_policy"),
-    "ppo": AlgoRow(True, True, "on_policy"),
-    "ppo_lstm": AlgoRow(True, True, "on_policy"),  # recurrent PPO: an LSTM/GRU actor-critic for partial observability
-    "rainbow": AlgoRow(True, False, "off_policy"),  # DQN with C51, noisy layers, PER, n-step, dueling, double Q
-    "sac": AlgoRow(False, True, "off_policy"),
-    "td3": AlgoRow(False, True, "off_policy"),
-    "td3bc": AlgoRow(False, True, "offline"),
-}
 
 ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "ant": EnvFamilyRow("Ant-v5", "mujoco"),
@@ -79,14 +63,17 @@ _EXTRA_PROVIDES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py"}
 
 
 def describe_algos() -> str:
-    """The ``--list-algos`` table: each algorithm, the action spaces it takes and its pipeline."""
+    """The ``--list-algos`` table: each algorithm, the action spaces it takes and its pipeline, as its class
+    declares them."""
     lines = ["algo      discrete  continuous  pipeline"]
-    for name, module in _declared("baton.policies", ALGOS):
-        row = ALGOS.get(name)
-        if row is None:
-            lines.append(f"{name:<9} {'?':<9} {'?':<11} ? ({module})")
+    for name, target in _declared("baton.policies", {}):
+        facts = declared_facts(target, name, ("pipeline", "action_spaces")) if target else None
+        if not facts or "action_spaces" not in facts or "pipeline" not in facts:
+            lines.append(f"{name:<9} {'?':<9} {'?':<11} ? ({(target or '').partition(':')[0]})")
             continue
-        lines.append(f"{name:<9} {_yes(row.discrete):<9} {_yes(row.continuous):<11} {row.pipeline.replace('_', '-')}")
+        spaces = facts["action_spaces"]
+        lines.append(f"{name:<9} {_yes('discrete' in spaces):<9} {_yes('continuous' in spaces):<11} "
+                     f"{facts['pipeline'].replace('_', '-')}")
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from easydict import EasyDict
 
-from .config_rules import ValueRules, lookup
+from .config_rules import ConfigError, ValueRules, lookup
 from .fileio import atomic_write_json
 from .registry import ENV_REGISTRY, POLICY_REGISTRY
 
@@ -24,10 +24,8 @@ __all__ = ["ConfigError", "compile_config", "check_values", "ENGINE_RULES", "Val
            "save_config", "base_config", "CONFIG_FILE"]
 
 CONFIG_FILE = "config.json"
-
-
-class ConfigError(ValueError):
-    """A config value or key that cannot be used; the message names the key path."""
+#: ``ddp.bucket_cap_mb``'s default (torch's own), also the ddp middleware's when it is built by hand
+DDP_BUCKET_CAP_MB = 25.0
 
 
 def base_config() -> Dict[str, Any]:
@@ -67,7 +65,7 @@ def base_config() -> Dict[str, Any]:
             grace_s=20.0,           # a process still running this long after the signal exits then; 0: never
         ),
         ddp=dict(                   # docs/distributed.md, "Communication": when each of these helps
-            bucket_cap_mb=25.0,     # gradients per all-reduce bucket (torch's default); larger: fewer, bigger messages
+            bucket_cap_mb=DDP_BUCKET_CAP_MB,  # gradients per all-reduce bucket; larger: fewer, bigger messages
             static_graph=False,     # the same parameters take gradients in the same order every update
             gradient_as_bucket_view=False,  # gradients alias the buckets: one copy less, less memory
             comm_hook="none",       # gradient compression: "none" | "fp16" | "bf16" (nccl only) | "powersgd"

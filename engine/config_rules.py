@@ -11,7 +11,14 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Tuple
 
-__all__ = ["ValueRules", "lookup", "not_one_of"]
+__all__ = ["ConfigError", "ValueRules", "lookup", "not_one_of"]
+
+
+class ConfigError(ValueError):
+    """A config value or key that cannot be used; the message names the key path (``engine.config`` re-exports
+    it: ``from engine.config import ConfigError``)."""
+
+    __module__ = "engine.config"  # where users import it from, and what tracebacks and doctests name
 
 
 def lookup(cfg: Mapping[str, Any], path: str) -> Any:
@@ -63,8 +70,6 @@ class ValueRules:
 
     def check(self, cfg: Mapping[str, Any]) -> None:
         """Raises ``engine.config.ConfigError`` naming the first key that breaks its rule and the fix."""
-        from .config import ConfigError
-
         for path in self.at_least_one:
             value = lookup(cfg, path)
             if value is not None and value < 1:

@@ -17,6 +17,8 @@ import os
 import re
 from typing import Any, Optional
 
+from .slurm import slurm_layout
+
 __all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device",
            "DeviceError", "size_torch_threads", "usable_cores"]
 
@@ -161,3 +163,26 @@ def size_torch_threads(requested: int = 0, local_world: Optional[int] = None) ->
         logger.info("torch uses %d intra-op thread%s (%s; set OMP_NUM_THREADS or torch_threads to choose)", count,
                     "s" if count != 1 else "", why)
     return count
+
+
+# ---- what the launcher told this process ----------------------------------------------------------
+DEFAULT_TIMEOUT_S = 90.0  # a hang ends the job within two minutes; BATON_DDP_TIMEOUT to change it
+
+
+def default_timeout() -> float:
+    """Seconds for the rendezvous and every collective: ``BATON_DDP_TIMEOUT``, else ``DEFAULT_TIMEOUT_S``."""
+    return float(os.environ.get("BATON_DDP_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+def launched_world_size() -> int:
+    """``WORLD_SIZE`` as set by a launcher, else the tasks of the srun step this process is one of (1 when
+    there is neither)."""
+    if "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    layout = slurm_layout()
+    return layout.world_size if layout is not None else 1
+
+
+def get_local_rank() -> int:
+    """``LOCAL_RANK`` as set by a launcher (0 without one)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))

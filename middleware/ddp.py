@@ -31,6 +31,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from engine.config import DDP_BUCKET_CAP_MB
 from engine.context import Context
 from engine.distributed import (DistributedError, all_gather_rows, broadcast_object, check_comm_hook,
                                 explain_failure, get_backend, get_rank, get_world_size, is_communication_error,
@@ -54,7 +55,7 @@ class DDPMiddleware:
     """
 
     def __init__(self, learn_mode: ModelOwner, find_unused_parameters: bool = False, *,
-                 bucket_cap_mb: float = 25.0, static_graph: bool = False, gradient_as_bucket_view: bool = False,
+                 bucket_cap_mb: float = DDP_BUCKET_CAP_MB, static_graph: bool = False, gradient_as_bucket_view: bool = False,
                  comm_hook: str = "none", powersgd_rank: int = 1) -> None:
         self.world_size = get_world_size()
         self.rank = get_rank()

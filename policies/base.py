@@ -32,6 +32,7 @@ of each env and returns the next one (``next_state``). The env loop that steps t
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import gymnasium as gym
@@ -72,8 +73,11 @@ class Policy:
             passes each rank's device).
     """
 
-    #: "off_policy" (replay buffer) or "on_policy" (learn on what was just collected)
+    #: the pipeline's shape (``pipelines.build.SHAPES``): "off_policy" (replay buffer), "on_policy" (learn on
+    #: what was just collected) or "offline" (a dataset)
     pipeline: str = "off_policy"
+    #: the action spaces it builds on: "discrete" (Discrete), "continuous" (Box); ``--list-algos`` prints them
+    action_spaces: Tuple[str, ...] = ()
     #: the env-step budget of a run built from defaults (``baton train --algo ... --env ...``) when none is
     #: given; None: the algorithm learns from a dataset (the offline pipeline's update budget applies)
     default_env_steps: Optional[int] = 1_000_000
@@ -127,28 +131,20 @@ class Policy:
         self.optimizer_step: OptimizerStep  # built by the algorithm over its parameters
         self.model: torch.nn.Module        # built by the algorithm: self.placement.build(factory)
         self._learn_wrapper: Optional[torch.nn.Module] = None  # learn_mode.model's wrapper (DDP), if any
-        self._learn_mode: Optional[LearnMode] = None
-        self._collect_mode: Optional[CollectMode] = None
-        self._eval_mode: Optional[EvalMode] = None
 
     # ---- the modes ---------------------------------------------------------------------------------
-    @property
+    # built at first use (an algorithm's __init__ is complete by then), then kept
+    @functools.cached_property
     def learn_mode(self) -> LearnMode:
-        if self._learn_mode is None:
-            self._learn_mode = LearnMode(self)
-        return self._learn_mode
+        return LearnMode(self)
 
-    @property
+    @functools.cached_property
     def collect_mode(self) -> CollectMode:
-        if self._collect_mode is None:
-            self._collect_mode = CollectMode(self)
-        return self._collect_mode
+        return CollectMode(self)
 
-    @property
+    @functools.cached_property
     def eval_mode(self) -> EvalMode:
-        if self._eval_mode is None:
-            self._eval_mode = EvalMode(self)
-        return self._eval_mode
+        return EvalMode(self)
 
     @property
     def learn_model(self) -> torch.nn.Module:

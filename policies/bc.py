@@ -34,6 +34,7 @@ class BCPolicy(Policy):
     """Behaviour cloning for discrete or continuous actions (``create_config.policy.type='bc'``)."""
 
     pipeline = "offline"
+    action_spaces = ("discrete", "continuous")
     default_env_steps = None
     eager_acting = "through numpy on the CPU (faster than torch for an MLP)"  # discrete actions
 

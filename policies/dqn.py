@@ -59,6 +59,7 @@ class QValuePolicy(Policy):
     ``_action_dim`` and ``_rng`` and writes its own update."""
 
     eager_acting = "through numpy on the CPU (faster than torch for an MLP)"
+    action_spaces = ("discrete",)
     config_rules = ValueRules(at_least_one=("policy.learn.target_update_freq",),
                               unit_interval=("policy.learn.target_theta",),
                               choices={"policy.learn.td_loss": ("huber", "mse")})

@@ -62,6 +62,7 @@ class PPOPolicy(Policy):
     """Proximal Policy Optimization (``create_config.policy.type='ppo'``)."""
 
     pipeline = "on_policy"
+    action_spaces = ("discrete", "continuous")
     algo = "PPO"
     supports_obs_norm = True
     config_rules = ValueRules(at_least_one=("policy.learn.epoch_per_collect",),

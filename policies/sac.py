@@ -84,6 +84,7 @@ class SACPolicy(Policy):
     """Soft Actor-Critic for continuous actions (``create_config.policy.type='sac'``)."""
 
     pipeline = "off_policy"
+    action_spaces = ("continuous",)
     supports_obs_norm = True
     config_rules = ValueRules(positive=("policy.learn.learning_rate_q", "policy.learn.learning_rate_policy",
                                         "policy.learn.learning_rate_alpha"),

@@ -101,6 +101,7 @@ class TD3Policy(Policy):
     """TD3 for continuous actions (``create_config.policy.type='td3'``)."""
 
     pipeline = "off_policy"
+    action_spaces = ("continuous",)
     supports_obs_norm = True
     #: the registered name and the label of messages (subclasses set their own)
     algo, label = "td3", "TD3"

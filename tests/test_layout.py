@@ -23,7 +23,12 @@ FORBIDDEN = {
     "commands": {"dizoo"},
     "dizoo": {"middleware", "policies"},
 }
-DISTRIBUTED_HOME = os.path.join("engine", "distributed.py")
+#: the distributed runtime, the one package that touches torch.distributed, and its one module of collectives
+DISTRIBUTED_HOME = os.path.join("engine", "distributed")
+COLLECTIVES_HOME = os.path.join(DISTRIBUTED_HOME, "collectives.py")
+COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast",
+               "broadcast_object_list", "barrier", "reduce", "reduce_scatter", "all_to_all", "gather", "scatter",
+               "send", "recv", "isend", "irecv", "monitored_barrier"}
 
 
 def _py_files(package):
@@ -77,10 +82,37 @@ def test_only_engine_distributed_touches_torch_distributed():
     for package in PACKAGES:
         for path in _py_files(package):
             rel = os.path.relpath(path, ROOT)
-            if rel == DISTRIBUTED_HOME:
+            if rel.startswith(DISTRIBUTED_HOME + os.sep):
                 continue
             offenders += [f"{rel}:{line} uses {what}" for line, what in _distributed_uses(_tree(path))]
-    assert not offenders, "only engine/distributed.py may use torch.distributed:\n" + "\n".join(offenders)
+    assert not offenders, "only engine/distributed/ may use torch.distributed:\n" + "\n".join(offenders)
+
+
+def _collective_calls(tree):
+    """Calls of a collective through ``torch.distributed`` or a name bound to it (``import torch.distributed as
+    dist``, at any depth)."""
+    aliases = {alias.asname for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+               if alias.name == "torch.distributed" and alias.asname}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in COLLECTIVES:
+            owner = node.func.value
+            if (isinstance(owner, ast.Name) and owner.id in aliases) or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "distributed"
+                    and isinstance(owner.value, ast.Name) and owner.value.id == "torch"):
+                yield node.lineno, node.func.attr
+
+
+def test_only_the_collectives_module_makes_collectives():
+    """Inside the runtime too, one module makes every collective (each behind the guard, on the backend's
+    device); the process group, the progress records and the hooks make none."""
+    offenders = []
+    for path in _py_files(DISTRIBUTED_HOME):
+        rel = os.path.relpath(path, ROOT)
+        if rel != COLLECTIVES_HOME:
+            offenders += [f"{rel}:{line} calls {name}" for line, name in _collective_calls(_tree(path))]
+    assert not offenders, "collectives belong in engine/distributed/collectives.py:\n" + "\n".join(offenders)
+    found = [name for _, name in _collective_calls(ast.parse("import torch.distributed as d\nd.all_reduce(x)\n"))]
+    assert found == ["all_reduce"]  # the check is not vacuous
 
 
 def test_distributed_check_catches_a_collective(tmp_path):

@@ -2,6 +2,7 @@
 gymnasium say."""
 from __future__ import annotations
 
+import doctest
 import re
 from importlib import metadata
 
@@ -9,20 +10,26 @@ import gymnasium as gym
 import pytest
 
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
-from commands import catalog
+from commands import catalog, class_facts
 from commands.algo_env import algo_support
+from commands.class_facts import declared_facts
 
 
 def _entry_point_names(group):
     return sorted(ep.name for ep in metadata.entry_points(group=group))
 
 
-def test_catalog_algos_match_the_policy_registry():
-    assert sorted(catalog.ALGOS) == _entry_point_names("baton.policies")
-    assert set(catalog.ALGOS) <= set(POLICY_REGISTRY.names())
-    for name, row in catalog.ALGOS.items():
-        assert algo_support(name) == {"discrete": row.discrete, "continuous": row.continuous}, name
-        assert POLICY_REGISTRY.get(name).pipeline == row.pipeline, name
+def test_each_algorithm_is_described_by_what_its_class_declares():
+    """--list-algos reads each registered class's ``pipeline`` and ``action_spaces`` from its source: the same
+    as the imported class says, and the action spaces are those it builds on."""
+    points = {ep.name: ep.value for ep in metadata.entry_points(group="baton.policies")}
+    assert set(points) <= set(POLICY_REGISTRY.names())
+    for name, target in points.items():
+        cls = POLICY_REGISTRY.get(name)
+        facts = declared_facts(target, name, ("pipeline", "action_spaces"))
+        assert facts == {"pipeline": cls.pipeline, "action_spaces": cls.action_spaces}, name
+        assert algo_support(name) == {kind: kind in cls.action_spaces for kind in ("discrete", "continuous")}, name
+        assert f"{name:<9} {'yes' if 'discrete' in cls.action_spaces else 'no':<9}" in catalog.describe_algos()
 
 
 def test_catalog_env_families_match_the_env_registry():
@@ -68,12 +75,25 @@ def test_catalog_gym_ids_are_gymnasiums_envs_that_fit(tmp_path, monkeypatch):
             assert all(_fits_env(env_id) for env_id in ids)
 
 
-def test_catalog_lists_a_declared_name_without_a_row(monkeypatch):
-    """A name an entry point declares (another package's policy) is listed without importing it."""
-    monkeypatch.delitem(catalog.ALGOS, "dqn")
+def test_catalog_lists_a_declared_name_it_cannot_read(monkeypatch):
+    """A name an entry point declares whose source cannot be read (another package's policy, installed without
+    its sources) is listed with question marks, without importing it."""
+    monkeypatch.setattr(catalog, "declared_facts", lambda target, name, facts: None if name == "dqn" else
+                        declared_facts(target, name, facts))
     monkeypatch.delitem(catalog.ENV_FAMILIES, "pendulum")
     assert "dqn       ?         ?           ? (policies.dqn)" in catalog.describe_algos()
+    assert "ppo       yes       yes         on-policy" in catalog.describe_algos()
     assert "pendulum     ? (dizoo.classic_control.pendulum.envs)" in catalog.describe_envs()
+
+
+def test_class_facts_follow_the_bases_and_the_imports():
+    """Rainbow declares neither fact (DQN's, two modules away); a2c is the second class of its module."""
+    assert declared_facts("policies.rainbow", "rainbow", ["pipeline", "action_spaces"]) == {
+        "pipeline": "off_policy", "action_spaces": ("discrete",)}
+    assert declared_facts("policies.ppo", "a2c", ["pipeline"]) == {"pipeline": "on_policy"}
+    assert declared_facts("policies.ppo", "no_such_algo", ["pipeline"]) is None
+    assert declared_facts("no_such_package.module", "dqn", ["pipeline"]) is None
+    assert doctest.testmod(class_facts).failed == 0
 
 
 @pytest.mark.parametrize("installed", [True, False])

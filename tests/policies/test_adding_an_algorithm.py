@@ -1,0 +1,45 @@
+"""docs/architecture.md, "Adding an algorithm": a policy written in a file of its own, outside the package,
+trains through the standard pipeline with nothing else changed (its config rules, its shape, its checkpoint,
+its row of --list-algos all come from the class)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from easydict import EasyDict
+
+from commands.class_facts import declared_facts
+from engine.config import ConfigError
+from pipelines import build_pipeline
+
+MODULE = "tiny_q"  # tests/policies/tiny_q.py, importable as the test files' directory is on the path
+
+
+def _config(tmp_path, **learn):
+    main = EasyDict(dict(exp_name=str(tmp_path / "tiny"), log=dict(progress=False),
+                         env=dict(collector_env_num=4, evaluator_env_num=2, n_evaluator_episode=2),
+                         policy=dict(learn=learn)))
+    create = EasyDict(dict(env=dict(type="cartpole"), policy=dict(type="tiny_q", import_names=[MODULE])))
+    return main, create
+
+
+def test_an_algorithm_in_its_own_file_trains_in_the_standard_pipeline(tmp_path):
+    with build_pipeline(_config(tmp_path), max_env_step=1024) as pipeline:
+        assert pipeline.names[4:8] == ["exploration", "collector", "pusher", "learner"]
+        summary = pipeline.run()
+    assert summary["env_step"] >= 1024 and summary["train_iter"] > 0
+    assert os.path.isfile(os.path.join(summary["run_dir"], "ckpt", "latest.pth.tar"))
+    resumed = build_pipeline(_config(tmp_path), max_env_step=1280, exp_name=summary["run_dir"], resume=True).run()
+    assert resumed["train_iter"] > summary["train_iter"]  # its state came back from its checkpoint
+
+
+def test_its_config_rules_are_its_own_declaration(tmp_path):
+    with pytest.raises(ConfigError, match=r"'policy.learn.grad_clip' is -1.0: it must be >= 0"):
+        build_pipeline(_config(tmp_path, grad_clip=-1.0), max_env_step=64)
+    assert not (tmp_path / "tiny_seed0").exists()
+
+
+def test_list_algos_reads_its_class():
+    assert declared_facts(f"{MODULE}:TinyQPolicy", "tiny_q", ("pipeline", "action_spaces")) == {
+        "pipeline": "off_policy", "action_spaces": ("discrete",)}
+    assert declared_facts(MODULE, "tiny_q", ("pipeline",)) == {"pipeline": "off_policy"}
