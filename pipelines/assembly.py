@@ -70,7 +70,7 @@ class RunRequest:
 
     main_config: Mapping[str, Any]
     create_config: Mapping[str, Any]
-    seed: int = 0
+    seed: Optional[int] = None
     max_env_step: Optional[int] = None
     max_train_iter: Optional[int] = None
     exp_name: Optional[str] = None
