@@ -106,7 +106,7 @@ def _command(argv: Optional[Sequence[str]]) -> Optional[str]:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser(_command(argv))
     args, extras = parser.parse_known_args(resume_last(argv))
-    take_overrides(args, extras, parser.error)
+    take_overrides(args, extras, parser.error, parser)
     if args.command == "tune":  # its KEY=DIST words are no overrides of one config
         from .tune import tune_main
 

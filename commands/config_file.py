@@ -27,6 +27,10 @@ def load_config_file(path: str) -> Tuple[Any, Any]:
     except SyntaxError as err:
         raise ValueError(f"config file {path}, line {err.lineno}: {err.msg} (a config is Python: main_config and "
                          f"create_config as dicts)") from err
+    except SystemExit as err:  # sys.exit() at the top level: it would end baton, silently, with its status
+        raise ValueError(f"config file {path} exits while it is read (sys.exit({err.code!r})): a config defines "
+                         f"main_config and create_config; put the code that runs it under "
+                         f"if __name__ == \"__main__\":") from None
     except Exception as err:  # the file's own code failed (an import, a name): the line in it, in one line
         raise ValueError(config_load_error(path, err)) from err
     missing = [name for name in ("main_config", "create_config") if name not in namespace]

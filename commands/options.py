@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import difflib
 import logging
 import os
 import sys
@@ -35,7 +36,8 @@ __all__ = ["configure_logging", "add_train_options", "parse_train_args", "take_o
 
 
 def add_train_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("-s", "--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("-s", "--seed", type=int, default=None,
+                        help="base seed (default: the config's seed, a seed=N override, else 0)")
     parser.add_argument("--max-env-step", type=int, default=None, help="stop after this many env steps")
     parser.add_argument("--max-train-iter", type=int, default=None, help="stop after this many updates")
     parser.add_argument("--exp-name", default=None,
@@ -101,13 +103,15 @@ def resume_last(argv: Optional[Sequence[str]]) -> List[str]:
 def parse_train_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description="Train the pipeline of this config.")
     args, extras = add_train_options(parser).parse_known_args(resume_last(argv))
-    take_overrides(args, extras, parser.error)
+    take_overrides(args, extras, parser.error, parser)
     check_launch_options(args, parser.error)
     return args
 
 
-def take_overrides(args: argparse.Namespace, extras: Sequence[str], error: Any) -> None:
-    """Add the ``KEY=VALUE`` words argparse left over to ``args.overrides``; any other leftover is an error.
+def take_overrides(args: argparse.Namespace, extras: Sequence[str], error: Any,
+                   parser: Optional[argparse.ArgumentParser] = None) -> None:
+    """Add the ``KEY=VALUE`` words argparse left over to ``args.overrides``; any other leftover is an error,
+    which names the option meant when one of ``parser``'s is close (``--nprocs``: did you mean ``--nproc``).
 
     argparse matches a ``nargs="*"`` positional once, so ``a=1 --seed 1 b=2`` leaves ``b=2`` unparsed; taking
     it here lets overrides and options mix in any order (torch.distributed.launch's ``--local-rank=N`` is an
@@ -119,9 +123,29 @@ def take_overrides(args: argparse.Namespace, extras: Sequence[str], error: Any) 
         extras, args.resume = [args.resume] + list(extras), True
     stray = [word for word in extras if word.startswith("-") or "=" not in word]
     if stray or (extras and not hasattr(args, "overrides")):
-        error(f"unrecognized arguments: {' '.join(stray or extras)}")
+        error(f"unrecognized arguments: {' '.join(stray or extras)}{_option_hint(stray, parser)}")
     if extras:
         args.overrides = list(args.overrides) + list(extras)
+
+
+def _option_hint(words: Sequence[str], parser: Optional[argparse.ArgumentParser]) -> str:
+    """``"; did you mean --nproc?"`` for the first of ``words`` close to an option of ``parser`` (or of its
+    commands), else ""."""
+    if parser is None:
+        return ""
+    options, parsers = set(), [parser]
+    while parsers:
+        current = parsers.pop()
+        for action in current._actions:  # argparse keeps no public list of a parser's options
+            options.update(s for s in action.option_strings if s.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    for word in words:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], sorted(options), n=1, cutoff=0.75)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
 
 
 def check_launch_options(args: argparse.Namespace, error: Any) -> None:
@@ -250,12 +274,23 @@ def _report(summary: dict) -> None:
     if not summary:
         return
     where = f"[rank {summary['rank']}/{summary['world_size']}] " if summary.get("world_size", 1) > 1 else ""
-    print(f"baton: {where}{summary['stop_reason']}: eval_return={summary['eval_return']} "
-          f"best_eval_return={summary['best_eval_return']} env_step={summary['env_step']} "
+    print(f"baton: {where}{summary['stop_reason']}: eval_return={_return(summary['eval_return'])} "
+          f"best_eval_return={_return(summary['best_eval_return'])} env_step={summary['env_step']} "
           f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f} "
           f"elapsed_s={summary.get('elapsed_s', float('nan')):.2f} run_dir={summary['run_dir']}", flush=True)
     if "profile" in summary and summary.get("rank", 0) == 0:
         print(f"baton: where the time went\n{profile_table(summary['profile'])}", flush=True)
+
+
+def _return(value: Any) -> str:
+    """An evaluation return in the final line: 6 significant digits, as ``baton tune`` prints them (the exact
+    value is in summary.json); None where no evaluation ran.
+
+    Examples:
+        >>> _return(84.31800864483375), _return(500.0), _return(-0.000123456789), _return(None)
+        ('84.318', '500', '-0.000123457', 'None')
+    """
+    return "None" if value is None else f"{value:.6g}"
 
 
 def _with_profile(input_cfg: Tuple[Any, Any]) -> Tuple[Any, Any]:

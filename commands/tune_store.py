@@ -49,7 +49,8 @@ def check_record(study: Any, spec: Any) -> None:
         return
     changed = [name for name in record if name != "config" and stored.get(name) != record[name]]
     if changed:
-        details = "; ".join(f"{name}: {_short(stored.get(name))} before, {_short(record[name])} now" for name in changed)
+        details = "; ".join(f"{name}: {_short(stored.get(name))} before, {_short(record[name])} now"
+                            for name in changed)
         raise TuneError(f"the study in {spec.study_dir} was run with other settings ({details}): continue it with the "
                         f"command that started it (only --trials and --jobs may change), or give --study-dir a new "
                         f"directory")

@@ -32,7 +32,7 @@ def run_jobs(spec: Any) -> int:
 
     context = multiprocessing.get_context("spawn")  # never fork a process that may hold threads or a lock
     lock = context.Lock()
-    processes = [context.Process(target=_job_main, args=(spec, worker, lock), name=f"baton-tune-{worker}")
+    processes = [context.Process(target=_job_main, args=(spec, worker, lock, os.getpid()), name=f"baton-tune-{worker}")
                  for worker in range(spec.jobs)]
     for process in processes:
         process.start()
@@ -54,8 +54,13 @@ def run_jobs(spec: Any) -> int:
     return sum(1 for process in processes if process.exitcode not in (0, None))
 
 
-def _job_main(spec: Any, worker: int, lock: Any) -> None:
-    """A ``--jobs`` process: its trials, then exit 0 (130 when interrupted)."""
+def _job_main(spec: Any, worker: int, lock: Any, tune_pid: int) -> None:
+    """A ``--jobs`` process: its trials, then exit 0 (130 when interrupted). It ends with the ``baton tune``
+    process that started it, even one killed by SIGKILL (its trial cut short, as by a preemption: run again by
+    the next command), rather than train on beside the trials that command would start."""
+    from engine.launcher import end_with
+
+    end_with(tune_pid)
     try:
         interrupted = not _work(spec, worker, lock)
     except KeyboardInterrupt:

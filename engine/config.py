@@ -202,6 +202,10 @@ def check_values(cfg: Mapping[str, Any]) -> None:
         ConfigError: e.g. ``env.collector_env_num=0``, ``ddp.comm_hook='fp32'``.
     """
     ENGINE_RULES.check(cfg)
+    seed = cfg.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed={seed!r}: a seed is a whole number >= 0 (gymnasium's envs refuse negative ones): "
+                          f"give --seed N or seed=N with N >= 0")
     backend = lookup(cfg, "ddp.backend")
     if backend is not None and backend not in ("auto", "nccl", "gloo"):
         raise ConfigError(f"config key 'ddp.backend' is {backend!r}: use 'auto', 'nccl' (one GPU per process) or "

@@ -78,8 +78,8 @@ class ValueRules:
         for path in self.positive:
             value = lookup(cfg, path)
             if value is not None and not value > 0:
-                what = ("a learning rate must be > 0 (with {v!r} the run would train nothing)" if "learning_rate" in path
-                        else "it must be > 0").format(v=value)
+                what = (f"a learning rate must be > 0 (with {value!r} the run would train nothing)"
+                        if "learning_rate" in path else "it must be > 0")
                 raise ConfigError(f"config key {path!r} is {value!r}: {what}")
         for path in self.not_negative:
             value = lookup(cfg, path)

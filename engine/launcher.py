@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 from .distributed import DDPContext, DistributedError
 from .preemption import DEFAULT_SIGNALS, Preempted, exit_code, signal_number
 
-__all__ = ["launch", "check_rendezvous"]
+__all__ = ["launch", "check_rendezvous", "end_with"]
 
 # imported once by the fork server, not by every rank: the imports every training process makes that cost
 # seconds (torch, and torch._dynamo, which the optimizers import at their first step). Not DI-treetensor
@@ -86,8 +86,7 @@ def _spawned(local_rank: int, fn: Callable[..., Any], args: Sequence[Any], nproc
     os.environ.clear()
     os.environ.update(environ)
     signal.signal(signal.SIGINT, _interrupt_once)
-    _parent_death_signal(signal.SIGTERM)
-    _watch_launcher(launcher_pid)
+    end_with(launcher_pid)
     rank = node_rank * nprocs + local_rank
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nnodes * nprocs),
                       LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK=str(node_rank))
@@ -114,6 +113,14 @@ def _write_report(error_dir: str, rank: int, report: Dict[str, Any]) -> None:
     with open(f"{path}.{os.getpid()}.tmp", "w") as f:
         json.dump({"rank": rank, "time": time.time(), **report}, f)
     os.replace(f"{path}.{os.getpid()}.tmp", path)
+
+
+def end_with(pid: int) -> None:
+    """End this process as a preemption ends it (SIGTERM: a running pipeline writes ``latest`` and exits) when
+    the process ``pid`` that started it is gone, however it went (``kill -9`` included): a launcher's children
+    never outlive it (the ranks of ``launch``, the trial processes of ``baton tune --jobs``)."""
+    _parent_death_signal(signal.SIGTERM)
+    _watch_launcher(pid)
 
 
 def _watch_launcher(pid: int) -> None:

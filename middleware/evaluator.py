@@ -11,7 +11,10 @@ from engine.context import OnlineRLContext, StopReason
 from engine.protocols import EvalPolicy, VectorEnv, require
 
 __all__ = ["InteractionEvaluator", "evaluate_episodes", "NewEvaluation", "EvaluationCancelled", "evaluation_due",
-           "evaluation_output", "publish_evaluation"]
+           "evaluation_output", "publish_evaluation", "final_evaluation"]
+
+#: the stop reasons of a run that ran out of budget, which ``final_evaluation`` evaluates at
+BUDGETS = (StopReason.MAX_ENV_STEP, StopReason.MAX_TRAIN_ITER)
 
 
 class EvaluationCancelled(Exception):
@@ -126,12 +129,29 @@ class InteractionEvaluator:
         return evaluation_due(ctx, self._eval_freq)
 
     def __call__(self, ctx: OnlineRLContext) -> None:
-        if not self.should_evaluate(ctx):
-            return
+        if self.should_evaluate(ctx):
+            self.evaluate(ctx)
+
+    def evaluate(self, ctx: OnlineRLContext, stop_value: Optional[float] = None) -> None:
+        """Evaluate now and publish the result into ``ctx`` (finishing the run at ``stop_value``, by default
+        the evaluator's own)."""
         start = time.perf_counter()
         episodes = evaluate_episodes(self._loop, self._n_episode, self._seed + self._count * self._loop.num_envs)
         self._count += 1
         output = evaluation_output(episodes, train_iter=ctx.train_iter, env_step=ctx.env_step,
                                    duration=time.perf_counter() - start)
-        publish_evaluation(ctx, output, self._stop_value)
+        publish_evaluation(ctx, output, self._stop_value if stop_value is None else stop_value)
 
+
+def final_evaluation(evaluator: InteractionEvaluator) -> Callable[[OnlineRLContext], None]:
+    """Middleware for the end of a pipeline, after its termination stage: when the run ends at its budget
+    (``max_env_step``, ``max_train_iter``) with updates the last evaluation has not seen, the final weights are
+    evaluated once. The summary's ``eval_return``, progress.csv's last evaluation and the best checkpoint then
+    speak of the policy the run ends with, not of the one ``eval_freq`` updates before. It stops nothing: the
+    result is published without a stop value (the run has ended at its budget already)."""
+
+    def final_evaluation(ctx: OnlineRLContext) -> None:
+        if ctx.finish and ctx.stop_reason in BUDGETS and ctx.train_iter > max(ctx.last_eval_iter, 0):
+            evaluator.evaluate(ctx, stop_value=float("inf"))
+
+    return final_evaluation

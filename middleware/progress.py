@@ -1,4 +1,6 @@
-"""A progress bar for long runs (tqdm), on rank 0, off with ``log.progress=False`` or ``--no-progress``.
+"""A progress bar for long runs (tqdm), on rank 0, off with ``log.progress=False`` or ``--no-progress``, and
+drawn only on a terminal: where stderr is a file or a pipe (a cluster job's log, ``2> run.log``) it writes
+nothing, as tqdm's ``disable=None`` does, instead of a carriage-return update per refresh.
 
 It shows env steps (of the whole run: a resumed run's bar starts where the checkpoint stands), train
 iterations, the last evaluation and the run's two clocks by the names they have everywhere else,
@@ -34,7 +36,8 @@ class _ProgressBar:
             self._clock.start()  # its own clock only: a shared one started with the run
             self._shown = ctx.env_step
             self._bar = tqdm(total=self._total, initial=ctx.env_step, unit="step", desc="env steps",
-                             dynamic_ncols=True, bar_format=_WITH_TOTAL if self._total else _WITHOUT_TOTAL)
+                             dynamic_ncols=True, bar_format=_WITH_TOTAL if self._total else _WITHOUT_TOTAL,
+                             disable=None)  # None: drawn only where its stream is a terminal
         if ctx.total_step % self._every and not ctx.finish:
             return
         self._show(ctx)

@@ -14,7 +14,8 @@ all of them:
    start leaves none; ``pipelines.run_dir``), and a resumed run takes back its state (``pipelines.resume``);
 5. the stages: ``preemption``, ``shards`` (DDP), ``ddp``, ``summary``, ``evaluator`` (rank 0), the shape's
    middle, ``statistics`` (running observation statistics), ``refresh`` (acting copies on other devices),
-   ``checkpoint``, ``logger`` (rank 0), ``termination``, ``progress`` (rank 0).
+   ``checkpoint``, ``logger`` (rank 0), ``termination``, ``final_evaluation`` (rank 0; the last weights of a run
+   its budget ended, unless evaluation runs in the background), ``progress`` (rank 0).
 
 A new shape (multi-agent, say) is a ``Shape`` subclass and a row in ``pipelines.build.SHAPES``: it fills
 its data source and its middle stages; the head and tail stay here.
@@ -41,6 +42,7 @@ from engine.distributed import DDPContext, broadcast_object
 from engine.profile import StageProfile
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from middleware import RunSummary, actor_refresher, progress_bar, statistics_merger
+from middleware.evaluator import final_evaluation
 from middleware.summary import RunClock
 from policies.base import Policy, SpaceMismatchError
 
@@ -70,7 +72,7 @@ class RunRequest:
 
     main_config: Mapping[str, Any]
     create_config: Mapping[str, Any]
-    seed: int = 0
+    seed: Optional[int] = None
     max_env_step: Optional[int] = None
     max_train_iter: Optional[int] = None
     exp_name: Optional[str] = None
@@ -190,8 +192,9 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     ctx = context()
     saver = stages.checkpoint_saver(cfg, policy, saved_buffer, run.world_size) if run.main else None
     if resume:  # rank 0 reads the learn state (the ddp middleware shares it); every rank its replay and RNG
-        resume_run(cfg, policy, ctx, saved_buffer, saver, run.rank, run.world_size, empty_buffer=lambda: shape.empty_buffer(run),
-                   max_env_step=request.max_env_step, max_train_iter=request.max_train_iter)
+        resume_run(cfg, policy, ctx, saved_buffer, saver, run.rank, run.world_size,
+                   empty_buffer=lambda: shape.empty_buffer(run), max_env_step=request.max_env_step,
+                   max_train_iter=request.max_train_iter)
     evaluator = stages.evaluator(cfg, policy, evaluator_env, saver, run.world_size, background=background) \
         if run.main else None
     ddp = stages.ddp(cfg, policy)
@@ -222,6 +225,8 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
                         if run.main else None, name="logger", main_only=True)
     pipeline.append(stages.termination(cfg, request.max_env_step, request.max_train_iter, run.main,
                                        offline=shape.offline), name="termination")
+    if not background:  # the run's last weights evaluated once where a budget ends it (middleware.evaluator)
+        pipeline.append(final_evaluation(evaluator) if run.main else None, name="final_evaluation", main_only=True)
     if cfg.log.progress if request.progress is None else request.progress:
         pipeline.append(progress_bar(request.max_env_step, clock) if run.main else None, name="progress",
                         main_only=True)

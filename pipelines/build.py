@@ -22,6 +22,7 @@ The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [
     logger           (0) tensorboardX scalars (log.tensorboard), the same as rows of progress.csv (log.csv) and to
                      W&B / MLflow (log.wandb, log.mlflow)
     termination      max_env_step / max_train_iter
+    final_evaluation (0) where a budget ended the run, its last weights evaluated once (not with background evaluation)
     progress         (0) tqdm (log.progress)
 
 The shape is the policy class's ``pipeline`` (``SHAPES``); the head and tail are ``pipelines.assembly``'s.
@@ -48,7 +49,7 @@ ConfigPair = Tuple[Mapping[str, Any], Mapping[str, Any]]
 SHAPES: Dict[str, Type[Shape]] = {"off_policy": OffPolicyShape, "on_policy": OnPolicyShape, "offline": OfflineShape}
 
 
-def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[int] = None,
+def build_pipeline(input_cfg: ConfigPair, seed: Optional[int] = None, max_env_step: Optional[int] = None,
                    max_train_iter: Optional[int] = None, *, exp_name: Optional[str] = None,
                    resume: Union[bool, str] = False, force: bool = False, progress: Optional[bool] = None,
                    context: Optional[type] = None) -> Pipeline:
@@ -62,8 +63,8 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
 
     Args:
         input_cfg: ``(main_config, create_config)`` as in a dizoo config file.
-        seed: base seed. Rank r seeds torch, numpy and random with ``seed + r * RANK_SEED_OFFSET``, and its
-            collector env i with that plus i.
+        seed: base seed (None: the config's ``seed``, 0 unless it says otherwise). Rank r seeds torch, numpy
+            and random with ``seed + r * RANK_SEED_OFFSET``, and its collector env i with that plus i.
         max_env_step, max_train_iter: budgets (global env steps under DDP; for an offline policy, transitions
             drawn from the dataset); the run also stops at ``env.stop_value``.
         exp_name: the run directory, used as given. Without it the run writes to
@@ -94,7 +95,7 @@ def build_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[
                                progress, context), SHAPES)
 
 
-def serial_pipeline(input_cfg: ConfigPair, seed: int = 0, max_env_step: Optional[int] = None,
+def serial_pipeline(input_cfg: ConfigPair, seed: Optional[int] = None, max_env_step: Optional[int] = None,
                     max_train_iter: Optional[int] = None, *, exp_name: Optional[str] = None,
                     resume: Union[bool, str] = False, force: bool = False,
                     progress: Optional[bool] = None) -> Dict[str, Any]:

@@ -77,7 +77,8 @@ class OfflineShape(Shape):
         device = run.policy.device
         self.buffer = ReplayBuffer(capacity, EpochSampler(run.seed, device), RingStorage(capacity, device))
         if run.main or run.world_size == 1:
-            logger.info("dataset %r, %s", run.cfg.dataset.name, self.plan.describe(run.rank, self.dataset.episode_lengths))
+            logger.info("dataset %r, %s", run.cfg.dataset.name,
+                        self.plan.describe(run.rank, self.dataset.episode_lengths))
         learn = run.cfg.policy.learn
         self.fetcher = OfflineDataFetcher(lambda: self.dataset.transitions(self.episodes), self.buffer,
                                           batch_size=learn.batch_size, update_per_iter=learn.update_per_iter,

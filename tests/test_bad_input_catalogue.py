@@ -210,6 +210,8 @@ CLI = [
      r"a config is a Python file defining main_config and create_config.*\.yaml files are not read"),
     ("config syntax error", lambda tmp: ["train", "-c", _write(tmp, "c.py", "main_config = dict(\n")],
      r"c.py, line \d+: .*a config is Python"),
+    ("config that exits", lambda tmp: ["train", "-c", _write(tmp, "c.py", "import sys\nsys.exit(0)\n")],
+     r"config file .*c.py exits while it is read \(sys.exit\(0\)\): a config defines main_config"),
     ("config without create_config", lambda tmp: ["train", "-c", _write(tmp, "c.py", "main_config = {}\n")],
      r"does not define create_config"),
     ("node rank too high", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--nnodes", "2", "--node-rank", "3",
@@ -222,6 +224,12 @@ CLI = [
     ("nproc 0", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--nproc", "0"], r"--nproc 0: give at least 1 process"),
     ("check-ddp alone", lambda tmp: ["check-ddp", "-c", CARTPOLE_DQN, "--nproc", "1"], r"at least 2 processes"),
     ("unknown subcommand", lambda tmp: ["trian", "-c", CARTPOLE_DQN], r"invalid choice: 'trian'"),
+    ("misspelt option", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--nprocs", "2"],
+     r"unrecognized arguments: --nprocs; did you mean --nproc\?"),
+    ("negative seed", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--seed", "-5", "--exp-name", str(tmp / "r")],
+     r"baton: seed=-5: a seed is a whole number >= 0 .*give --seed N or seed=N with N >= 0"),
+    ("negative seed override", lambda tmp: ["train", "-c", CARTPOLE_DQN, "seed=-1", "--exp-name", str(tmp / "r")],
+     r"baton: seed=-1: a seed is a whole number >= 0"),
 ]
 
 

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import io
+import sys
+
+import pytest
+
 from engine import OnlineRLContext, Task
 from data.envs import make_vector_env
 from engine.registry import ENV_REGISTRY
@@ -44,7 +49,19 @@ def test_online_logger_writes_the_documented_scalars(tmp_path):
     assert writer.scalars["eval/episode_return_mean"] == [(20, 7.0)]  # against env_step
 
 
-def test_progress_bar_runs_and_closes(capsys):
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal, as an interactive shell's is."""
+
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_bar_is_drawn_on_a_terminal_only(terminal, monkeypatch):
+    """On a terminal the bar is drawn and closed at finish; into a file or a pipe (a job's log) it writes
+    nothing, rather than a carriage-return update per refresh."""
+    stderr = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
     task = Task()
     bar = progress_bar(total_env_step=40)
     with task.start(ctx=OnlineRLContext()):
@@ -52,7 +69,8 @@ def test_progress_bar_runs_and_closes(capsys):
         task.use(bar)
         task.run(max_step=4)
     assert bar._bar is None  # closed at finish
-    assert "env steps" in capsys.readouterr().err
+    assert ("env steps" in stderr.getvalue() and "40/40" in stderr.getvalue()) if terminal else \
+        stderr.getvalue() == ""
 
 
 def test_async_env_manager_steps_in_subprocesses():

@@ -2,6 +2,8 @@
 policy class's ``pipeline``; a new shape is a ``Shape`` subclass and a row in the table."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from engine.config import ConfigError
@@ -12,7 +14,7 @@ from pipelines.build import SHAPES
 from pipelines.online import OffPolicyShape
 from policies.dqn import DQNPolicy
 
-TAIL = ["checkpoint", "logger", "termination"]
+TAIL = ["checkpoint", "logger", "termination", "final_evaluation"]
 
 
 def test_each_shape_shares_the_head_and_tail(quick_cartpole_config):
@@ -21,8 +23,8 @@ def test_each_shape_shares_the_head_and_tail(quick_cartpole_config):
     with build_pipeline((main, create), max_env_step=64) as pipeline:
         names = pipeline.names
         assert names[:4] == ["preemption", "ddp", "summary", "evaluator"]
-        assert names[-3:] == TAIL
-        assert names[4:-3] == ["exploration", "collector", "pusher", "learner"]
+        assert names[-4:] == TAIL
+        assert names[4:-4] == ["exploration", "collector", "pusher", "learner"]
         assert pipeline.cfg.policy.type == "dqn" and pipeline.buffer is not None
         # wiring given at construction, not patched after it: the logger keeps the summary's clock
         assert pipeline["logger"].clock is pipeline["summary"].clock
@@ -41,7 +43,7 @@ def test_a_new_shape_is_a_row_in_the_table(quick_cartpole_config, monkeypatch):
     monkeypatch.setattr(DQNPolicy, "pipeline", "counting")
     shapes = dict(SHAPES, counting=CountingShape)
     with assemble(RunRequest(main, create, max_env_step=64), shapes) as pipeline:
-        assert pipeline.names[-5:] == ["learner", "counted"] + TAIL
+        assert pipeline.names[-6:] == ["learner", "counted"] + TAIL
         assert isinstance(pipeline.ctx, OnlineRLContext)
 
 
@@ -61,3 +63,18 @@ def test_a_context_of_another_shape_is_refused(quick_cartpole_config):
     with pytest.raises(TypeError, match="wants OnlineRLContext or a subclass"):
         build_pipeline((main, create), max_env_step=64, context=OfflineRLContext)
 
+
+def test_a_run_its_budget_ends_evaluates_its_last_weights_once(quick_cartpole_config):
+    """Issue 34: the summary's eval_return was the evaluation of eval_freq updates before the end. Now the
+    final weights are evaluated once after the last iteration, and every record of the run agrees."""
+    import csv
+
+    main, create = quick_cartpole_config
+    main.env.stop_value = 1e9  # only the budget ends it
+    main.policy.eval.evaluator.eval_freq = 1000  # one scheduled evaluation (after the first update)
+    summary = build_pipeline((main, create), max_env_step=320).run()
+    assert summary["stop_reason"] == "max_env_step" and summary["evaluations"] == 2
+    with open(os.path.join(summary["run_dir"], "progress.csv"), newline="") as f:
+        evaluated = [row for row in csv.DictReader(f) if row.get("eval/episode_return_mean")]
+    assert len(evaluated) == 2 and int(evaluated[-1]["train_iter"]) == summary["train_iter"]
+    assert float(evaluated[-1]["eval/episode_return_mean"]) == summary["eval_return"]

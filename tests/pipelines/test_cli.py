@@ -61,3 +61,11 @@ def test_load_config_file_requires_both_names(tmp_path):
 def test_load_config_file_does_not_run_main_block():
     main_config, create_config = load_config_file(CARTPOLE)
     assert create_config.policy.type == "dqn"
+
+
+def test_the_final_line_prints_returns_to_six_digits():
+    import doctest
+
+    import commands.options
+
+    assert doctest.testmod(commands.options).failed == 0

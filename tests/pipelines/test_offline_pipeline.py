@@ -105,7 +105,7 @@ def test_offline_pipeline_trains_evaluates_checkpoints_and_logs(recorded, tmp_pa
     main.policy.eval.evaluator.eval_freq = 20
     pipeline = build_pipeline((main, create), max_train_iter=60, exp_name=str(tmp_path / "run"))
     assert pipeline.names == ["preemption", "ddp", "summary", "evaluator", "fetcher", "learner", "checkpoint", "logger",
-                              "termination"]
+                              "termination", "final_evaluation"]
     summary = pipeline.run()
     assert summary["stop_reason"] in ("max_train_iter", "stop_value") and summary["train_iter"] >= 20
     assert summary["evaluations"] >= 1 and summary["dataset"] == "test/short-v0"

@@ -144,3 +144,15 @@ def test_dizoo_script_takes_overrides(tmp_path):
 def test_an_override_at_the_wrong_depth_names_the_full_path(cartpole, override, meant):
     with pytest.raises(ConfigError, match=meant):
         apply_overrides(*cartpole, [override])
+
+
+@pytest.mark.parametrize("argv,run_dir", [(["seed=3"], "cartpole_dqn_seed3"), (["seed=3", "--seed", "4"],
+                                                                                "cartpole_dqn_seed4")])
+def test_a_seed_override_is_the_run_seed_unless_seed_is_given(argv, run_dir, tmp_path, monkeypatch):
+    """``seed=N`` sets the run's seed as any other key (it was silently replaced by --seed's default, 0); an
+    explicit ``--seed`` wins over it."""
+    monkeypatch.chdir(tmp_path)
+    config = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
+    assert main(["train", "-c", config, "--max-env-step", "64", "--no-progress", "env.stop_value=none", *argv]) == 0
+    with open(tmp_path / run_dir / "config.json") as f:
+        assert json.load(f)["seed"] == int(run_dir[-1])

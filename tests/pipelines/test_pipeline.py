@@ -9,7 +9,7 @@ from engine import Context, OnlineRLContext
 from pipelines import Pipeline, StageError, build_pipeline
 
 OFF_POLICY = ["preemption", "ddp", "summary", "evaluator", "exploration", "collector", "pusher", "learner", "checkpoint",
-              "logger", "termination"]
+              "logger", "termination", "final_evaluation"]
 
 
 def test_standard_stages_off_and_on_policy(quick_cartpole_config):
@@ -21,7 +21,7 @@ def test_standard_stages_off_and_on_policy(quick_cartpole_config):
     ppo.exp_name, ppo.log = main.exp_name + "_ppo", dict(progress=True)
     with build_pipeline((ppo, copy.deepcopy(create_config))) as pipeline:
         assert pipeline.names == ["preemption", "ddp", "summary", "evaluator", "collector", "gae", "learner", "checkpoint",
-                                  "logger", "termination", "progress"]
+                                  "logger", "termination", "final_evaluation", "progress"]
 
 
 def test_inserted_middleware_runs_in_place_and_sees_the_learner_output(quick_cartpole_config):

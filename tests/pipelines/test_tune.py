@@ -276,3 +276,57 @@ def test_tune_continues_a_study_where_it_stopped(tmp_path, capsys, monkeypatch, 
     # another budget is another study
     assert main(_tune_argv(study_dir, trials=7, extra=["env.n_evaluator_episode=3"], prune=False)) == 2
     assert "was run with other settings (config_sha256:" in capsys.readouterr().err
+
+
+def _children(pid):
+    """The pids of ``pid``'s children (Linux /proc)."""
+    found = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found.update(int(p) for p in f.read().split())
+    return found
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_trial_processes_end_with_a_killed_tune_and_their_trials_are_cut_short(tmp_path):
+    """Issue 34: ``kill -9`` of ``baton tune --jobs 2`` left its two trial processes training (and the same
+    command then ran the trials again beside them). Now each ends with it, its trial cut short, as a preemption
+    cuts it: failed without an error, so the next command runs it again."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    study_dir = tmp_path / "study"
+    argv = [a if a != "256" else "1000000" for a in _tune_argv(study_dir, trials=2, jobs=2, extra=["env.stop_value=none"],
+                                                                    prune=False)]
+    tuner = subprocess.Popen([sys.executable, "-m", "commands", *argv], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.monotonic() + 180
+        while not all((study_dir / f"trial_{n}" / "config.json").exists() for n in (0, 1)):
+            assert tuner.poll() is None and time.monotonic() < deadline, "the trials never started"
+            time.sleep(0.2)
+        jobs = sorted(_children(tuner.pid))  # the trial processes (and the resource tracker they hold)
+        tuner.send_signal(signal.SIGKILL)
+        tuner.wait()
+        deadline = time.monotonic() + 60
+        while any(_alive(pid) for pid in jobs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in jobs if _alive(pid)], "trial processes outlived the killed tune"
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+        for pid in [pid for pid in locals().get("jobs", ()) if _alive(pid)]:  # a failed check leaves no orphan
+            os.kill(pid, signal.SIGKILL)
+    states = {t.number: (t.state, "error" in t.user_attrs) for t in _trials(study_dir)}
+    assert states == {0: (optuna.trial.TrialState.FAIL, False), 1: (optuna.trial.TrialState.FAIL, False)}
