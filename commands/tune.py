@@ -49,7 +49,8 @@ from engine.registry import UnknownTypeError
 from pipelines.run_dir import RunDirError, RunLock
 from .search_space import FORMS, Distribution, SearchSpaceError, split_search_words, value_text
 from .tune_store import (BEST_CONFIG, INSTALL, RECORD_ATTR, STUDY_FILE, STUDY_NAME, TuneError, check_record,
-                         counted_trials, load_optuna, requeue_cut_short, study_storage, trial_dirs, trial_overrides)
+                         counted_trials, load_optuna, open_study, requeue_cut_short, study_storage, trial_dirs,
+                         trial_overrides)
 from .tune_trials import TrialPruning, run_jobs
 from .user_errors import print_user_error
 
@@ -231,13 +232,14 @@ def run_study(spec: StudySpec) -> int:
     """
     optuna = load_optuna()
     db = os.path.join(spec.study_dir, STUDY_FILE)
-    if not os.path.exists(db) and os.path.isdir(spec.study_dir) and trial_dirs(spec.study_dir):
-        raise TuneError(f"{spec.study_dir} holds trial runs ({', '.join(trial_dirs(spec.study_dir)[:3])}, ...) but no "
-                        f"{STUDY_FILE}: it was deleted or moved; give this study another --study-dir")
+    empty = not os.path.exists(db) or os.path.getsize(db) == 0  # a 0-byte file holds no study either
+    if empty and os.path.isdir(spec.study_dir) and trial_dirs(spec.study_dir):
+        raise TuneError(f"{spec.study_dir} holds trial runs ({', '.join(trial_dirs(spec.study_dir)[:3])}, ...) but "
+                        f"{'an empty' if os.path.exists(db) else 'no'} {STUDY_FILE}: it was deleted, moved or cut "
+                        f"short; give this study another --study-dir")
     lock = RunLock.acquire(spec.study_dir)
     try:
-        study = optuna.create_study(storage=study_storage(spec), study_name=STUDY_NAME, direction="maximize",
-                                    load_if_exists=True)
+        study = open_study(optuna, spec, db)
         check_record(study, spec)
         retried = requeue_cut_short(study)
         done = counted_trials(study, running=False)

@@ -7,6 +7,7 @@ import os
 from typing import Any, List, Mapping
 
 __all__ = ["TuneError", "STUDY_FILE", "BEST_CONFIG", "STUDY_NAME", "RECORD_ATTR", "load_optuna", "study_storage",
+           "open_study",
            "check_record", "requeue_cut_short", "counted_trials", "trial_dirs", "trial_overrides"]
 
 STUDY_FILE = "study.db"
@@ -35,6 +36,23 @@ def study_storage(spec: Any) -> Any:
     import optuna
 
     return optuna.storages.RDBStorage(spec.storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
+
+
+def open_study(optuna: Any, spec: Any, db: str) -> Any:
+    """The study in ``db``, created when new.
+
+    Raises:
+        TuneError: ``db`` is not a readable study (a corrupt or truncated file), naming it and the fix.
+    """
+    try:
+        return optuna.create_study(storage=study_storage(spec), study_name=STUDY_NAME, direction="maximize",
+                                   load_if_exists=True)
+    except Exception as err:  # sqlalchemy's DatabaseError, optuna's StorageInternalError: a broken file
+        if not any(name in type(err).__module__ for name in ("sqlalchemy", "optuna", "sqlite3")):
+            raise
+        raise TuneError(f"{db} is not a study baton tune can read ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0][:200]}): move it aside (its trial runs stay in their "
+                        f"directories) and start the study again, or give --study-dir a new directory") from err
 
 
 def check_record(study: Any, spec: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import json
+import re
 import math
 import os
 import subprocess
@@ -330,3 +331,21 @@ def test_trial_processes_end_with_a_killed_tune_and_their_trials_are_cut_short(t
             os.kill(pid, signal.SIGKILL)
     states = {t.number: (t.state, "error" in t.user_attrs) for t in _trials(study_dir)}
     assert states == {0: (optuna.trial.TrialState.FAIL, False), 1: (optuna.trial.TrialState.FAIL, False)}
+
+
+@pytest.mark.parametrize("content,trial_runs,message", [
+    (b"not a database, " * 200, False, r"study.db is not a study baton tune can read \(DatabaseError: .*file is not "
+                                       r"a database\): move it aside"),
+    (b"", True, r"holds trial runs \(trial_0, \.\.\.\) but an empty study.db: it was deleted, moved or cut short"),
+], ids=["corrupt", "empty-beside-trials"])
+def test_a_broken_study_file_is_one_line(content, trial_runs, message, tmp_path, capsys):
+    """Issue 34: a corrupt study.db was an Optuna/SQLAlchemy traceback; an empty one beside an earlier study's
+    trials was taken for a new study whose every trial then failed on its run directory."""
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    (study_dir / tune.STUDY_FILE).write_bytes(content)
+    if trial_runs:
+        (study_dir / "trial_0").mkdir()
+    assert main(_tune_argv(study_dir, trials=1)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search("^baton: .*" + message, err)
