@@ -44,12 +44,13 @@ def _user_errors() -> Tuple[type, ...]:
     from engine.registry import UnknownTypeError
     from engine.slurm import SlurmEnvError
     from middleware.checkpoint import CheckpointError
-    from policies.base import SpaceMismatchError
+    from policies.base import NonFiniteLossError, SpaceMismatchError
 
     from pipelines.run_dir import RunDirError
 
     return (ConfigError, UnknownTypeError, RunDirError, CheckpointError, DiskFullError, DatasetError,
-            EmptyShardError, SpaceMismatchError, SlurmEnvError, UnknownEnvIdError, DeviceError)
+            EmptyShardError, SpaceMismatchError, SlurmEnvError, UnknownEnvIdError, DeviceError,
+            NonFiniteLossError)  # a loss a config value (a learning rate) made NaN: its message names the fix
 
 
 def __getattr__(name: str) -> Any:  # USER_ERRORS on first use (PEP 562): its classes import torch

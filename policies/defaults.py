@@ -36,6 +36,12 @@ def check_policy_section(cfg: Mapping[str, Any], rules: ValueRules) -> None:
     if lookup(cfg, "policy.model.encoder_hidden_size_list") == []:
         raise ConfigError("config key 'policy.model.encoder_hidden_size_list' is []: name at least one layer, "
                           "e.g. [64, 64]")
+    for key, sizes in (lookup(cfg, "policy.model") or {}).items():
+        if key.endswith("hidden_size_list") and isinstance(sizes, (list, tuple)):
+            bad = [size for size in sizes if isinstance(size, bool) or not isinstance(size, int) or size < 1]
+            if bad:
+                raise ConfigError(f"config key 'policy.model.{key}' is {list(sizes)!r}: each layer's width must be "
+                                  f"a whole number >= 1 (not {bad[0]!r}), e.g. [64, 64]")
     if isinstance(cfg.get("policy"), Mapping):
         accel_modes(cfg["policy"])
     size = lookup(cfg, "policy.other.replay_buffer.replay_buffer_size")

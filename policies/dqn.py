@@ -131,7 +131,7 @@ class DQNPolicy(QValuePolicy):
     pipeline = "off_policy"
     default_env_steps = 500_000
     config_rules = QValuePolicy.config_rules + ValueRules(
-        at_least_one=("policy.other.eps.decay",),
+        at_least_one=("policy.other.eps.decay",), unit_interval=("policy.other.eps.start", "policy.other.eps.end"),
         choices={"policy.other.eps.type": ("exp", "linear"), "policy.model.distribution": Q_DISTRIBUTIONS})
 
     @classmethod
