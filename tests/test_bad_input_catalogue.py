@@ -238,6 +238,11 @@ CLI = [
     ("learning rate 1e308", lambda tmp: ["train", "-c", CARTPOLE_DQN, "policy.learn.learning_rate=1e308",
                                          "--max-env-step", "3000", "--no-progress", "--exp-name", str(tmp / "r")],
      r"baton: dqn loss is (nan|inf|-inf) at update \d+; .*Lower policy.learn.learning_rate"),
+    ("replay beyond the machine", lambda tmp: ["train", "-c", CARTPOLE_DQN, "--no-progress", "--max-env-step", "3000",
+                                               "policy.other.replay_buffer.replay_buffer_size=1000000000000000",
+                                               "--exp-name", str(tmp / "r")],
+     r"baton: the replay storage \(1,000,000,000,000,000 transitions\) needs .* of host memory once full, more than "
+     r"this machine's .* GiB. Make policy.other.replay_buffer.replay_buffer_size smaller \(about [\d,]+ transitions"),
     ("negative seed override", lambda tmp: ["train", "-c", CARTPOLE_DQN, "seed=-1", "--exp-name", str(tmp / "r")],
      r"baton: seed=-1: a seed is a whole number >= 0"),
 ]

@@ -15,6 +15,7 @@ device memory it compares its bytes with the device's free memory (``ensure_fits
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch
@@ -95,14 +96,29 @@ def free_bytes(device: torch.device) -> Optional[int]:
     return free
 
 
-def ensure_fits(nbytes: int, device: torch.device, what: str) -> None:
+def host_memory_bytes() -> Optional[int]:
+    """The host's physical memory in bytes (None where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def ensure_fits(nbytes: int, device: torch.device, what: str, capacity: Optional[int] = None) -> None:
     """Raise before allocating ``nbytes`` on ``device`` if its free memory is smaller.
 
     Raises:
         ReplayMemoryError: giving the bytes needed and available, and the fix.
     """
     available = free_bytes(device)
-    if available is None:
+    if available is None:  # host memory, committed page by page: refused only where it can never be filled
+        total = host_memory_bytes()
+        if total is not None and nbytes > total:
+            raise ReplayMemoryError(
+                f"{what} needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB) of host memory once full, more than this "
+                f"machine's {total / 2**30:.2f} GiB. Make {SIZE_KEY} smaller (" + (
+                    f"about {capacity * total // nbytes:,} transitions fill it" if capacity else
+                    f"at most about {_fraction(total, nbytes)} of it fits") + ")")
         return
     if nbytes > available:
         raise ReplayMemoryError(

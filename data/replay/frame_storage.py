@@ -98,7 +98,7 @@ class FrameStackStorage:
     def _ensure_fits(self, frame_shape: tuple, dtype: torch.dtype, other_bytes: int) -> None:
         nbytes = self._frames_nbytes(frame_shape, dtype) + other_bytes
         ensure_fits(nbytes, self.device, f"the frame-stack replay storage ({self.capacity:,} transitions of "
-                                         f"{self.k} x {' x '.join(map(str, frame_shape))} frames)")
+                                         f"{self.k} x {' x '.join(map(str, frame_shape))} frames)", self.capacity)
 
     def _allocate(self, frame_shape: tuple, dtype: torch.dtype, rest_nbytes: int) -> None:
         """Frames and final stacks, after checking that they fit with the other fields (``rest_nbytes``)."""

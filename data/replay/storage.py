@@ -53,7 +53,8 @@ class RingStorage:
         return sum(self.capacity * v.shape[1:].numel() * v.element_size() for v in batch.values())
 
     def _allocate(self, batch: Mapping[str, torch.Tensor]) -> None:
-        ensure_fits(self.nbytes(batch), self.device, f"the replay storage ({self.capacity:,} transitions)")
+        ensure_fits(self.nbytes(batch), self.device, f"the replay storage ({self.capacity:,} transitions)",
+                    self.capacity)
         # torch.empty, not zeros: a slot is never read before it is written, and untouched pages of a large
         # buffer (gigabytes for Atari) then cost no resident memory until the ring reaches them
         self._fields = {k: torch.empty((self.capacity,) + tuple(v.shape[1:]), dtype=v.dtype, device=self.device)

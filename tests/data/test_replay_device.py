@@ -196,8 +196,11 @@ def test_free_bytes_reads_cuda_mem_get_info(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: calls.append(device) or (123, 456))
     assert free_bytes(torch.device("cuda", 0)) == 123 and calls == [torch.device("cuda", 0)]
-    assert free_bytes(torch.device("cpu")) is None  # host memory is committed page by page: not checked
-    ensure_fits(10 ** 15, torch.device("cpu"), "anything")
+    assert free_bytes(torch.device("cpu")) is None  # host memory is committed page by page: not checked ...
+    ensure_fits(10 ** 6, torch.device("cpu"), "anything")
+    with pytest.raises(ReplayMemoryError, match=r"needs 1,000,000,000,000,000 bytes .* of host memory once full, "
+                                                r"more than this machine's .* GiB. Make policy.other"):
+        ensure_fits(10 ** 15, torch.device("cpu"), "the replay storage")  # ... but never beyond the machine
     with pytest.raises(ReplayMemoryError, match="needs 124 bytes .* on cuda:0, which has 123 bytes"):
         ensure_fits(124, torch.device("cuda", 0), "the replay storage")
 
