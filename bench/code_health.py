@@ -175,9 +175,12 @@ def repeated_blocks(root: str) -> str:
     out = subprocess.run([tool, "--repo", root, "--most", "200", "--seconds", "60"], capture_output=True,
                          text=True, check=False).stdout
     rows = [line for line in out.splitlines() if re.match(r"\s*D\d+ ", line)]
-    library = [row for row in rows if all(side.strip().split(":")[0].split("/")[0] in LIBRARY
-                                          for side in row.split(" ", 1)[1].split(" ~ ")[:2])]
-    return f"{len(library)} (of {len(rows)} pairs in the whole tree)"
+    files = [[side.strip().split(" ")[0].split(":")[0] for side in row.split(" ", 1)[1].split(" ~ ")[:2]]
+             for row in rows]
+    library = [pair for pair in files if all(path.split("/")[0] in LIBRARY for path in pair)]
+    between = [pair for pair in library if pair[0] != pair[1]]
+    return (f"{len(between)} between two files, {len(library) - len(between)} within one "
+            f"(of {len(rows)} pairs in the whole tree)")
 
 
 def main() -> None:
@@ -203,7 +206,7 @@ def main() -> None:
           + "".join(f"\n  {path} {n}" for path, n in sorted(per_file.items())))
     print(f"isinstance branches on an observation's type in policies: {obs_type_branches(root)}")
     if not args.no_duplicates:
-        print(f"blocks of 6+ code lines repeated between library files: {repeated_blocks(root)}")
+        print(f"blocks of 6+ code lines repeated in library files: {repeated_blocks(root)}")
 
 
 if __name__ == "__main__":
