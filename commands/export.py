@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -35,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from engine.fileio import DiskFullError, atomic_write_path
 from policies.greedy import NotExportableError
 
 from .saved_run import CKPT_CHOICES, load_saved_run
@@ -80,7 +82,6 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
                                  f"observations export as one input tensor")
     module = policy.greedy_module().eval()
     example = _example(observation_space, 2, seed=0)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     what = f"policy {type(policy).__name__}'s greedy module {_describe(module)}"
     if fmt == "torchscript":
         with warnings.catch_warnings():
@@ -89,14 +90,29 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
                 traced = torch.jit.trace(module, (example,), check_trace=False)
             except Exception as err:
                 raise NotExportableError(f"{what} cannot be traced to TorchScript: {_first_line(err)}") from err
-            traced.save(path)
+        write = traced.save
     else:
-        _export_onnx(module, example, path, what)
+        write = functools.partial(_export_onnx, module, example, what=what)
+    try:  # whole or not at all: a full disk or Ctrl-C leaves no part of a file where a good one belongs
+        atomic_write_path(path, write, prefix="tmp-")
+    except DiskFullError:
+        raise
+    except OSError as err:  # a read-only directory, a path under a file: the place, not the policy
+        raise ExportError(f"cannot write {path}: {err.strerror or err} ({_place(path)}); give -o a file in a "
+                          f"directory you can write") from None
     _check_file(module, observation_space, path, fmt, what)
     return path
 
 
-def _export_onnx(module: torch.nn.Module, example: torch.Tensor, path: str, what: str) -> None:
+def _place(path: str) -> str:
+    """Where the first part of ``path`` that is not a directory is (a file in the way), or its directory."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    return f"{parent} is a file" if os.path.isfile(parent) else f"in {parent}"
+
+
+def _export_onnx(module: torch.nn.Module, example: torch.Tensor, path: str, *, what: str) -> None:
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
@@ -108,7 +124,11 @@ def _export_onnx(module: torch.nn.Module, example: torch.Tensor, path: str, what
         with _quiet_exporter():
             torch.onnx.export(module, (example,), path, input_names=["obs"], output_names=["action"],
                               dynamic_shapes=({0: batch},), dynamo=True, external_data=False, verbose=False)
+    except OSError:  # the file could not be written: not the policy's fault (export_policy names the place)
+        raise
     except Exception as err:
+        if isinstance(_root(err), OSError):
+            raise _root(err) from err
         raise NotExportableError(f"{what} cannot be exported to ONNX: {_first_line(err)}") from err
 
 
@@ -156,10 +176,16 @@ def _check_file(module: torch.nn.Module, observation_space: gym.Space, path: str
                           f"through Python?); the file is left for inspection")
 
 
-def _first_line(err: BaseException) -> str:
-    """The first line of the root cause of ``err`` (the exporters wrap the reason in errors of their steps)."""
+def _root(err: BaseException) -> BaseException:
+    """The root cause of ``err`` (the exporters wrap the reason in errors of their steps)."""
     while err.__cause__ is not None:
         err = err.__cause__
+    return err
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of the root cause of ``err``."""
+    err = _root(err)
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()  # the exporter colours its messages
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
 

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from typing import IO, Any, Callable, Optional, Tuple
 
-__all__ = ["atomic_write", "atomic_write_json", "DiskFullError"]
+__all__ = ["atomic_write", "atomic_write_path", "atomic_write_json", "DiskFullError"]
 
 #: the errors of a full filesystem: no space left, or the user's quota spent
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -57,14 +57,33 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], Any]) -> str:
     Raises:
         DiskFullError: the filesystem of ``path`` is full (``path`` is left as it was).
     """
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="-" + os.path.basename(path), dir=directory)
-    try:
-        os.fchmod(fd, _FILE_MODE)  # mkstemp's 0600 would make run files private to their writer
-        with os.fdopen(fd, "wb") as f:
+    def to_file(tmp: str) -> None:
+        with open(tmp, "wb") as f:
             write(f)
             f.flush()
+            os.fsync(f.fileno())
+
+    return atomic_write_path(path, to_file)
+
+
+def atomic_write_path(path: str, write: Callable[[str], Any], prefix: str = ".tmp-") -> str:
+    """``atomic_write`` for a writer that takes a path (an exporter that opens the file itself): ``write(tmp)``
+    writes a temporary file beside ``path`` whose name ends as ``path``'s does (its extension kept), which is
+    flushed to disk and renamed over ``path``; however the write ends (a full disk, Ctrl-C), no part of a file
+    is left where ``path`` is. ``prefix``: the temporary file's name's start (torch's archive writer refuses a
+    name that starts with a dot and has no extension).
+
+    Raises:
+        DiskFullError: the filesystem of ``path`` is full (``path`` is left as it was).
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix="-" + os.path.basename(path), dir=directory)
+    try:
+        os.fchmod(fd, _FILE_MODE)  # mkstemp's 0600 would make run files private to their writer
+        os.close(fd)
+        write(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as err:

@@ -150,3 +150,45 @@ def test_export_bad_input_is_one_line(runs, tmp_path, capsys, monkeypatch):
     assert len(err.splitlines()) == 1 and '".[export]"' in err
     with pytest.raises(SystemExit):
         main(["export", runs[("dqn", "CartPole-v1")], "--format", "tflite"])
+
+
+def test_an_unwritable_output_is_one_line_naming_the_place(runs, tmp_path, capsys):
+    """Issue 34: ``-o RUN/config.json/x.pt`` (a path under a file) was a FileExistsError traceback."""
+    run_dir = runs[("dqn", "CartPole-v1")]
+    under_a_file = os.path.join(run_dir, "config.json", "x.pt")
+    assert main(["export", run_dir, "--format", "torchscript", "-o", under_a_file]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"baton: cannot write {under_a_file}: ") and "config.json is a file" in err
+    assert "give -o a file in a directory you can write" in err
+
+
+@pytest.mark.parametrize("failure", ["disk full", "interrupted"])
+def test_a_failed_write_leaves_no_part_of_a_file(runs, tmp_path, capsys, monkeypatch, failure):
+    """Issue 34: a full disk left a half-written file where a good one belongs (8,192 of 31,965 bytes); the
+    file is written aside and renamed, so a failure leaves the earlier file, or none."""
+    import errno
+
+    import torch.jit
+
+    run_dir = runs[("dqn", "CartPole-v1")]
+    out = tmp_path / "policy.pt"
+    out.write_bytes(b"an earlier export")
+    real_save = torch.jit.ScriptModule.save
+
+    def save_then_fail(self, path, *args, **kwargs):
+        real_save(self, path, *args, **kwargs)  # the bytes are there, then the disk fills or Ctrl-C comes
+        if failure == "disk full":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch.jit.ScriptModule, "save", save_then_fail)
+    if failure == "disk full":
+        assert main(["export", run_dir, "--format", "torchscript", "-o", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"cannot write {out}: no space left on device" in err
+        assert "the previous version is unchanged" in err
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            export_run(run_dir, "torchscript", output=str(out))
+    assert out.read_bytes() == b"an earlier export" and sorted(os.listdir(tmp_path)) == ["policy.pt"]
