@@ -150,6 +150,10 @@ def eval_main(args: argparse.Namespace) -> int:
     except (ValueError, ImportError, VideoError, *USER_ERRORS) as err:
         print_user_error(err)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; the result file is written only at the end
+        print("baton eval: interrupted; no result was written (the videos of finished episodes stay)",
+              file=sys.stderr, flush=True)
+        return 130
     print(f"baton eval: {result['run_dir']} {os.path.basename(result['ckpt'])} (train_iter {result['train_iter']}, "
           f"env_step {result['env_step']}) on {result['env_id']}: return {result['mean']:.2f} +- "
           f"{result['std']:.2f} over {result['episodes']} episodes (min {result['min']:.1f}, max "

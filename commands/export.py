@@ -29,6 +29,7 @@ import io
 import logging
 import os
 import re
+import sys
 import warnings
 from typing import Any, Dict, Iterator, Optional
 
@@ -236,6 +237,9 @@ def export_main(args: argparse.Namespace) -> int:
     except (ValueError, ImportError, NotExportableError, *USER_ERRORS) as err:
         print_user_error(err)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; the file is renamed into place whole or not
+        print("baton export: interrupted; no file was written", file=sys.stderr, flush=True)
+        return 130
     print(f"baton export: wrote {info['path']} ({info['format']}: {info['policy']} on {info['env_id']}, from "
           f"{os.path.basename(info['ckpt'])}): obs {info['obs_dtype']}[batch, {', '.join(map(str, info['obs_shape']))}]"
           f" -> action of {info['action_space']}", flush=True)

@@ -18,6 +18,7 @@ releases pin pillow below the version installed with our other extras; ``imageio
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, List, Mapping, Optional
 
@@ -60,7 +61,15 @@ class EpisodeVideos:
 
     def __init__(self, directory: str, prefix: str, gif: bool, max_episodes: int) -> None:
         check_video_extra(gif)
-        os.makedirs(directory, exist_ok=True)
+        try:  # the place checked before any episode is played, not after
+            os.makedirs(directory, exist_ok=True)
+        except OSError as err:
+            raise VideoError(f"--video {directory}: " + ("a file is there, not a directory" if os.path.isfile(directory)
+                             else f"cannot make the directory ({err.strerror})") +
+                             "; give --video a directory you can write (made if missing)") from None
+        if not os.access(directory, os.W_OK):
+            raise VideoError(f"--video {directory}: the directory cannot be written (read-only); give --video a "
+                             f"directory you can write (made if missing)")
         self._directory, self._prefix, self._gif = directory, prefix, gif
         self.fps: Optional[float] = None
         self._max = int(max_episodes)
@@ -116,7 +125,8 @@ class EpisodeVideos:
         if self._mp4 is not None:
             self._mp4.close()
             self._mp4 = None
-            os.unlink(self._path())
+            with contextlib.suppress(FileNotFoundError):  # ffmpeg may not have created it yet
+                os.unlink(self._path())
         self._frames = []
 
     close = restart  # the evaluation ended: an episode still running is dropped

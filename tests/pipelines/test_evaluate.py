@@ -179,3 +179,33 @@ def test_eval_of_a_run_trained_under_ddp(tmp_path):
     assert result["episodes"] == 4 and result["ckpt"].endswith("latest.pth.tar")
     with open(os.path.join(run, "summary.json")) as f:
         assert result["env_step"] == json.load(f)["env_step"]  # the whole job's counters
+
+
+def test_eval_video_into_a_file_is_refused_before_any_episode(cartpole_run, tmp_path, capsys, monkeypatch):
+    """Issue 34: ``--video`` naming an existing file was a FileExistsError traceback after the episodes."""
+    import commands.evaluate
+
+    played = []
+    monkeypatch.setattr(commands.evaluate, "evaluate_episodes", lambda *a, **k: played.append(1))
+    in_the_way = tmp_path / "videos"
+    in_the_way.write_text("a file")
+    assert main(["eval", cartpole_run, "--episodes", "1", "--video", str(in_the_way), "-o",
+                 str(tmp_path / "e.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"baton: --video {in_the_way}: a file is there, not a directory; give --video a directory you " \
+                  f"can write (made if missing)"
+    assert not played and not (tmp_path / "e.json").exists()
+
+
+def test_eval_interrupted_is_one_line_and_status_130(cartpole_run, tmp_path, capsys, monkeypatch):
+    """Issue 34: Ctrl-C during ``baton eval`` printed a KeyboardInterrupt traceback every time."""
+    import commands.evaluate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands.evaluate, "evaluate_episodes", interrupted)
+    assert main(["eval", cartpole_run, "--episodes", "2", "-o", str(tmp_path / "e.json")]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == "baton eval: interrupted; no result was written (the videos of finished episodes stay)"
+    assert not (tmp_path / "e.json").exists()
