@@ -142,8 +142,10 @@ def add_eval_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 def eval_main(args: argparse.Namespace) -> int:
     """``baton eval``: one line with the result and where it was written, or one ``baton:`` line (status 2)."""
     from .user_errors import USER_ERRORS, print_user_error
-    from .video import VideoError
+    from .video import VideoError, choose_gl_backend, gl_failure
 
+    if args.video is not None:
+        choose_gl_backend()  # before a MuJoCo env is made: headless machines render off screen
     try:
         result = evaluate_run(args.run_dir, args.ckpt, args.episodes, args.seed, args.num_envs, args.output,
                               args.video, args.gif, args.video_episodes)
@@ -154,6 +156,12 @@ def eval_main(args: argparse.Namespace) -> int:
         print("baton eval: interrupted; no result was written (the videos of finished episodes stay)",
               file=sys.stderr, flush=True)
         return 130
+    except Exception as err:  # an env that cannot render off screen (MuJoCo without a display): name MUJOCO_GL
+        failure = gl_failure(err) if args.video is not None else None
+        if failure is None:
+            raise
+        print_user_error(failure)
+        return 2
     print(f"baton eval: {result['run_dir']} {os.path.basename(result['ckpt'])} (train_iter {result['train_iter']}, "
           f"env_step {result['env_step']}) on {result['env_id']}: return {result['mean']:.2f} +- "
           f"{result['std']:.2f} over {result['episodes']} episodes (min {result['min']:.1f}, max "

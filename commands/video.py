@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from typing import Any, List, Mapping, Optional
 
 import gymnasium as gym
@@ -44,6 +45,39 @@ def check_video_extra(gif: bool) -> None:
     except ImportError as err:
         raise VideoError(f"--video needs the video extra ({err.name or 'imageio'} is not installed): "
                          f"{VIDEO_EXTRA}") from None
+
+
+#: OpenGL backends MuJoCo renders with off screen, in the order they are tried, and the library each needs
+_HEADLESS_GL = (("egl", "EGL", "libegl1"), ("osmesa", "OSMesa", "libosmesa6"))
+
+
+def choose_gl_backend() -> Optional[str]:
+    """On a machine without a display (a cluster node, CI) and with ``MUJOCO_GL`` unset, set ``MUJOCO_GL`` (and
+    PyOpenGL's ``PYOPENGL_PLATFORM``) to the first off-screen backend whose library is installed, EGL first, so
+    that MuJoCo envs render for ``--video``. Call it before MuJoCo is imported (MuJoCo reads the variable then).
+    Returns the backend chosen, or None where nothing was changed."""
+    if os.environ.get("MUJOCO_GL") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") \
+            or "mujoco" in sys.modules:
+        return None
+    import ctypes.util
+
+    for backend, library, _ in _HEADLESS_GL:
+        if ctypes.util.find_library(library):
+            os.environ["MUJOCO_GL"] = backend
+            os.environ.setdefault("PYOPENGL_PLATFORM", backend)
+            return backend
+    return None
+
+
+def gl_failure(err: BaseException) -> Optional[VideoError]:
+    """The ``VideoError`` for an env that could not render because no OpenGL context could be made (MuJoCo
+    without a display), naming ``MUJOCO_GL`` and the libraries; None for any other error."""
+    text = f"{type(err).__name__}: {err}"
+    if not any(word in text for word in ("OpenGL", "glGetError", "EGL", "OSMesa", "GLFW", "MUJOCO_GL")):
+        return None
+    libraries = ", ".join(f"MUJOCO_GL={backend} with {package}" for backend, _, package in _HEADLESS_GL)
+    return VideoError(f"--video: the env could not render without a display ({text.splitlines()[0][:160]}); set "
+                      f"MUJOCO_GL to an off-screen backend whose library is installed ({libraries})")
 
 
 class EpisodeVideos:

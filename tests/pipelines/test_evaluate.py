@@ -209,3 +209,49 @@ def test_eval_interrupted_is_one_line_and_status_130(cartpole_run, tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert err == "baton eval: interrupted; no result was written (the videos of finished episodes stay)"
     assert not (tmp_path / "e.json").exists()
+
+
+@pytest.fixture(scope="module")
+def hopper_run(tmp_path_factory):
+    pytest.importorskip("mujoco")
+    return train_tiny(str(tmp_path_factory.mktemp("mujoco")), "sac", "Hopper-v5", max_env_step=64,
+                      extra=["env.max_episode_steps=20"])
+
+
+def _headless(**more):
+    """This process's environment without a display or a chosen OpenGL backend, as on a cluster node."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL",
+                                                               "PYOPENGL_PLATFORM")}
+    return dict(env, OMP_NUM_THREADS="1", **more)
+
+
+@pytest.mark.skipif(__import__("ctypes.util").util.find_library("EGL") is None, reason="no libEGL on this machine")
+def test_eval_films_a_mujoco_env_on_a_machine_without_a_display(hopper_run, tmp_path):
+    """Issue 34: a headless ``--video`` of a MuJoCo env was a 40-line traceback unless MUJOCO_GL was set; the
+    off-screen backend is now chosen before MuJoCo loads (EGL first)."""
+    import subprocess
+
+    videos = tmp_path / "videos"
+    done = subprocess.run([sys.executable, "-m", "commands", "eval", hopper_run, "--episodes", "1", "--video",
+                           str(videos), "-o", str(tmp_path / "e.json")], capture_output=True, text=True,
+                          timeout=240, env=_headless())
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = sorted(videos.iterdir())
+    assert len(files) == 1 and files[0].suffix == ".mp4" and files[0].stat().st_size > 1000
+
+
+@pytest.mark.parametrize("backend", ["osmesa", "no_such_backend"])
+def test_eval_video_of_mujoco_without_a_working_backend_names_mujoco_gl(hopper_run, tmp_path, backend):
+    """OSMesa asked for without its library (an AttributeError inside PyOpenGL), or a name MuJoCo does not
+    know: one ``baton:`` line naming MUJOCO_GL and the libraries, exit 2."""
+    import ctypes.util
+    import subprocess
+
+    if backend == "osmesa" and ctypes.util.find_library("OSMesa"):
+        pytest.skip("OSMesa is installed here: it would render")
+    done = subprocess.run([sys.executable, "-m", "commands", "eval", hopper_run, "--episodes", "1", "--video",
+                           str(tmp_path / "v"), "-o", str(tmp_path / "e.json")], capture_output=True, text=True,
+                          timeout=240, env=_headless(MUJOCO_GL=backend))
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("baton: ") and "MUJOCO_GL" in lines[-1] and "Traceback" not in done.stderr
