@@ -122,10 +122,11 @@ class EnvLoop:
     def act(self, policy_kwargs: Mapping[str, Any] = _NO_KWARGS) -> Tuple[np.ndarray, dict, np.ndarray]:
         """The policy's forward on the current observations: ``(obs, out, action as numpy)``."""
         obs = self.current_obs()
+        obs_t = torch.as_tensor(obs)
         if self._initial_state is None:
-            out = self.policy.forward(obs, **policy_kwargs)
+            out = self.policy.forward(obs_t, **policy_kwargs)
         else:
-            out = self.policy.forward(obs, state=self.state, **policy_kwargs)
+            out = self.policy.forward(obs_t, state=self.state, **policy_kwargs)
         action = out["action"]
         if type(action) is not np.ndarray:
             action = to_numpy(action)

@@ -12,6 +12,10 @@ the contracts of ``engine.protocols``:
   collection (at least ``action``); ``value(obs)`` for actor-critic algorithms, else None.
 - ``eval_mode`` (``EvalPolicy``): ``forward(obs) -> dict`` acts greedily for evaluation.
 
+The acting modes take tensors and answer with tensors: ``obs`` is a tensor with one row per env, on the host
+for gymnasium envs and on the envs' device for batched torch envs (``data.env_loop`` converts, never the
+policy); what they return is on the mode's device, and the env loop sends the action to the env.
+
 What the base composes, one piece each:
 
 - ``placement`` (``policies.placement``): the learner's device, each acting mode's device and its copy of the
@@ -47,11 +51,11 @@ from .noisy import set_noise as _set_noise
 from .normalisation import OBS_NORM_PREFIX, Normalisation
 from .obs_norm import ObsNormMismatchError
 from .optim import OptimizerStep, make_adam
-from .placement import Placement, host_state, to_numpy
+from .placement import Placement, host_state
 from .spaces import SpaceMismatchError, resolve_shape, space_dims
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DeviceMismatchError", "ObsNormMismatchError", "common_config", "evaluator_config", "to_numpy",
+           "DeviceMismatchError", "ObsNormMismatchError", "common_config", "evaluator_config",
            "check_finite", "make_adam", "space_dims", "resolve_shape", "OBS_NORM_PREFIX"]
 
 
@@ -165,10 +169,10 @@ class Policy:
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         raise NotImplementedError
 
-    def _forward_collect(self, obs: Any, **kwargs: Any) -> Dict[str, Any]:
+    def _forward_collect(self, obs: torch.Tensor, **kwargs: Any) -> Dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, torch.Tensor]:
         raise NotImplementedError
 
     def initial_state_on(self, mode: str) -> Optional[Callable[[int], torch.Tensor]]:

@@ -128,15 +128,15 @@ def test_dqn_state_dict_round_trip():
 
 
 @pytest.mark.parametrize("dueling", [True, False])
-def test_numpy_greedy_action_matches_torch_and_tracks_updates(dueling):
+def test_host_greedy_action_matches_the_module_and_tracks_updates(dueling):
     policy = _policy(model=dict(dueling=dueling))
-    obs = np.random.default_rng(0).standard_normal((256, 3)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).standard_normal((256, 3)).astype(np.float32))
 
-    def torch_greedy():
+    def module_greedy():
         with torch.no_grad():
-            return policy.model(torch.from_numpy(obs)).argmax(1).numpy()
+            return policy.model(obs).argmax(1)
 
-    assert (policy.model.numpy_greedy_action(obs) == torch_greedy()).all()
-    for _ in range(20):  # in-place optimizer steps must show through the numpy views
+    assert torch.equal(policy.model.host_greedy_action(obs), module_greedy())
+    for _ in range(20):  # in-place optimizer steps must show through the weights' views
         policy.learn_mode.forward(_batch())
-    assert (policy.model.numpy_greedy_action(obs) == torch_greedy()).all()
+    assert torch.equal(policy.model.host_greedy_action(obs), module_greedy())

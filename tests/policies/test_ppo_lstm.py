@@ -169,7 +169,7 @@ def test_eval_mode_carries_memory_through_the_evaluator_loop():
         env.close()
     assert len(episodes["returns"]) == 3
     with pytest.raises(TypeError, match=r"acts with a memory: call its eval_mode.forward\(obs, state=...\)"):
-        policy.eval_mode.forward(np.zeros((2, 2), np.float32))
+        policy.eval_mode.forward(torch.zeros(2, 2))
 
 
 def test_export_refuses_a_recurrent_policy_with_the_reason():
