@@ -28,7 +28,7 @@ from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .base import common_config, resolve_shape, space_dims
-from .dqn import QValuePolicy
+from .dqn import EpsilonDraws, QValuePolicy
 from .models import QNetwork
 from .optim import OptimizerStep
 from .placement import DeviceGenerators
@@ -107,7 +107,7 @@ class DiscreteCQLPolicy(QValuePolicy):
         self._target_theta = float(learn["target_theta"])
         self._grad_clip = float(learn["grad_clip_norm"])
         self._action_dim = action_dim
-        self._generators = DeviceGenerators()
+        self._eps_draws = EpsilonDraws(DeviceGenerators(), action_dim)
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:

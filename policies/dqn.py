@@ -32,9 +32,11 @@ import copy
 from typing import Any, Dict, List, Mapping, Optional
 
 import gymnasium as gym
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from data.obs import to_device
 from engine.config import ConfigError
 from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
@@ -48,14 +50,57 @@ from .noisy import noise_off
 from .optim import OptimizerStep
 from .placement import DeviceGenerators
 
-__all__ = ["DQNPolicy", "check_q_head", "check_exploration"]
+__all__ = ["DQNPolicy", "EpsilonDraws", "check_q_head", "check_exploration"]
+
+
+class EpsilonDraws:
+    """Epsilon-greedy's random choices, drawn on the acting device ``ahead`` steps at a time.
+
+    One uniform draw ``u`` per env and step decides both: the env explores when ``u < eps``, and then ``u / eps``
+    is itself uniform on [0, 1), so it picks the random action. The draws of ``ahead`` steps are one call and
+    their rows are spent one per step: on a CPU each operation on a handful of rows costs a few microseconds
+    (five per step would cost as much as the Q-network's forward), on a GPU one kernel launch each. A new
+    ``eps`` (the schedule moves once per collection) or a new row count (env groups) starts new draws.
+
+    Examples:
+        >>> draws = EpsilonDraws(DeviceGenerators(np.random.default_rng(0)), action_dim=3)
+        >>> greedy = torch.zeros(1000, dtype=torch.long)
+        >>> explored = draws.apply(greedy, eps=0.3)
+        >>> 0.2 < float((explored != 0).float().mean()) < 0.3, sorted(explored.unique().tolist())
+        (True, [0, 1, 2])
+    """
+
+    def __init__(self, generators: DeviceGenerators, action_dim: int, ahead: int = 32) -> None:
+        self._generators = generators
+        self._action_dim = int(action_dim)
+        self._ahead = int(ahead)
+        self._rows: Dict[tuple, List[tuple]] = {}  # (device, envs, eps) -> (explore, random action) per step
+
+    def apply(self, action: torch.Tensor, eps: float) -> torch.Tensor:
+        """``action`` with the rows that explore replaced by their random action."""
+        key = (action.device, action.shape[0], eps)
+        rows = self._rows.get(key)
+        if not rows:
+            if key not in self._rows:
+                self._rows = {k: v for k, v in self._rows.items() if k[2] == eps}  # an old eps's draws go
+            rows = self._rows[key] = self._draw(action.device, action.shape[0], eps)
+        explore, random_action = rows.pop()
+        return torch.where(explore, random_action, action)
+
+    def _draw(self, device: torch.device, envs: int, eps: float) -> List[tuple]:
+        u = torch.rand((self._ahead, envs), generator=self._generators.on(device), device=device)
+        # u * (A / eps) < A for u < eps; the modulo guards against the float rounding up to A
+        random_action = (u * (self._action_dim / eps)).long() % self._action_dim
+        rows = list(zip((u < eps).unbind(0), random_action.unbind(0)))
+        rows.reverse()  # spent from the end: the first step takes the first row
+        return rows
 
 
 class QValuePolicy(Policy):
     """What a discrete Q-learning policy shares, online (DQN) or offline (CQL): an online and a target
     Q network, greedy acting, the target update, and the learn state. A subclass builds ``_model``,
     ``_target_model``, ``optimizer_step``, ``_grad_clip``, ``_target_update_freq``, ``_target_theta``,
-    ``_action_dim`` and ``_generators`` (``DeviceGenerators``) and writes its own update."""
+    ``_action_dim`` and ``_eps_draws`` (``EpsilonDraws``) and writes its own update."""
 
     eager_acting = "through an MLP's lean forward on the CPU (faster than the module at a few rows)"
     config_rules = ValueRules(at_least_one=("policy.learn.target_update_freq",),
@@ -82,9 +127,9 @@ class QValuePolicy(Policy):
         (``QNetwork.host_greedy_action``, ``eager_acting``), anything else through the hot path."""
         model = self.placement.actor(mode)
         device = self.mode_devices[mode]
-        obs = obs.to(device)  # nothing to do where the envs are on the mode's device
+        obs = to_device(obs, device)  # nothing to do where the envs are on the mode's device
         if device.type == "cpu" and model.host_acting:
-            return model.host_greedy_action(obs.float())
+            return model.host_greedy_action(obs if obs.dtype == torch.float32 else obs.float())
         # evaluation acts on the noisy layers' mean weights; collection on a new noise draw per step
         with torch.inference_mode(), (noise_off(model) if mode == "eval" else contextlib.nullcontext()):
             return self._greedy_action[mode](model, obs if model.is_image else obs.float())
@@ -108,15 +153,9 @@ class QValuePolicy(Policy):
         return GreedyActor(self.model, discrete=True, image=self.model.is_image)
 
     def _explore(self, action: torch.Tensor, eps: float) -> torch.Tensor:
-        """``action`` with each row replaced by a uniformly random action with probability ``eps``, drawn on the
-        action's device (nothing read back to the host). One uniform draw per env decides both: explore when
-        ``u < eps``, and then ``u / eps`` is itself uniform on [0, 1), so it picks the random action."""
-        if eps <= 0:
-            return action
-        u = torch.rand(len(action), generator=self._generators.on(action.device), device=action.device)
-        # u * (A / eps) < A for u < eps; the modulo guards against the float rounding up to A
-        random_action = (u * (self._action_dim / eps)).long() % self._action_dim
-        return torch.where(u < eps, random_action, action)
+        """``action`` with each row replaced by a uniformly random action with probability ``eps``
+        (``EpsilonDraws``: drawn on the action's device, nothing read back to the host)."""
+        return action if eps <= 0 else self._eps_draws.apply(action, eps)
 
     # ---- state -----------------------------------------------------------------------------------
     _checkpointed = (("model", "model"), ("target_model", "_target_model"))
@@ -211,7 +250,7 @@ class DQNPolicy(QValuePolicy):
         self._kappa = float(learn["quantile_kappa"])
         self._action_dim = action_dim
         # its exploration draws come from torch's RNG, so torch.manual_seed still makes collection reproducible
-        self._generators = DeviceGenerators()
+        self._eps_draws = EpsilonDraws(DeviceGenerators(), action_dim)
 
     @property
     def _name(self) -> str:

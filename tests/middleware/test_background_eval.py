@@ -58,7 +58,7 @@ class ValuePolicy:
         self.value = float(weights["value"])
 
     def forward(self, obs):
-        return {"action": np.full((len(obs), 1), self.value, np.float32)}
+        return {"action": torch.full((len(obs), 1), self.value)}
 
 
 def value_side(delay=0.0, fail_env=False, fail_build=False, num_envs=2):
