@@ -86,7 +86,7 @@ class Policy:
     supports_obs_norm: bool = False
     #: whether the policy acts with a memory carried from step to step (``initial_state_on``)
     recurrent: bool = False
-    #: why an acting mode may run without a hot path on purpose, e.g. "through numpy on the CPU": said once
+    #: why an acting mode may run without a hot path on purpose, e.g. "through a lean forward on the CPU": said once
     #: when ``policy.compile`` or ``policy.amp`` is on (None: a mode without one is warned about)
     eager_acting: Optional[str] = None
     #: what a checkpoint holds besides the optimizer and the update count: (state key, module attribute)

@@ -118,7 +118,7 @@ class Placement:
         return list(self._copies.values())
 
     def refresh(self) -> None:
-        """Copy the learner's weights into the acting copies, through host memory (in place: numpy acting
+        """Copy the learner's weights into the acting copies, through host memory (in place: host acting
         views of their weights stay valid)."""
         if self._copies:
             state = host_state(self.model)

@@ -136,7 +136,8 @@ def test_overlapped_loop_stopped_early_finishes_the_steps_in_flight():
     assert not any(loop.env._in_flight)
     assert loop.obs[:, 0].tolist() == [3, 3, 3, 3]
     third = next(loop.run(1))
-    assert third.obs[:, 0].tolist() == [3, 3, 3, 3] and third.ended_envs() == [] and third.next_obs[:, 0].tolist() == [4] * 4
+    assert third.obs[:, 0].tolist() == [3, 3, 3, 3] and third.ended_envs() == []
+    assert third.next_obs[:, 0].tolist() == [4] * 4
 
 
 class _SlowEnv(gym.Env):

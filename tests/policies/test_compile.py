@@ -237,7 +237,7 @@ def test_every_policy_learns_and_acts_compiled_as_eager(cls, action_space, overr
 
 
 def test_compiled_image_dqn_acts_as_eager():
-    """The Nature-CNN acting forward (MLP Q-networks act through numpy on the CPU, where no switch applies)."""
+    """The Nature-CNN acting forward (MLP Q-networks act through their lean forward on the CPU, where no switch applies)."""
     space = gym.spaces.Box(0, 255, (2, 36, 36), np.uint8)
     obs = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (6, 2, 36, 36), dtype=np.uint8))
     actions = []

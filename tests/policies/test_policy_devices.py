@@ -45,7 +45,7 @@ def test_collect_on_its_own_device_acts_through_a_copy_refreshed_through_the_hos
     stale = policy.collect_mode.forward(torch.zeros(4, 3))["action"]
     policy.refresh_actors()
     assert _same(actor, policy.model)              # ... and equals the learner after each refresh
-    assert policy.placement.actor("collect") is actor        # refreshed in place (numpy acting views stay valid)
+    assert policy.placement.actor("collect") is actor        # refreshed in place (host acting views stay valid)
     assert stale.shape == (4,)
 
 
