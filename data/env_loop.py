@@ -151,6 +151,11 @@ class _HostPort:
 
     def __init__(self, env: VectorEnv, send: Optional[Callable[[np.ndarray], None]] = None,
                  recv: Optional[Callable[[], Tuple]] = None) -> None:
+        mode = (getattr(env, "metadata", None) or {}).get("autoreset_mode")
+        if mode is not None and getattr(mode, "name", str(mode)) != "SAME_STEP":
+            raise ValueError(f"the env loop steps vector envs in gymnasium's SAME_STEP autoreset mode, got {mode}: "
+                             f"build them with data.envs.make_vector_env, or pass autoreset_mode=AutoresetMode."
+                             f"SAME_STEP (their real final observations come in info['final_obs'])")
         self.env = env
         self._send, self._recv = send, recv
         self._action: Optional[np.ndarray] = None
@@ -175,10 +180,11 @@ class _HostPort:
         else:
             obs, reward, terminated, truncated, info = self._recv()
         obs_t = next_obs = to_tensor(obs)
-        ended = terminated | truncated
-        if ended.any():
-            rows = np.flatnonzero(ended)
-            next_obs = to_tensor(replace_rows(obs, rows, [info["final_obs"][i] for i in rows]))
+        final = info.get("final_obs")  # gymnasium's vector envs add it only in steps where an episode ended
+        if final is not None:
+            rows = np.flatnonzero(terminated | truncated)
+            if len(rows):
+                next_obs = to_tensor(replace_rows(obs, rows, [final[i] for i in rows]))
         # gymnasium's rewards and flags are numpy arrays
         return obs_t, next_obs, torch.from_numpy(reward), torch.from_numpy(terminated), torch.from_numpy(truncated)
 

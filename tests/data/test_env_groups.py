@@ -170,7 +170,8 @@ class _SlowPolicy:
 
 def test_overlapped_loop_acts_while_the_other_group_steps():
     _SlowEnv.log = []
-    env = EnvGroups([gym.vector.SyncVectorEnv([_SlowEnv]), gym.vector.SyncVectorEnv([_SlowEnv])])
+    same_step = dict(autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    env = EnvGroups([gym.vector.SyncVectorEnv([_SlowEnv], **same_step), gym.vector.SyncVectorEnv([_SlowEnv], **same_step)])
     policy = _SlowPolicy()
     list(EnvLoop(policy, env, seed=0).run(3))
     env.close()

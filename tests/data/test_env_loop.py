@@ -75,6 +75,14 @@ def test_env_loop_refuses_a_policy_that_does_not_answer_tensors():
         loop.step()
 
 
+def test_env_loop_refuses_next_step_autoreset():
+    import gymnasium as gym
+
+    env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")  # NEXT_STEP, gymnasium's default
+    with pytest.raises(ValueError, match="SAME_STEP"):
+        EnvLoop(Zero(), env)
+
+
 @pytest.mark.parametrize("settle_every", [1, 3, 256])
 def test_tally_matches_counting_step_by_step(settle_every, monkeypatch):
     """The returns and lengths computed for many steps at once are those of counting each step, whatever the
