@@ -49,7 +49,7 @@ import torch
 from engine.protocols import CollectPolicy, EvalPolicy, VectorEnv
 
 from .env_groups import EnvGroups
-from .obs import cat, index_rows, replace_rows, stack, to_tensor
+from .obs import cat, replace_rows, to_tensor
 from .torch_env import TorchVectorEnv
 
 __all__ = ["EnvLoop", "EnvStep", "Finished"]
@@ -124,21 +124,22 @@ class _Tally:
 
     def _settle(self) -> None:
         """Returns and lengths at every pending step, by cumulative sums that restart after each episode end."""
-        steps, self._steps = self._steps, []
-        if not steps:
+        pending, self._steps = self._steps, []
+        if not pending:
             return
-        reward = torch.stack([s.reward for s in steps]).double()  # [K, E]
-        ended = torch.stack([s.terminated for s in steps]) | torch.stack([s.truncated for s in steps])
+        reward = torch.stack([s.reward for s in pending])  # [K, E]
+        ended = torch.stack([s.terminated for s in pending]) | torch.stack([s.truncated for s in pending])
+        num_envs, device = reward.shape[1], reward.device
         if self._return is None:
-            self._return = reward.new_zeros(reward.shape[1])
-            self._length = torch.zeros(reward.shape[1], dtype=torch.int64, device=reward.device)
-        steps = torch.arange(len(reward), device=reward.device).unsqueeze(1)
-        cum = self._return + reward.cumsum(0)                                 # as if no episode ended
-        last_end = torch.where(ended, steps, -1).cummax(0).values            # last end at or before step k
-        prev_end = torch.cat([last_end.new_full((1, reward.shape[1]), -1), last_end[:-1]])  # ... before step k
+            self._return = torch.zeros(num_envs, dtype=torch.float64, device=device)
+            self._length = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        k = torch.arange(len(pending), device=device).unsqueeze(1)
+        cum = self._return + reward.cumsum(0, dtype=torch.float64)          # as if no episode had ended
+        last_end = torch.where(ended, k, -1).cummax(0).values              # the last end at or before step k
+        prev_end = torch.cat([last_end.new_full((1, num_envs), -1), last_end[:-1]])  # ... before step k
         restarted = prev_end >= 0
         returns = cum - torch.where(restarted, cum.gather(0, prev_end.clamp(min=0)), 0.0)
-        lengths = torch.where(restarted, steps - prev_end, self._length + steps + 1)
+        lengths = torch.where(restarted, k - prev_end, self._length + k + 1)
         self._return = returns[-1].masked_fill(ended[-1], 0.0)
         self._length = lengths[-1].masked_fill(ended[-1], 0)
         envs = torch.nonzero(ended)[:, 1]

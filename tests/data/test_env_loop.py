@@ -104,3 +104,11 @@ def test_tally_matches_counting_step_by_step(settle_every, monkeypatch):
     got += list(zip(*(field.tolist() for field in tally.take())))
     assert [(e, n) for e, _, n in got] == [(e, n) for e, _, n in expected]
     np.testing.assert_allclose([r for _, r, _ in got], [r for _, r, _ in expected], rtol=1e-12)
+
+
+def test_obs_helpers_doctests():
+    import doctest
+
+    import data.obs
+
+    assert doctest.testmod(data.obs).failed == 0
