@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator, List, Mapping, NamedTuple, Optional,
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from engine.protocols import CollectPolicy, EvalPolicy, VectorEnv
 
@@ -67,6 +68,9 @@ class EnvStep(NamedTuple):
     reward: torch.Tensor       # the env's dtype
     terminated: torch.Tensor
     truncated: torch.Tensor
+    #: whether an episode ended in this step, where the host knows it without a read (gymnasium envs); None
+    #: where knowing it would read a device's tensors back
+    any_ended: Optional[bool] = None
 
     @property
     def action(self) -> torch.Tensor:
@@ -78,9 +82,13 @@ class EnvStep(NamedTuple):
         """Where an episode ended: terminated or truncated."""
         return self.terminated | self.truncated
 
+    def has_ended(self) -> bool:
+        """Whether an episode ended in this step (a read back to the host where the envs are on a device)."""
+        return self.any_ended if self.any_ended is not None else bool(self.ended.any())
+
     def ended_envs(self) -> List[int]:
         """The envs whose episode ended in this step, ascending (a read back to the host)."""
-        return torch.nonzero(self.ended).flatten().tolist()
+        return torch.nonzero(self.ended).flatten().tolist() if self.has_ended() else []
 
 
 class Finished(NamedTuple):
@@ -101,6 +109,7 @@ class _Tally:
         self._length: Optional[torch.Tensor] = None   # int64 [E]
         self._steps: List[EnvStep] = []  # not settled yet
         self._finished: List[Finished] = []
+        self._columns: dict = {}  # (steps, device) -> [steps, 1] step indices
 
     def reset(self) -> None:
         self._return = self._length = None
@@ -128,27 +137,36 @@ class _Tally:
         if not pending:
             return
         reward = torch.stack([s.reward for s in pending])  # [K, E]
-        ended = torch.stack([s.terminated for s in pending]) | torch.stack([s.truncated for s in pending])
-        num_envs, device = reward.shape[1], reward.device
+        if self._return is not None and not any(s.any_ended is not False for s in pending):  # no end, known so
+            self._return = self._return + reward.sum(0, dtype=torch.float64)
+            self._length = self._length + len(pending)
+            return
+        ended = torch.stack([s.terminated for s in pending]).logical_or_(torch.stack([s.truncated for s in pending]))
         if self._return is None:
-            self._return = torch.zeros(num_envs, dtype=torch.float64, device=device)
-            self._length = torch.zeros(num_envs, dtype=torch.int64, device=device)
-        k = torch.arange(len(pending), device=device).unsqueeze(1)
-        cum = self._return + reward.cumsum(0, dtype=torch.float64)          # as if no episode had ended
-        last_end = torch.where(ended, k, -1).cummax(0).values              # the last end at or before step k
-        prev_end = torch.cat([last_end.new_full((1, num_envs), -1), last_end[:-1]])  # ... before step k
-        restarted = prev_end >= 0
-        returns = cum - torch.where(restarted, cum.gather(0, prev_end.clamp(min=0)), 0.0)
-        lengths = torch.where(restarted, k - prev_end, self._length + k + 1)
+            self._return = torch.zeros(reward.shape[1], dtype=torch.float64, device=reward.device)
+            self._length = torch.zeros(reward.shape[1], dtype=torch.int64, device=reward.device)
+        k = self._steps_column(len(pending), reward.device)                     # [K, 1]: 0, 1, ...
+        cum = reward.cumsum(0, dtype=torch.float64).add_(self._return)         # as if no episode had ended
+        last_end = torch.where(ended, k, -1).cummax(0).values                  # the last end at or before step k
+        prev_end = F.pad(last_end[:-1], (0, 0, 1, 0), value=-1)                # ... before step k (-1: none)
+        returns = cum - F.pad(cum, (0, 0, 1, 0)).gather(0, prev_end + 1)       # less what the episodes before had
+        lengths = (k - prev_end).add_(self._length * (prev_end < 0))           # the carried length until an end
         self._return = returns[-1].masked_fill(ended[-1], 0.0)
         self._length = lengths[-1].masked_fill(ended[-1], 0)
-        envs = torch.nonzero(ended)[:, 1]
-        self._finished.append(Finished(envs, returns[ended], lengths[ended]))
+        self._finished.append(Finished(ended.nonzero()[:, 1], returns[ended], lengths[ended]))
+
+    def _steps_column(self, steps: int, device: torch.device) -> torch.Tensor:
+        key = (steps, device)
+        column = self._columns.get(key)
+        if column is None:
+            column = self._columns[key] = torch.arange(steps, device=device).unsqueeze(1)
+        return column
 
 
 class _HostPort:
-    """A gymnasium vector env (numpy), or one group of ``EnvGroups``, as the loop sees envs: host tensors.
-    ``send`` starts a step (or keeps the action until ``recv``), ``recv`` finishes it."""
+    """A gymnasium vector env (numpy), or one group of ``EnvGroups``, as the loop sees envs: host tensors that
+    share the env's arrays (gymnasium's vector envs return new arrays each step: they copy by default, ale-py's
+    allocates them). ``send`` starts a step (or keeps the action until ``recv``), ``recv`` finishes it."""
 
     def __init__(self, env: VectorEnv, send: Optional[Callable[[np.ndarray], None]] = None,
                  recv: Optional[Callable[[], Tuple]] = None) -> None:
@@ -172,22 +190,25 @@ class _HostPort:
         else:
             self._send(action)
 
-    def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(obs, next_obs, reward, terminated, truncated)``: ``next_obs`` holds the real final observations
-        where an episode ended."""
+    def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor, Optional[bool]]:
+        """``(obs, next_obs, reward, terminated, truncated, any_ended)``: ``next_obs`` holds the real final
+        observations where an episode ended."""
         if self._recv is None:
             action, self._action = self._action, None
             obs, reward, terminated, truncated, info = self.env.step(action)
         else:
             obs, reward, terminated, truncated, info = self._recv()
         obs_t = next_obs = to_tensor(obs)
-        final = info.get("final_obs")  # gymnasium's vector envs add it only in steps where an episode ended
+        any_ended = False
+        final = info.get("final_obs")  # SAME_STEP adds it in the steps where an episode ended, and only there
         if final is not None:
             rows = np.flatnonzero(terminated | truncated)
-            if len(rows):
+            any_ended = len(rows) > 0
+            if any_ended:
                 next_obs = to_tensor(replace_rows(obs, rows, [final[i] for i in rows]))
         # gymnasium's rewards and flags are numpy arrays
-        return obs_t, next_obs, torch.from_numpy(reward), torch.from_numpy(terminated), torch.from_numpy(truncated)
+        return (obs_t, next_obs, torch.from_numpy(reward), torch.from_numpy(terminated), torch.from_numpy(truncated),
+                any_ended)
 
 
 class _DevicePort:
@@ -204,10 +225,10 @@ class _DevicePort:
     def send(self, action: torch.Tensor) -> None:
         self._action = action
 
-    def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor, Optional[bool]]:
         action, self._action = self._action, None
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, info["final_obs"], reward, terminated, truncated
+        return obs, info["final_obs"], reward, terminated, truncated, None  # whether any ended: not read
 
 
 def _port(env: VectorEnv) -> Union[_HostPort, _DevicePort]:
@@ -247,12 +268,13 @@ class _Lane:
     def observe(self, obs: Any, out: dict) -> EnvStep:
         """The step ``act`` sent, received: the next observations become current, the memory restarts where
         an episode ended."""
-        self.obs, next_obs, reward, terminated, truncated = self.port.recv()
+        self.obs, next_obs, reward, terminated, truncated, any_ended = self.port.recv()
         if self._initial_state is not None:
-            next_state = out["next_state"]
-            ended = (terminated | truncated).to(next_state.device)
-            self.state = next_state.masked_fill(ended.reshape((-1,) + (1,) * (next_state.dim() - 1)), 0)
-        return EnvStep(obs, out, next_obs, reward, terminated, truncated)
+            self.state = out["next_state"]
+            if any_ended is not False:  # zeroed where an episode ended (unless the host knows none did)
+                ended = (terminated | truncated).to(self.state.device)
+                self.state = self.state.masked_fill(ended.reshape((-1,) + (1,) * (self.state.dim() - 1)), 0)
+        return EnvStep(obs, out, next_obs, reward, terminated, truncated, any_ended)
 
 
 def _check_outputs(policy: Any, out: Mapping[str, Any]) -> None:
@@ -269,7 +291,9 @@ def _merge(parts: Sequence[EnvStep]) -> EnvStep:
     if len(parts) == 1:
         return parts[0]
     out = {key: cat([p.out[key] for p in parts]) for key in parts[0].out}
-    return EnvStep(cat([p.obs for p in parts]), out, *(cat([p[i] for p in parts]) for i in range(2, len(parts[0]))))
+    known = [p.any_ended for p in parts]
+    return EnvStep(cat([p.obs for p in parts]), out, *(cat([p[i] for p in parts]) for i in range(2, 6)),
+                   None if None in known else any(known))
 
 
 class EnvLoop:

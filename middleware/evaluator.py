@@ -39,7 +39,7 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
     while (done_count < quota).any():
         if should_stop is not None and should_stop():
             raise EvaluationCancelled(f"cancelled after {len(returns)} of {n_episode} episodes")
-        if not bool(loop.step().ended.any()):  # evaluation reads each step back: the envs' ends decide
+        if not loop.step().has_ended():  # evaluation reads each step's ends: they decide when it stops
             continue
         finished = loop.finished()
         for i, episode_return, length in zip(finished.envs.tolist(), finished.returns.tolist(),

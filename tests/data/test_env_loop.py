@@ -93,9 +93,10 @@ def test_tally_matches_counting_step_by_step(settle_every, monkeypatch):
     running, length = torch.zeros(4, dtype=torch.float64), torch.zeros(4, dtype=torch.int64)
     for t in range(50):
         reward = torch.rand(4, generator=gen)
-        terminated, truncated = torch.rand(4, generator=gen) < 0.1, torch.rand(4, generator=gen) < 0.1
+        terminated, truncated = torch.rand(4, generator=gen) < 0.05, torch.rand(4, generator=gen) < 0.05
         ended = terminated | truncated
-        tally.add(EnvStep(None, {}, None, reward, terminated, truncated))
+        known = bool(ended.any()) if t % 2 else None  # a gymnasium env's step knows, a device env's does not
+        tally.add(EnvStep(None, {}, None, reward, terminated, truncated, known))
         running, length = running + reward.double(), length + 1
         expected += [(e, running[e].item(), length[e].item()) for e in torch.nonzero(ended).flatten().tolist()]
         running, length = running.masked_fill(ended, 0), length.masked_fill(ended, 0)
