@@ -88,7 +88,7 @@ class EpsilonDraws:
                 self._rows = {k: v for k, v in self._rows.items() if k[2] == eps}  # an old eps's draws go
             rows = self._rows[key] = self._draw(action.device, action.shape[0], eps)
         explore, random_action = rows.pop()
-        return torch.where(explore, random_action, action)
+        return random_action if eps >= 1 else torch.where(explore, random_action, action)  # eps 1: every row
 
     def _draw(self, device: torch.device, envs: int, eps: float) -> List[tuple]:
         u = torch.rand((self._ahead, envs), generator=self._generators.on(device), device=device)
