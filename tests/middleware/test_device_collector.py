@@ -58,8 +58,12 @@ CASES = [  # (config, collect kwargs, on-policy)
 @pytest.mark.parametrize("config, kwargs, on_policy", CASES, ids=["ppo", "dqn-eps", "sac", "sac-random"])
 def test_device_collector_reads_nothing_back_per_env_step(config, kwargs, on_policy, monkeypatch):
     """The host reads of one collect call do not grow with its env steps: a few per call (the finite check
-    and the finished episodes' returns), none per step, from the policy's forward to the envs' autoreset."""
+    and the finished episodes' returns), none per step, from the policy's forward to the envs' autoreset.
+    The envs are on the CPU here, standing for a device: a Q-network's numpy acting (``host_acting``), which
+    serves only tensors already on the host, is turned off, so that the path a device's tensors take is counted."""
     policy, cfg, env_cls = _policy(config)
+    if getattr(policy.model, "host_acting", False):
+        monkeypatch.setattr(type(policy.model), "host_acting", property(lambda self: False))
     reads = {}
     for steps in (2, 12):
         env = env_cls(8, max_episode_steps=3)  # episodes end in each counted call: autoreset and returns are read
@@ -68,9 +72,9 @@ def test_device_collector_reads_nothing_back_per_env_step(config, kwargs, on_pol
         ctx = OnlineRLContext()
         ctx.collect_kwargs.update(kwargs)
         collector(ctx)  # the first call resets the envs and builds the hot paths: not counted
-        counter = CountHostReads(monkeypatch)
-        collector(ctx)
-        monkeypatch.undo()
+        with pytest.MonkeyPatch.context() as counting:
+            counter = CountHostReads(counting)
+            collector(ctx)
         reads[steps] = sorted(counter.calls)
         assert ctx.env_step == 2 * 8 * steps and ctx.collect_stats["episodes"] > 0
     assert reads[2] == reads[12] and len(reads[12]) <= 3, reads
