@@ -55,7 +55,7 @@ def components(policy, env, reps: int = 30):
     """What the overlap can gain, from its parts (ms per vector step): ``F`` the forward over all envs,
     ``F2`` two forwards over half the envs each, ``E`` one env step of all envs."""
     num_envs, half = env.num_envs, env.num_envs // 2
-    obs, _ = env.reset(seed=0)
+    obs = torch.from_numpy(env.reset(seed=0)[0])  # what the env loop hands the policy: a host tensor
     actions = np.zeros(num_envs, dtype=np.int64)
     forward = policy.collect_mode.forward
     for _ in range(5):

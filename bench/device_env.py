@@ -78,8 +78,8 @@ def gym_rate(num_envs: int, mode: str, min_seconds: float) -> float:
 
 def collect_rate(num_envs: int, torch_envs: bool, device: str, min_seconds: float) -> float:
     """Env steps/s of the pipeline's collector with the PPO policy of cartpole_ppo_torch_config.py acting (one
-    batched forward per vector step, log-probs and values kept): ``DeviceStepCollector`` on torch envs, or
-    ``StepCollector`` on gymnasium's ``SyncVectorEnv`` (``torch_envs=False``)."""
+    batched forward per vector step, log-probs and values kept): the one ``StepCollector``, on torch envs or on
+    gymnasium's ``SyncVectorEnv`` (``torch_envs=False``)."""
     from data.envs import make_vector_env
     from dizoo.classic_control.cartpole.config.cartpole_ppo_torch_config import create_config, main_config
     from engine import OnlineRLContext, compile_config

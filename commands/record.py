@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from data.env_loop import EnvLoop
 from data.envs import make_vector_env
@@ -52,12 +53,12 @@ class EpsGreedy:
         #: a recurrent policy's (``ppo_lstm``): the env loop then carries its memory through this wrapper
         self.initial_state = getattr(policy, "initial_state", None)
 
-    def forward(self, obs: np.ndarray, **kwargs: Any) -> Dict[str, Any]:
+    def forward(self, obs: torch.Tensor, **kwargs: Any) -> Dict[str, Any]:
         """The policy's greedy action, replaced at random with probability ``eps``; ``kwargs`` (a recurrent
         policy's ``state``) go to the policy, and what it returns besides the action (its ``next_state``) comes
         back with it."""
         out = self._policy.forward(obs, **kwargs)
-        action = np.asarray(out["action"])
+        action = out["action"].numpy(force=True)
         if self._eps > 0:
             explore = self._rng.random(len(action)) < self._eps
             if explore.any():
@@ -68,7 +69,7 @@ class EpsGreedy:
                                                       (len(action),) + tuple(self._space.shape))
                 mask = explore.reshape((-1,) + (1,) * (action.ndim - 1))
                 action = np.where(mask, random_action.astype(action.dtype), action)
-        return {**out, "action": action}
+        return {**out, "action": torch.from_numpy(action)}
 
 
 def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt: str, episodes: int, dataset: str,
@@ -131,16 +132,19 @@ def _run_episodes(loop: EnvLoop, n_episodes: int) -> List[Episode]:
     loop.reset()
     while len(done) < n_episodes:
         step = loop.step()
+        obs, action, next_obs = (value.numpy(force=True) for value in (step.obs, step.action, step.next_obs))
+        reward, terminated, truncated = (value.numpy(force=True) for value in (step.reward, step.terminated,
+                                                                                step.truncated))
         for i in range(num_envs):
             col = columns[i]
-            col["obs"].append(step.obs[i])
-            col["action"].append(step.action[i])
-            col["reward"].append(float(step.reward[i]))
-            col["terminated"].append(bool(step.terminated[i]))
-            col["truncated"].append(bool(step.truncated[i]))
-        for i in step.done_envs:  # ascending env index: a deterministic order
+            col["obs"].append(obs[i])
+            col["action"].append(action[i])
+            col["reward"].append(float(reward[i]))
+            col["terminated"].append(bool(terminated[i]))
+            col["truncated"].append(bool(truncated[i]))
+        for i in step.ended_envs():  # ascending env index: a deterministic order
             col = columns[i]
-            done.append(Episode(observations=np.stack(col["obs"] + [step.next_obs[i]]),
+            done.append(Episode(observations=np.stack(col["obs"] + [next_obs[i]]),
                                 actions=np.stack(col["action"]),
                                 rewards=np.asarray(col["reward"], dtype=np.float32),
                                 terminations=np.asarray(col["terminated"], dtype=bool),

@@ -1,4 +1,5 @@
-"""Env groups stepped alternately: collection overlapped with the policy's inference.
+"""Env groups: one vector env made of groups that step in the background, for collection overlapped with the
+policy's inference (``env.manager.overlap``).
 
 ``EnvGroups`` is one vector env of ``E`` envs made of ``G`` groups (vector envs of consecutive envs), each of
 which can step in the background while Python goes on:
@@ -8,41 +9,25 @@ which can step in the background while Python goes on:
 - any other vector env: ``step`` on a worker thread, which overlaps only where the env's step releases the
   GIL (a ``SyncVectorEnv`` of pure-Python envs gains nothing: use ``env.manager.type='async'`` there).
 
-``OverlappedEnvLoop`` steps the groups so that while the policy acts on one group, the others step. With
-groups A and B, one call of ``run(T)``::
-
-    prime    act(A) send(A)      act(B) send(B)                  B's forward runs while A steps
-    t < T-1  recv(A) observe(A)  act(A) send(A)                  A's forward (for t+1) while B steps
-             recv(B) observe(B)  act(B) send(B)                  B's forward (for t+1) while A steps
-             yield step t of every env (A's rows, then B's)
-    t = T-1  recv(A) observe(A)  recv(B) observe(B)  yield       nothing is sent: no env step is in flight
-                                                                 between calls, so a policy updated in
-                                                                 between acts on every step after it
-
-Every env sees exactly the actions the serial ``EnvLoop`` would give it for the same observations, and each
-yielded ``EnvStep`` has the serial loop's layout (env ``i`` in row ``i``, ``done_envs`` ascending), so the
-collector's ``[T, E]`` chunks, n-step windows and GAE streams are those of the serial collector. A policy
-that draws random numbers (epsilon-greedy, sampled actions) draws them for two batches of ``E / G`` rows
-instead of one of ``E``, so its random choices differ; a deterministic policy gives identical data (tested).
+``data.env_loop.EnvLoop`` steps the groups so that while the policy acts on one group, the others step (its
+docstring shows the schedule); env ``i`` keeps row ``i`` and seed ``seed + i``, so the data are the serial
+loop's.
 """
 from __future__ import annotations
 
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 from gymnasium.vector.utils import batch_space
 
-from data.env_loop import EnvLoop, EnvStep
-from engine.protocols import CollectPolicy, EvalPolicy, VectorEnv
+from engine.protocols import VectorEnv
 
-__all__ = ["EnvGroups", "OverlappedEnvLoop", "group_sizes"]
+__all__ = ["EnvGroups", "group_sizes"]
 
 logger = logging.getLogger(__name__)
 
-_NO_KWARGS: Mapping[str, Any] = {}
 StepResult = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]
 
 
@@ -115,7 +100,8 @@ class EnvGroups:
     """A vector env made of groups of consecutive envs that can step concurrently.
 
     As a plain vector env (``reset``, ``step``) it sends every group its actions, then waits for all: the
-    groups step in parallel. ``OverlappedEnvLoop`` uses ``send(g, ...)`` / ``recv(g)`` per group instead.
+    groups step in parallel. The overlapped ``data.env_loop.EnvLoop`` uses ``send(g, ...)`` / ``recv(g)`` per
+    group instead.
 
     Args:
         groups: vector envs with equal single observation and action spaces, in SAME_STEP autoreset mode;
@@ -200,100 +186,3 @@ class EnvGroups:
             close()
         for group in self.groups:
             group.close()
-
-
-def _cat(values: List[Any]) -> Any:
-    if isinstance(values[0], torch.Tensor):
-        return torch.cat(values)
-    return np.concatenate([np.asarray(v) for v in values])
-
-
-def _merge_steps(parts: Sequence[EnvStep], offsets: Sequence[int]) -> EnvStep:
-    """The groups' steps as one step of all envs, in env order (what the serial loop returns)."""
-    if len(parts) == 1:
-        return parts[0]
-    done = [np.asarray(p.done_envs, dtype=np.int64) + off for p, off in zip(parts, offsets) if len(p.done_envs)]
-    return EnvStep(
-        obs=np.concatenate([p.obs for p in parts]),
-        out={key: _cat([p.out[key] for p in parts]) for key in parts[0].out},
-        action=np.concatenate([p.action for p in parts]),
-        next_obs=np.concatenate([p.next_obs for p in parts]),
-        reward=np.concatenate([p.reward for p in parts]),
-        terminated=np.concatenate([p.terminated for p in parts]),
-        truncated=np.concatenate([p.truncated for p in parts]),
-        done_envs=np.concatenate(done) if done else (),
-        returns=[r for p in parts for r in p.returns],
-        lengths=[n for p in parts for n in p.lengths])
-
-
-class OverlappedEnvLoop:
-    """``EnvLoop``'s interface over ``EnvGroups``: the policy acts on one group while the others step.
-
-    Args:
-        policy: anything with ``forward(obs, **kwargs) -> {"action": ...}``; it is called once per group
-            and step, on that group's rows.
-        env: the env groups (``data.envs.make_vector_env(..., groups=2)``, or ``env.manager.overlap``).
-        seed: env ``i`` is reset with ``seed + i`` the first time, as in ``EnvLoop``.
-    """
-
-    def __init__(self, policy: CollectPolicy | EvalPolicy, env: EnvGroups, seed: int = 0) -> None:
-        if not isinstance(env, EnvGroups):
-            raise TypeError(f"OverlappedEnvLoop steps EnvGroups, got {type(env).__name__}: build the envs with "
-                            f"data.envs.make_vector_env(..., groups=2) (config: env.manager.overlap=True)")
-        self.policy = policy
-        self.env = env
-        self.num_envs = env.num_envs
-        self.seed = seed
-        self._loops = [EnvLoop(policy, group, seed + offset) for group, offset in zip(env.groups, env.offsets)]
-
-    @property
-    def obs(self) -> Optional[np.ndarray]:
-        if any(loop.obs is None for loop in self._loops):
-            return None
-        return np.concatenate([loop.obs for loop in self._loops])
-
-    def reset(self, seed: Optional[int] = None) -> np.ndarray:
-        """Reset every env (env i with ``seed + i``; default the loop's seed) and restart its episode."""
-        seed = self.seed if seed is None else seed
-        for loop, offset in zip(self._loops, self.env.offsets):
-            loop.reset(seed + offset)
-        return self.obs
-
-    def current_obs(self) -> np.ndarray:
-        for loop in self._loops:
-            loop.current_obs()
-        return self.obs
-
-    def step(self, policy_kwargs: Mapping[str, Any] = _NO_KWARGS) -> EnvStep:
-        """One step of every env (within it, each group's forward overlaps the previous group's env step)."""
-        return next(self.run(1, policy_kwargs))
-
-    def run(self, steps: int, policy_kwargs: Mapping[str, Any] = _NO_KWARGS) -> Iterator[EnvStep]:
-        """``steps`` steps of every env, pipelined across groups (module docstring); between calls no env
-        step is in flight. If the caller stops early, the steps in flight are finished and observed (the
-        envs and the loop stay in agreement) but not yielded."""
-        if steps <= 0:
-            return
-        loops, env, offsets = self._loops, self.env, self.env.offsets
-        groups = range(len(loops))
-        acted: List[Optional[Tuple[np.ndarray, dict, np.ndarray]]] = [None] * len(loops)
-        try:
-            for g in groups:  # prime: each group's first action; the groups sent before it step meanwhile
-                acted[g] = loops[g].act(policy_kwargs)
-                env.send(g, acted[g][2])
-            for t in range(steps):
-                last = t + 1 == steps
-                parts = []
-                for g in groups:
-                    obs, out, action = acted[g]
-                    acted[g] = None
-                    parts.append(loops[g].observe(obs, out, action, env.recv(g)))
-                    if not last:  # this group's next action, while the other groups step
-                        acted[g] = loops[g].act(policy_kwargs)
-                        env.send(g, acted[g][2])
-                yield _merge_steps(parts, offsets)
-        except GeneratorExit:
-            for g in groups:
-                if acted[g] is not None:
-                    loops[g].observe(*acted[g], env.recv(g))
-            raise

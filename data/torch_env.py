@@ -3,8 +3,8 @@
 rlstructures' ``DeviceEnv`` idea: where an env's dynamics are a few arithmetic operations (CartPole,
 Pendulum), stepping every env of a collector is one batched tensor operation on the device where the policy
 acts. Observations, rewards, ``terminated`` and ``truncated`` come back as tensors already on that device,
-so a collector (``middleware.device_collector``) never copies to the host between steps; on a CPU it is
-also the fastest way to run thousands of small envs (``bench/device_env.py``).
+so the collector (``data.env_loop`` steps them) never copies to the host between steps; on a CPU it is also the
+fastest way to run thousands of small envs (``bench/device_env.py``).
 
 The contract is gymnasium's vector env in ``SAME_STEP`` autoreset mode (``data.envs``), with tensors:
 
@@ -25,8 +25,7 @@ The pipeline seeds each DDP rank's envs with its rank seed (``pipelines.assembly
 An env family subclasses ``TorchVectorEnv`` with its dynamics (``dizoo/classic_control/*/torch_env.py``) and
 registers a ``TorchEnvType`` (``create_config.env.type``): ``env.device`` places the collector's envs
 (None: the device the policy collects on). The evaluator plays the gymnasium env the dynamics reproduce
-(``gym_twin``), or steps the same dynamics on the CPU through ``HostVectorEnv``, the numpy view the
-evaluator's ``EnvLoop`` reads.
+(``gym_twin``), or steps the same dynamics on the CPU, through the same env loop.
 """
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ import torch
 
 from engine.devices import parse_device
 
-__all__ = ["TorchVectorEnv", "HostVectorEnv", "TorchEnvType", "follow_device"]
+__all__ = ["TorchVectorEnv", "TorchEnvType", "follow_device"]
 
 StepResult = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]
 
@@ -169,30 +168,6 @@ class TorchVectorEnv:
         return constant
 
 
-class HostVectorEnv:
-    """A ``TorchVectorEnv`` seen as a gymnasium vector env with numpy arrays (what ``data.env_loop.EnvLoop``
-    and so the evaluator, ``baton record`` and background evaluation read): each step copies its results to
-    the host. For evaluation, not for the collector's hot loop."""
-
-    def __init__(self, env: TorchVectorEnv) -> None:
-        self.env = env
-        self.num_envs = env.num_envs
-        self.single_observation_space = env.single_observation_space
-        self.single_action_space = env.single_action_space
-
-    def reset(self, *, seed: Any = None, options: Any = None) -> Tuple[np.ndarray, Dict[str, Any]]:
-        obs, info = self.env.reset(seed=seed, options=options)
-        return obs.cpu().numpy(), info
-
-    def step(self, actions: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(torch.as_tensor(np.asarray(actions)))
-        return (obs.cpu().numpy(), reward.cpu().numpy(), terminated.cpu().numpy(), truncated.cpu().numpy(),
-                {"final_obs": info["final_obs"].cpu().numpy()})
-
-    def close(self) -> None:
-        self.env.close()
-
-
 class TorchEnvType:
     """An env ``type`` for ``create_config`` whose envs are a ``TorchVectorEnv`` subclass.
 
@@ -203,7 +178,7 @@ class TorchEnvType:
         gym_twin: the gymnasium id whose dynamics ``env_cls`` reproduces (``"CartPole-v1"``): evaluation plays
             that env itself, so the reference env judges what the torch dynamics trained (and a few envs step
             faster in numpy than through torch's per-operation overhead). Without one, evaluation steps
-            ``env_cls`` on the CPU behind ``HostVectorEnv``.
+            ``env_cls`` on the CPU.
         defaults: further default config values.
 
     Config keys beside the usual ones (``collector_env_num`` ...): ``device`` (the collector's envs; None:
@@ -228,7 +203,7 @@ class TorchEnvType:
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True) -> Any:
         """The collector's envs on ``env.device`` (reset with ``seed``); for evaluation (``training=False``)
-        the gymnasium twin's vector env, or the same dynamics on the CPU behind the numpy view ``HostVectorEnv``.
+        the gymnasium twin's vector env, or the same dynamics on the CPU.
 
         Raises:
             engine.devices.DeviceError: ``env.device`` names a device this process does not have.
@@ -244,7 +219,7 @@ class TorchEnvType:
         env = self.env_cls(num_envs, device=device, max_episode_steps=env_cfg.get("max_episode_steps"))
         env.placed = spec is not None and training
         env.reset(seed=seed)
-        return env if training else HostVectorEnv(env)
+        return env
 
 
 def _indexed(device: str | torch.device) -> torch.device:

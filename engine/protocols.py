@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: `import engine` stays free of torch and numpy
-    import numpy as np
     import torch
 
 __all__ = ["Batch", "ModelOwner", "LearnPolicy", "CollectPolicy", "ValuePolicy", "EvalPolicy", "VectorEnv", "EnvType",
@@ -62,13 +61,14 @@ class LearnPolicy(ModelOwner, Protocol):
 class CollectPolicy(Protocol):
     """``policy.collect_mode``: acts for data collection.
 
-    ``forward(obs, **collect_kwargs)`` takes a batch of observations (numpy, one row per env) and returns
-    at least ``action`` (numpy or tensor); on-policy algorithms add ``logp`` and ``value``. A recurrent policy's
-    mode also has ``initial_state(num_envs)``; its forward then takes ``state=`` (each env's memory) and returns
+    ``forward(obs, **collect_kwargs)`` takes a batch of observations (a tensor, one row per env: on the host for
+    gymnasium envs, on the envs' device for batched torch envs) and returns tensors: at least ``action``;
+    on-policy algorithms add ``logp`` and ``value``. A recurrent policy's mode also has
+    ``initial_state(num_envs)``; its forward then takes ``state=`` (each env's memory) and returns
     ``next_state``, which the env loop carries (``data.env_loop``).
     """
 
-    def forward(self, obs: "np.ndarray", **kwargs: Any) -> Dict[str, Any]: ...
+    def forward(self, obs: "torch.Tensor", **kwargs: Any) -> Dict[str, Any]: ...
 
 
 @runtime_checkable
@@ -81,15 +81,17 @@ class ValuePolicy(CollectPolicy, Protocol):
 
 @runtime_checkable
 class EvalPolicy(Protocol):
-    """``policy.eval_mode``: acts greedily for evaluation; ``forward(obs)`` returns ``action``."""
+    """``policy.eval_mode``: acts greedily for evaluation; ``forward(obs)`` takes a tensor, as the collect mode
+    does, and returns ``action`` as a tensor."""
 
-    def forward(self, obs: "np.ndarray") -> Dict[str, Any]: ...
+    def forward(self, obs: "torch.Tensor") -> Dict[str, Any]: ...
 
 
 @runtime_checkable
 class VectorEnv(Protocol):
-    """A gymnasium vector env in ``SAME_STEP`` autoreset mode: when an episode ends, ``step`` returns the
-    reset observation in ``obs`` and the real last one in ``info["final_obs"]``."""
+    """A vector env in ``SAME_STEP`` autoreset mode: when an episode ends, ``step`` returns the reset observation
+    in ``obs`` and the real last one in ``info["final_obs"]``. Gymnasium's (numpy) or a batched torch env's
+    (tensors on its device, ``data.torch_env``): the env loop (``data.env_loop``) steps either."""
 
     num_envs: int
     single_observation_space: Any

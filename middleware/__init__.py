@@ -6,7 +6,6 @@ from .background_eval import BackgroundEvaluationError, BackgroundEvaluator
 from .checkpoint import CheckpointError, CkptSaver, load_checkpoint
 from .collector import EpisodeCollector, StepCollector
 from .ddp import DDPMiddleware
-from .device_collector import DeviceStepCollector
 from .evaluator import InteractionEvaluator, NewEvaluation, evaluate_episodes
 from .exploration import epsilon_schedule, eps_greedy_handler, random_collect_handler
 from .gae import gae_estimator
@@ -21,7 +20,7 @@ from .summary import RunSummary
 from .termination import termination_checker
 
 __all__ = [
-    "StepCollector", "DeviceStepCollector", "EpisodeCollector", "eps_greedy_handler", "epsilon_schedule", "data_pusher",
+    "StepCollector", "EpisodeCollector", "eps_greedy_handler", "epsilon_schedule", "data_pusher",
     "OffPolicyLearner", "OnPolicyLearner", "gae_estimator", "random_collect_handler", "InteractionEvaluator",
     "NewEvaluation", "evaluate_episodes", "termination_checker", "online_logger", "OnlineLogger", "CkptSaver",
     "load_checkpoint", "CheckpointError", "progress_bar", "RunSummary", "DDPMiddleware", "actor_refresher", "statistics_merger",

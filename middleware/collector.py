@@ -1,15 +1,20 @@
-"""Collectors: step vectorized envs with one batched policy forward per step (``data.env_loop.EnvLoop``).
+"""Collectors: every env through the one loop (``data.env_loop.EnvLoop``), one batched policy forward per step.
 
 One ``StepCollector`` call, for ``E`` envs and ``T = ceil(n_sample / E)`` vector steps:
 
-1. ``T`` loop steps; each step's arrays go into preallocated ``[T, E]`` numpy buffers (``next_obs`` is the
-   real next observation, the final one where an episode ended). With env groups (``env.manager.overlap``)
-   the loop is ``data.env_groups.OverlappedEnvLoop``: the policy acts on one group while the other steps,
-   and row ``e`` of step ``t`` is still env ``e``'s step ``t``;
-2. the chunk becomes n-step transitions per env stream (``NStepBuilder``), or stays time-major for
-   on-policy learning (with the policy's log-probs and values, for GAE);
-3. ``ctx.trajectories`` gets them as one batch (``data.batch``); ``ctx.env_step``, ``ctx.env_episode``,
-   ``ctx.episode_returns`` and ``ctx.collect_stats`` are updated.
+1. ``T`` loop steps, each kept as it came: the policy acted on the current observations, the envs stepped,
+   ``next_obs`` is the real next observation (the final one where an episode ended). Gymnasium envs give host
+   tensors; a batched torch env (``data.torch_env``) gives tensors on its device, and then nothing is read back
+   to the host between steps (tests/middleware/test_device_collector.py counts host reads). With env groups
+   (``env.manager.overlap``) the policy acts on one group while the other steps, and row ``e`` of step ``t``
+   is still env ``e``'s step ``t``;
+2. once per call: the steps are stacked into a ``[T, E]`` chunk on the envs' device (what the policy returned
+   besides the action, e.g. log-probs and values, moved there too), checked finite, and the returns of the
+   episodes that ended are read back, together;
+3. the chunk becomes n-step transitions per env stream (``NStepBuilder``), or stays time-major for on-policy
+   learning (with the policy's log-probs and values, for GAE); ``ctx.trajectories`` gets them as one batch
+   (``data.batch``), and ``ctx.env_step``, ``ctx.env_episode``, ``ctx.episode_returns`` and
+   ``ctx.collect_stats`` are updated.
 """
 from __future__ import annotations
 
@@ -21,9 +26,9 @@ import numpy as np
 import torch
 
 from data.batch import make_batch
-from data.env_groups import EnvGroups, OverlappedEnvLoop
-from data.env_loop import EnvLoop, to_numpy
+from data.env_loop import EnvLoop
 from data.nstep import NStepBuilder
+from data.obs import all_finite, index_rows, stack
 from engine.context import OnlineRLContext
 from engine.protocols import CollectPolicy, VectorEnv, require
 
@@ -93,16 +98,17 @@ class StepCollector:
     """Collect ``n_sample`` transitions per call into ``ctx.trajectories``.
 
     Args:
-        policy: ``policy.collect_mode``.
-        env: a gymnasium vector env in SAME_STEP autoreset mode (``data.envs.make_vector_env``).
+        policy: ``policy.collect_mode``: its forward answers a tensor with tensors.
+        env: a vector env in SAME_STEP autoreset mode: gymnasium's (``data.envs.make_vector_env``), env groups,
+            or a batched torch env (``data.torch_env``), whose transitions stay on its device.
         n_sample: transitions per call (rounded up to whole vector steps).
         nstep: n-step return length (off-policy).
         gamma: discount factor of the n-step returns.
-        seed: env i is first reset with ``seed + i``.
+        seed: env i is first reset with ``seed + i`` (a torch env's one generator with ``seed``).
         time_major: the on-policy mode: keep ``ctx.trajectories`` as one-step ``[T, E]`` chunks, with
             whatever else the policy returned (log-probs, values), for GAE; no n-step.
-        overlap: step env groups while the policy acts (``data.env_groups.OverlappedEnvLoop``); default:
-            whenever ``env`` is ``EnvGroups`` (``make_vector_env`` builds them for ``env.manager.overlap``).
+        overlap: step env groups while the policy acts (``data.env_loop``); default: whenever ``env`` is
+            ``EnvGroups`` (``make_vector_env`` builds them for ``env.manager.overlap``).
         env_id: the envs' id, named by the error of a non-finite observation or reward.
     """
 
@@ -118,55 +124,40 @@ class StepCollector:
                              f"the memory of the steps before them, which n-step transitions for a replay buffer "
                              f"lose; collect for it in the on-policy mode (time_major=True), whose rollout GAE cuts "
                              f"into sequences (data.sequences)")
-        grouped = isinstance(env, EnvGroups)
-        if overlap and not grouped:
-            raise ValueError(f"an overlapped collector needs its envs in groups, got {type(env).__name__}: build "
-                             f"them with data.envs.make_vector_env(..., groups=2) (config: env.manager.overlap=True)")
-        self.overlap = grouped if overlap is None else bool(overlap)
-        self._loop = OverlappedEnvLoop(policy, env, seed) if self.overlap else EnvLoop(policy, env, seed)
+        self._loop = EnvLoop(policy, env, seed, overlap=overlap)
+        self.overlap = self._loop.overlap
         self.num_envs = env.num_envs
         self.steps_per_call = math.ceil(n_sample / self.num_envs)
         self._nstep = None if time_major else NStepBuilder(int(nstep), float(gamma))
-        obs_space = env.single_observation_space
-        self._obs_shape = tuple(obs_space.shape)
-        self._obs_dtype = obs_space.dtype
         self._env_id = env_id
 
     def __call__(self, ctx: OnlineRLContext) -> None:
         start = time.perf_counter()
-        loop = self._loop
         steps, envs = self.steps_per_call, self.num_envs
-        obs_buf = np.empty((steps, envs) + self._obs_shape, dtype=self._obs_dtype)
-        next_buf = np.empty_like(obs_buf)
-        reward_buf = np.empty((steps, envs), dtype=np.float32)
-        term_buf = np.empty((steps, envs), dtype=bool)
-        trunc_buf = np.empty((steps, envs), dtype=bool)
-        extras: Dict[str, List[Any]] = {}
-        actions: List[np.ndarray] = []
-        returns: List[float] = []
-        kwargs = ctx.collect_kwargs
-        # unpacked rather than read by name: this loop is the collector's whole overhead
-        for t, (obs, out, action, next_obs, reward, terminated, truncated, _, finished, _) in \
-                enumerate(loop.run(steps, kwargs)):
-            obs_buf[t] = obs
-            next_buf[t] = next_obs
-            actions.append(action)
-            reward_buf[t] = reward
-            term_buf[t] = terminated
-            trunc_buf[t] = truncated
-            if len(out) > 1:  # log-probs, values, raw actions of on-policy and continuous policies
-                for key, value in out.items():
-                    if key != "action":
-                        extras.setdefault(key, []).append(value)
-            if finished:
-                returns.extend(finished)
-        _check_finite(obs_buf, next_buf, reward_buf, self._env_id, ctx.env_step)
-        chunk = {"obs": torch.from_numpy(obs_buf), "action": torch.from_numpy(np.stack(actions)),
-                 "reward": torch.from_numpy(reward_buf), "next_obs": torch.from_numpy(next_buf),
-                 "terminated": torch.from_numpy(term_buf), "truncated": torch.from_numpy(trunc_buf)}
-        for key, values in extras.items():
-            chunk[key] = torch.as_tensor(np.stack([to_numpy(v) for v in values]))
-        record_chunk(ctx, chunk, self._nstep, steps * envs, returns, start)
+        obs, next_obs, reward, terminated, truncated = [], [], [], [], []
+        out: Dict[str, List[torch.Tensor]] = {}
+        # 1. the steps, kept as they come: appends only, this loop is the collector's whole overhead
+        for step in self._loop.run(steps, ctx.collect_kwargs):
+            obs.append(step.obs)
+            next_obs.append(step.next_obs)
+            reward.append(step.reward)
+            terminated.append(step.terminated)
+            truncated.append(step.truncated)
+            for key, value in step.out.items():  # the action, and log-probs, values, raw actions, memories
+                out.setdefault(key, []).append(value)
+        # 2. one [T, E] chunk on the envs' device, checked, and the finished episodes' returns: read back together
+        reward_t = torch.stack(reward)
+        device = reward_t.device  # the envs': the host for gymnasium envs
+        policy_out = {key: torch.stack(values).to(device) for key, values in out.items()}
+        chunk = {"obs": stack(obs), "action": policy_out.pop("action"), "reward": reward_t.float(),
+                 "next_obs": stack(next_obs), "terminated": torch.stack(terminated),
+                 "truncated": torch.stack(truncated), **policy_out}
+        returns = self._loop.finished().returns
+        if not bool(all_finite(chunk["obs"]) & all_finite(chunk["next_obs"]) & all_finite(chunk["reward"])):
+            _check_finite(chunk["obs"].numpy(force=True), chunk["next_obs"].numpy(force=True),
+                          chunk["reward"].numpy(force=True), self._env_id, ctx.env_step)
+        # 3. n-step transitions or the time-major chunk, and the counters
+        record_chunk(ctx, chunk, self._nstep, steps * envs, returns.tolist(), start)
 
 
 class EpisodeCollector:
@@ -202,15 +193,17 @@ class EpisodeCollector:
         while len(episodes) < self.n_episode:
             step = loop.step(ctx.collect_kwargs)
             env_steps += loop.num_envs
+            fields = dict(obs=step.obs, action=step.action.to(step.reward.device), reward=step.reward,
+                          next_obs=step.next_obs, terminated=step.terminated, truncated=step.truncated)
             for i in range(loop.num_envs):
-                self._open[i].append({"obs": step.obs[i], "action": step.action[i],
-                                      "reward": np.float32(step.reward[i]), "next_obs": step.next_obs[i],
-                                      "terminated": bool(step.terminated[i]), "truncated": bool(step.truncated[i])})
-            for i in step.done_envs:
+                self._open[i].append({key: index_rows(value, i) for key, value in fields.items()})
+            ended = step.ended_envs()
+            for i in ended:
                 if len(episodes) < self.n_episode:
                     episodes.append(self._to_episode(self._open[i]))
                 self._open[i] = []
-            returns.extend(step.returns)
+            if ended:
+                returns.extend(loop.finished().returns.tolist())
         ctx.episodes = episodes
         ctx.trajectories = make_batch({k: torch.cat([e[k] for e in episodes])
                                        for k in ("obs", "action", "reward", "next_obs", "terminated",
@@ -218,6 +211,7 @@ class EpisodeCollector:
         record_counts(ctx, env_steps, len(ctx.trajectories.reward), returns, start)
 
     def _to_episode(self, steps: List[Dict[str, Any]]) -> Any:
-        data = {k: torch.as_tensor(np.stack([s[k] for s in steps])) for k in steps[0]}
+        data = {k: stack([s[k] for s in steps]) for k in steps[0]}
+        data["reward"] = data["reward"].float()
         data["discount"] = torch.full((len(steps),), self._gamma)
         return make_batch(data)

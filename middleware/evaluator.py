@@ -1,4 +1,5 @@
-"""Evaluation by interaction: greedy episodes on envs kept apart from the collector's."""
+"""Evaluation by interaction: greedy episodes on envs kept apart from the collector's, stepped through the one env
+loop (``data.env_loop.EnvLoop``), as the collector's are."""
 from __future__ import annotations
 
 import time
@@ -41,8 +42,11 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
     while (done_count < quota).any():
         if should_stop is not None and should_stop():
             raise EvaluationCancelled(f"cancelled after {len(returns)} of {n_episode} episodes")
-        step = loop.step()
-        for i, episode_return, length in zip(step.done_envs, step.returns, step.lengths):
+        if not loop.step().has_ended():  # evaluation reads each step's ends: they decide when it stops
+            continue
+        finished = loop.finished()
+        for i, episode_return, length in zip(finished.envs.tolist(), finished.returns.tolist(),
+                                             finished.lengths.tolist()):
             if done_count[i] < quota[i]:
                 returns.append(episode_return)
                 lengths.append(length)

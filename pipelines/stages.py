@@ -15,7 +15,6 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 import torch
 
 from data.envs import make_vector_env
-from data.torch_env import TorchVectorEnv
 from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, RingStorage, Sampler, UniformSampler
 from data.replay.device import resolve_replay_device
 from engine.config import ConfigError, plain
@@ -29,8 +28,8 @@ from middleware.background_eval import BackgroundEvaluator
 from middleware.checkpoint import BEST, ShardSaver
 from middleware.preemption import PreemptionStop
 from middleware.termination import termination_checker
-from middleware import (CkptSaver, DDPMiddleware, DeviceStepCollector, InteractionEvaluator, OffPolicyLearner, OnlineLogger,
-                        OnPolicyLearner, StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator,
+from middleware import (CkptSaver, DDPMiddleware, InteractionEvaluator, OffPolicyLearner, OnlineLogger, OnPolicyLearner,
+                        StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator,
                         online_logger, random_collect_handler)
 from middleware.progress_csv import PROGRESS_FILE
 from middleware.summary import RunClock
@@ -75,14 +74,10 @@ def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, fra
     return ReplayBuffer(capacity, sampler, storage)
 
 
-def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int,
-              on_policy: bool) -> Union[StepCollector, DeviceStepCollector]:
-    """``StepCollector`` for gymnasium vector envs; ``DeviceStepCollector`` for batched torch envs, whose
-    transitions stay on their device (``data.torch_env``)."""
+def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int, on_policy: bool) -> StepCollector:
+    """``StepCollector`` on the collector's envs: gymnasium's, in groups (``env.manager.overlap``), or batched
+    torch envs, whose transitions stay on their device (``data.torch_env``)."""
     pcfg = cfg["policy"]
-    if isinstance(env, TorchVectorEnv):
-        return DeviceStepCollector(policy.collect_mode, env, pcfg["collect"]["n_sample"], nstep=pcfg.get("nstep", 1),
-                                   gamma=pcfg["discount_factor"], seed=seed, time_major=on_policy)
     return StepCollector(policy.collect_mode, env, pcfg["collect"]["n_sample"], nstep=pcfg.get("nstep", 1),
                          gamma=pcfg["discount_factor"], seed=seed, time_major=on_policy,
                          env_id=cfg["env"].get("env_id"))

@@ -12,6 +12,10 @@ the contracts of ``engine.protocols``:
   collection (at least ``action``); ``value(obs)`` for actor-critic algorithms, else None.
 - ``eval_mode`` (``EvalPolicy``): ``forward(obs) -> dict`` acts greedily for evaluation.
 
+The acting modes take tensors and answer with tensors: ``obs`` is a tensor with one row per env, on the host
+for gymnasium envs and on the envs' device for batched torch envs (``data.env_loop`` converts, never the
+policy); what they return is on the mode's device, and the env loop sends the action to the env.
+
 What the base composes, one piece each:
 
 - ``placement`` (``policies.placement``): the learner's device, each acting mode's device and its copy of the
@@ -48,11 +52,11 @@ from .noisy import set_noise as _set_noise
 from .normalisation import OBS_NORM_PREFIX, Normalisation
 from .obs_norm import ObsNormMismatchError
 from .optim import OptimizerStep, make_adam
-from .placement import Placement, host_state, to_numpy
+from .placement import Placement, host_state
 from .spaces import SpaceMismatchError, resolve_shape, space_dims
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DeviceMismatchError", "ObsNormMismatchError", "common_config", "evaluator_config", "to_numpy",
+           "DeviceMismatchError", "ObsNormMismatchError", "common_config", "evaluator_config",
            "check_finite", "make_adam", "space_dims", "resolve_shape", "OBS_NORM_PREFIX"]
 
 
@@ -86,7 +90,7 @@ class Policy:
     supports_obs_norm: bool = False
     #: whether the policy acts with a memory carried from step to step (``initial_state_on``)
     recurrent: bool = False
-    #: why an acting mode may run without a hot path on purpose, e.g. "through numpy on the CPU": said once
+    #: why an acting mode may run without a hot path on purpose, e.g. "through a lean forward on the CPU": said once
     #: when ``policy.compile`` or ``policy.amp`` is on (None: a mode without one is warned about)
     eager_acting: Optional[str] = None
     #: what a checkpoint holds besides the optimizer and the update count: (state key, module attribute)
@@ -161,10 +165,10 @@ class Policy:
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         raise NotImplementedError
 
-    def _forward_collect(self, obs: Any, **kwargs: Any) -> Dict[str, Any]:
+    def _forward_collect(self, obs: torch.Tensor, **kwargs: Any) -> Dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, torch.Tensor]:
         raise NotImplementedError
 
     def initial_state_on(self, mode: str) -> Optional[Callable[[int], torch.Tensor]]:

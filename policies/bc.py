@@ -25,6 +25,7 @@ from .base import Policy, common_config, resolve_shape, space_dims
 from .greedy import GreedyActor
 from .models import DeterministicActor, QNetwork
 from .optim import OptimizerStep
+from .placement import DeviceGenerators, PerDevice
 
 __all__ = ["BCPolicy"]
 
@@ -36,7 +37,7 @@ class BCPolicy(Policy):
     pipeline = "offline"
     action_spaces = ("discrete", "continuous")
     default_env_steps = None
-    eager_acting = "through numpy on the CPU (faster than torch for an MLP)"  # discrete actions
+    eager_acting = "through an MLP's lean forward on the CPU (faster than the module at a few rows)"  # discrete
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
@@ -72,14 +73,14 @@ class BCPolicy(Policy):
                 raise ValueError(f"policy 'bc' needs a bounded continuous action space, got {action_space}")
             self._scale = torch.as_tensor((action_space.high - action_space.low) / 2.0, dtype=torch.float32)
             self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
+            self._affine = PerDevice.copies(self._scale, self._bias)
             self.model = self.placement.build(lambda: DeterministicActor(obs_dim, action_dim, hidden))
-        else:  # logits through an MLP with a plain head (argmax acting in numpy on the CPU)
+        else:  # logits through an MLP with a plain head (argmax through its lean forward on the CPU)
             self.model = self.placement.build(lambda: QNetwork(obs_dim, action_dim, hidden, dueling=False))
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), "BC")
         self._grad_clip = float(learn["grad_clip_norm"])
         self._action_dim = action_dim
-        self._action_space = action_space
-        self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+        self._generators = DeviceGenerators()  # eps's draws, on the collect device
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
@@ -105,16 +106,19 @@ class BCPolicy(Policy):
         return loss, {"accuracy": (logits.detach().argmax(dim=1) == target).float().mean()}
 
     # ---- act -------------------------------------------------------------------------------------
-    def _act(self, obs: Any, mode: str) -> np.ndarray:
+    def _act(self, obs: torch.Tensor, mode: str) -> torch.Tensor:
+        """The cloned action on ``mode``'s device: its index (discrete), or in env units (continuous)."""
         model = self.placement.actor(mode)
         device = self.mode_devices[mode]
-        if not self._continuous and device.type == "cpu":  # numpy acting (eager_acting)
-            return model.numpy_greedy_action(np.asarray(obs))
+        obs = obs.to(device).float()
+        if not self._continuous and device.type == "cpu":  # an MLP's lean forward (eager_acting)
+            return model.host_greedy_action(obs)
         with torch.inference_mode():
-            out = self._action[mode](model, torch.as_tensor(np.asarray(obs), device=device).float())
-            if not self._continuous:
-                return out.cpu().numpy()
-            return (out.cpu() * self._scale + self._bias).numpy()
+            out = self._action[mode](model, obs)
+        if not self._continuous:
+            return out
+        scale, bias = self._affine(device)
+        return out * scale + bias
 
     @hot_path("collect", "eval", name="act")
     def _action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
@@ -122,21 +126,23 @@ class BCPolicy(Policy):
         out = model(obs)
         return out if self._continuous else out.argmax(dim=1)
 
-    def _forward_collect(self, obs: Any, eps: float = 0.0) -> Dict[str, Any]:
+    def _forward_collect(self, obs: torch.Tensor, eps: float = 0.0) -> Dict[str, torch.Tensor]:
         """The cloned action; with probability ``eps`` per env a uniformly random one instead."""
         action = self._act(obs, "collect")
         if eps > 0:
-            explore = self._rng.random(len(action)) < eps
-            if explore.any():
-                if self._continuous:
-                    low, high = self._action_space.low, self._action_space.high
-                    random_action = self._rng.uniform(low, high, action.shape).astype(action.dtype)
-                else:
-                    random_action = self._rng.integers(0, self._action_dim, len(action))
-                action = np.where(explore.reshape((-1,) + (1,) * (action.ndim - 1)), random_action, action)
+            device = action.device
+            generator = self._generators.on(device)
+            explore = torch.rand(len(action), generator=generator, device=device) < eps
+            if self._continuous:
+                scale, bias = self._affine(device)  # uniform over the bounds
+                random_action = (2 * torch.rand(action.shape, generator=generator, device=device) - 1) * scale + bias
+                explore = explore.reshape((-1,) + (1,) * (action.dim() - 1))
+            else:
+                random_action = torch.randint(0, self._action_dim, action.shape, generator=generator, device=device)
+            action = torch.where(explore, random_action, action)
         return {"action": action}
 
-    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, torch.Tensor]:
         return {"action": self._act(obs, "eval")}
 
     def greedy_module(self) -> torch.nn.Module:

@@ -20,7 +20,6 @@ import copy
 from typing import Any, Dict, Mapping, Optional
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -29,9 +28,10 @@ from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .base import common_config, resolve_shape, space_dims
-from .dqn import QValuePolicy
+from .dqn import EpsilonDraws, QValuePolicy
 from .models import QNetwork
 from .optim import OptimizerStep
+from .placement import DeviceGenerators
 
 __all__ = ["DiscreteCQLPolicy", "cql_penalty"]
 
@@ -107,7 +107,7 @@ class DiscreteCQLPolicy(QValuePolicy):
         self._target_theta = float(learn["target_theta"])
         self._grad_clip = float(learn["grad_clip_norm"])
         self._action_dim = action_dim
-        self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+        self._eps_draws = EpsilonDraws(DeviceGenerators(), action_dim)
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
@@ -142,13 +142,3 @@ class DiscreteCQLPolicy(QValuePolicy):
         loss = td_loss + self._alpha * cql_loss
         return loss, {"td_loss": td_loss.detach(), "cql_loss": cql_loss.detach(), "q_value": q.detach().mean(),
                       "target_q": target.mean()}
-
-    # ---- act -------------------------------------------------------------------------------------
-    def _forward_collect(self, obs: Any, eps: float = 0.0) -> Dict[str, Any]:
-        """Greedy in Q; with probability ``eps`` per env a uniformly random action instead."""
-        action = self._greedy(obs, "collect")
-        if eps > 0:
-            explore = self._rng.random(len(action)) < eps
-            if explore.any():
-                action = np.where(explore, self._rng.integers(0, self._action_dim, len(action)), action)
-        return {"action": action}

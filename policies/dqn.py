@@ -32,10 +32,10 @@ import copy
 from typing import Any, Dict, List, Mapping, Optional
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.nn.functional as F
 
+from data.obs import to_device
 from engine.config import ConfigError
 from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
@@ -49,16 +49,63 @@ from .noisy import noise_off
 from .optim import OptimizerStep
 from .placement import DeviceGenerators
 
-__all__ = ["DQNPolicy", "check_q_head", "check_exploration"]
+__all__ = ["DQNPolicy", "EpsilonDraws", "check_q_head", "check_exploration"]
+
+
+class EpsilonDraws:
+    """Epsilon-greedy's random choices, drawn on the acting device ``ahead`` steps at a time.
+
+    One uniform draw ``u`` per env and step decides both: the env explores when ``u < eps``, and then ``u / eps``
+    is itself uniform on [0, 1), so it picks the random action. The draws of ``ahead`` steps are one call and
+    their rows are spent one per step: on a CPU each operation on a handful of rows costs a few microseconds
+    (five per step would cost as much as the Q-network's forward), on a GPU one kernel launch each. A new
+    ``eps`` (the schedule moves once per collection) or a new row count (env groups) starts new draws.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> draws = EpsilonDraws(DeviceGenerators(), action_dim=3)
+        >>> greedy = torch.zeros(1000, dtype=torch.long)
+        >>> explored = draws.apply(greedy, eps=0.3)
+        >>> 0.15 < float((explored != 0).float().mean()) < 0.25, sorted(explored.unique().tolist())  # 0.3 * 2/3
+        (True, [0, 1, 2])
+    """
+
+    def __init__(self, generators: DeviceGenerators, action_dim: int, ahead: int = 32) -> None:
+        self._generators = generators
+        self._action_dim = int(action_dim)
+        self._ahead = int(ahead)
+        self._rows: Dict[tuple, List[tuple]] = {}  # (device, envs, eps) -> (explore, random action) per step
+
+    def apply(self, action: torch.Tensor, eps: float) -> torch.Tensor:
+        """``action`` with the rows that explore replaced by their random action (``action`` itself for an
+        ``eps`` of 0)."""
+        if eps <= 0:
+            return action
+        key = (action.device, action.shape[0], eps)
+        rows = self._rows.get(key)
+        if not rows:
+            if key not in self._rows:
+                self._rows = {k: v for k, v in self._rows.items() if k[2] == eps}  # an old eps's draws go
+            rows = self._rows[key] = self._draw(action.device, action.shape[0], eps)
+        explore, random_action = rows.pop()
+        return random_action if eps >= 1 else torch.where(explore, random_action, action)  # eps 1: every row
+
+    def _draw(self, device: torch.device, envs: int, eps: float) -> List[tuple]:
+        u = torch.rand((self._ahead, envs), generator=self._generators.on(device), device=device)
+        # u * (A / eps) < A for u < eps; the modulo guards against the float rounding up to A
+        random_action = (u * (self._action_dim / eps)).long() % self._action_dim
+        rows = list(zip((u < eps).unbind(0), random_action.unbind(0)))
+        rows.reverse()  # spent from the end: the first step takes the first row
+        return rows
 
 
 class QValuePolicy(Policy):
     """What a discrete Q-learning policy shares, online (DQN) or offline (CQL): an online and a target
     Q network, greedy acting, the target update, and the learn state. A subclass builds ``_model``,
     ``_target_model``, ``optimizer_step``, ``_grad_clip``, ``_target_update_freq``, ``_target_theta``,
-    ``_action_dim`` and ``_rng`` and writes its own update."""
+    ``_action_dim`` and ``_eps_draws`` (``EpsilonDraws``) and writes its own update."""
 
-    eager_acting = "through numpy on the CPU (faster than torch for an MLP)"
+    eager_acting = "through an MLP's lean forward on the CPU (faster than the module at a few rows)"
     action_spaces = ("discrete",)
     config_rules = ValueRules(at_least_one=("policy.learn.target_update_freq",),
                               unit_interval=("policy.learn.target_theta",),
@@ -79,41 +126,40 @@ class QValuePolicy(Policy):
             self._target_model.load_state_dict(self.model.state_dict())
 
     # ---- act -------------------------------------------------------------------------------------
-    def _greedy(self, obs: Any, mode: str) -> np.ndarray:
+    def _greedy(self, obs: torch.Tensor, mode: str) -> torch.Tensor:
+        """``argmax_a Q(obs, a)`` on ``mode``'s device: an MLP on the CPU through its lean forward
+        (``QNetwork.host_greedy_action``, ``eager_acting``), anything else through the hot path."""
         model = self.placement.actor(mode)
         device = self.mode_devices[mode]
-        if device.type == "cpu" and model.numpy_acting:  # numpy acting (eager_acting), see QNetwork
-            return model.numpy_greedy_action(np.asarray(obs))
+        obs = to_device(obs, device)  # nothing to do where the envs are on the mode's device
+        if device.type == "cpu" and model.host_acting:
+            return model.host_greedy_action(obs if obs.dtype == torch.float32 else obs.float())
         # evaluation acts on the noisy layers' mean weights; collection on a new noise draw per step
         with torch.inference_mode(), (noise_off(model) if mode == "eval" else contextlib.nullcontext()):
-            obs_t = torch.as_tensor(np.asarray(obs), device=device)
-            action = self._greedy_action[mode](model, obs_t if model.is_image else obs_t.float())
-            return action.cpu().numpy()
+            return self._greedy_action[mode](model, obs if model.is_image else obs.float())
 
     @hot_path("collect", "eval", name="greedy")
     def _greedy_action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
         """The acting hot path: ``argmax_a Q(obs, a)`` (a distributional head's expected values)."""
         return model.expectation(model(obs)).argmax(dim=1)
 
-    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+    def _forward_collect(self, obs: torch.Tensor, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:
+        """Epsilon-greedy: each env acts at random with probability ``eps`` (always when ``random``, as during
+        ``random_collect_size``). With noisy layers the greedy action is the noisy network's (and ``eps`` is 0:
+        ``check_exploration``)."""
+        return {"action": self._explore(self._greedy(obs, "collect"), 1.0 if random else eps)}
+
+    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, Any]:
         return {"action": self._greedy(obs, "eval")}
 
     def greedy_module(self) -> torch.nn.Module:
         """``argmax_a Q(obs, a)`` (``Policy.greedy_module``)."""
         return GreedyActor(self.model, discrete=True, image=self.model.is_image)
 
-    def _explore_on_device(self, obs: torch.Tensor, eps: float) -> torch.Tensor:
-        """``_forward_collect``'s epsilon-greedy rule on tensors, on the collect device."""
-        device = self.mode_devices["collect"]
-        model = self.placement.actor("collect")
-        with torch.inference_mode():
-            obs_t = obs.to(device)
-            action = self._greedy_action["collect"](model, obs_t if model.is_image else obs_t.float())
-            if eps > 0:
-                u = torch.rand(len(action), generator=self._generators.on(device), device=device)
-                random_action = (u * (self._action_dim / eps)).long() % self._action_dim
-                action = torch.where(u < eps, random_action, action)
-        return action
+    def _explore(self, action: torch.Tensor, eps: float) -> torch.Tensor:
+        """``action`` with each row replaced by a uniformly random action with probability ``eps``
+        (``EpsilonDraws``: drawn on the action's device, nothing read back to the host)."""
+        return self._eps_draws.apply(action, eps)
 
     # ---- state -----------------------------------------------------------------------------------
     _checkpointed = (("model", "model"), ("target_model", "_target_model"))
@@ -207,9 +253,8 @@ class DQNPolicy(QValuePolicy):
         self._td_loss = F.smooth_l1_loss if learn["td_loss"] == "huber" else F.mse_loss
         self._kappa = float(learn["quantile_kappa"])
         self._action_dim = action_dim
-        # its RNG is drawn from torch's, so torch.manual_seed still makes collection reproducible
-        self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
-        self._generators = DeviceGenerators(self._rng)  # draws on a device env's tensors
+        # its exploration draws come from torch's RNG, so torch.manual_seed still makes collection reproducible
+        self._eps_draws = EpsilonDraws(DeviceGenerators(), action_dim)
 
     @property
     def _name(self) -> str:
@@ -285,27 +330,6 @@ class DQNPolicy(QValuePolicy):
         if weight is not None:
             elementwise = elementwise * weight
         return elementwise.mean(), q, target, priority
-
-    # ---- act -------------------------------------------------------------------------------------
-    def _forward_collect(self, obs: Any, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:
-        """Epsilon-greedy: each env acts at random with probability ``eps`` (always when ``random``, as
-        during ``random_collect_size``). With noisy layers the greedy action is the noisy network's (and
-        ``eps`` is 0: ``check_exploration``). Returns numpy actions; for a tensor ``obs``
-        (a device env) a tensor on the collect device, drawn there with nothing read back to the host."""
-        eps = 1.0 if random else eps
-        if isinstance(obs, torch.Tensor):
-            return {"action": self._explore_on_device(obs, eps)}
-        action = self._greedy(obs, "collect")
-        if eps > 0:
-            # one uniform draw per env decides both: explore when u < eps, and then u / eps is itself
-            # uniform on [0, 1), so it picks the random action
-            u = self._rng.random(len(action))
-            explore = u < eps
-            if explore.any():
-                # u * (A / eps) < A for u < eps; the modulo guards against the float rounding up to A
-                random_action = (u * (self._action_dim / eps)).astype(np.int64) % self._action_dim
-                action = np.where(explore, random_action, action)
-        return {"action": action}
 
 
 def check_q_head(model: Mapping[str, Any], learn: Mapping[str, Any]) -> None:

@@ -79,8 +79,8 @@ class Normalisation:
             return fn
         norm = self.obs_norm
 
-        def observing(obs: Any, *args: Any, **kwargs: Any) -> Any:
-            norm.observe(obs if isinstance(obs, torch.Tensor) else np.asarray(obs))
+        def observing(obs: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            norm.observe(obs)
             return fn(obs, *args, **kwargs)
 
         return observing

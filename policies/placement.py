@@ -26,7 +26,7 @@ import torch
 
 from .noisy import set_noise
 
-__all__ = ["Placement", "DeviceGenerators", "host_state", "to_numpy"]
+__all__ = ["Placement", "DeviceGenerators", "PerDevice", "host_state"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Placement:
         return list(self._copies.values())
 
     def refresh(self) -> None:
-        """Copy the learner's weights into the acting copies, through host memory (in place: numpy acting
+        """Copy the learner's weights into the acting copies, through host memory (in place: host acting
         views of their weights stay valid)."""
         if self._copies:
             state = host_state(self.model)
@@ -126,10 +126,36 @@ class Placement:
                 actor.load_state_dict(state)
 
 
+class PerDevice:
+    """Values an acting mode needs on the device of its tensors (action bounds, scales), each made once per
+    device by ``make(device)``.
+
+    Examples:
+        >>> bounds = PerDevice(lambda device: torch.zeros(2, device=device))
+        >>> bounds(torch.device("cpu")) is bounds(torch.device("cpu"))
+        True
+    """
+
+    def __init__(self, make: Callable[[torch.device], Any]) -> None:
+        self._make = make
+        self._on: Dict[torch.device, Any] = {}
+
+    @classmethod
+    def copies(cls, *tensors: torch.Tensor) -> "PerDevice":
+        """``tensors`` copied to each device once, as a tuple (e.g. an action scale and bias)."""
+        return cls(lambda device: tuple(t.to(device) for t in tensors))
+
+    def __call__(self, device: torch.device) -> Any:
+        value = self._on.get(device)
+        if value is None:
+            value = self._on[device] = self._make(device)
+        return value
+
+
 class DeviceGenerators:
-    """A torch generator per device for a policy's own random draws on tensors (exploration on a device env's
-    observations), each seeded once from ``rng``: a policy whose ``rng`` is drawn from torch's keeps
-    collection reproducible under ``torch.manual_seed``.
+    """A torch generator per device for a policy's own random draws (exploration), on the device it acts on,
+    each seeded once from ``rng``; by default ``rng`` is seeded from torch's RNG, so ``torch.manual_seed``
+    keeps collection reproducible.
 
     Examples:
         >>> generators = DeviceGenerators(np.random.default_rng(0))
@@ -137,32 +163,16 @@ class DeviceGenerators:
         True
     """
 
-    def __init__(self, rng: np.random.Generator) -> None:
-        self._rng = rng
-        self._on: Dict[torch.device, torch.Generator] = {}
-
-    def on(self, device: torch.device) -> torch.Generator:
-        generator = self._on.get(device)
-        if generator is None:
-            generator = self._on[device] = torch.Generator(device).manual_seed(int(self._rng.integers(0, 2**62)))
-        return generator
+    def __init__(self, rng: Optional[np.random.Generator] = None) -> None:
+        if rng is None:
+            rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+        #: ``on(device)``: the generator of ``device``
+        self.on = PerDevice(lambda device: torch.Generator(device).manual_seed(int(rng.integers(0, 2**62))))
 
 
 def host_state(model: torch.nn.Module, copy: bool = False) -> Dict[str, torch.Tensor]:
     """The model's state on the host; ``copy``: always new tensors (else a CPU model's own are returned)."""
     return {k: v.detach().to("cpu", copy=copy) for k, v in model.state_dict().items()}
-
-
-def to_numpy(*tensors: torch.Tensor) -> tuple:
-    """Several tensors as numpy arrays with one wait for their device: the copies to the host are queued
-    together (``non_blocking``) and the stream is synchronised once, where ``.cpu()`` on each would wait for
-    the device once per tensor (three times a vector step in PPO's acting)."""
-    if all(t.device.type == "cpu" for t in tensors):
-        return tuple(t.numpy() for t in tensors)
-    host = [t.to("cpu", non_blocking=True) for t in tensors]
-    for device in {t.device for t in tensors if t.device.type == "cuda"}:
-        torch.cuda.current_stream(device).synchronize()
-    return tuple(h.numpy() for h in host)
 
 
 def _indexed(device: torch.device) -> torch.device:

@@ -38,7 +38,6 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional
 
 import gymnasium as gym
-import numpy as np
 import torch
 from torch.distributions import Categorical, Normal
 
@@ -48,11 +47,12 @@ from engine.config_rules import ValueRules
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import Policy, common_config, evaluator_config, resolve_shape, space_dims, to_numpy
+from .base import Policy, common_config, evaluator_config, resolve_shape, space_dims
 from .greedy import ActorOut, GreedyActor
 from .models import ActorCritic
 from .obs_norm import RunningObsNorm
 from .optim import OptimizerStep
+from .placement import PerDevice
 
 __all__ = ["PPOPolicy", "A2CPolicy", "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
 
@@ -128,7 +128,7 @@ class PPOPolicy(Policy):
         self._epoch_kls: List[torch.Tensor] = []  # adaptive: this epoch's approx_kl, left on the device
         if self.continuous:
             self._low, self._high = action_space.low, action_space.high
-            self._bounds_on: Dict[torch.device, tuple] = {}
+            self._bounds = PerDevice.copies(*(torch.as_tensor(b, dtype=torch.float32) for b in (self._low, self._high)))
         self._gamma = float(cfg["discount_factor"])
         if cfg.get("reward_norm", False):
             self.normalisation.reward_norm = RunningObsNorm((), cfg.get("reward_norm_clip", 10.0),
@@ -250,29 +250,25 @@ class PPOPolicy(Policy):
 
     # ---- act -------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
-        """Sample an action; also return its log-prob and the state value, for GAE and the ratio. Numpy for
-        numpy observations; tensors on the collect device for a tensor (a device env: nothing goes to the host)."""
+    def _forward_collect(self, obs: torch.Tensor, random: bool = False) -> Dict[str, torch.Tensor]:
+        """Sample an action; also return its log-prob and the state value, for GAE and the ratio. A continuous
+        action goes to the env clipped to the bounds (``action``) and is learned from as sampled
+        (``raw_action``)."""
         action, logp, value = self._sample(self.placement.actor("collect"), self._obs(obs, "collect"))
-        if isinstance(obs, torch.Tensor):
-            out = {"action": action, "logp": logp, "value": value}
-            if self.continuous:
-                low, high = self._bounds(action.device)
-                out["raw_action"], out["action"] = action, torch.maximum(torch.minimum(action, high), low)
-            return out
-        action, logp, value = to_numpy(action, logp, value)  # one wait for the device, not three
         out = {"action": action, "logp": logp, "value": value}
         if self.continuous:
-            out["raw_action"] = out["action"]
-            out["action"] = np.clip(out["action"], self._low, self._high)
+            out["raw_action"], out["action"] = action, self._in_bounds(action)
         return out
 
     @torch.inference_mode()
-    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        action = self._mode_action(self.placement.actor("eval"), self._obs(obs, "eval")).cpu()
-        if self.continuous:
-            return {"action": np.clip(action.numpy(), self._low, self._high)}
-        return {"action": action.numpy()}
+    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, torch.Tensor]:
+        action = self._mode_action(self.placement.actor("eval"), self._obs(obs, "eval"))
+        return {"action": self._in_bounds(action) if self.continuous else action}
+
+    def _in_bounds(self, action: torch.Tensor) -> torch.Tensor:
+        """A continuous action clipped to the action space's bounds, on its device."""
+        low, high = self._bounds(action.device)
+        return torch.clamp(action, low, high)
 
     def greedy_module(self) -> torch.nn.Module:
         """The most likely action: ``argmax`` of the logits, or the Gaussian mean clipped to the bounds
@@ -285,18 +281,9 @@ class PPOPolicy(Policy):
 
     @torch.inference_mode()
     def _value(self, obs: torch.Tensor) -> torch.Tensor:
-        """V(obs) for a batch of observations (GAE bootstraps from it): on the host, or on the device of a tensor
-        ``obs`` (a device env's rollout stays there)."""
-        value = self._state_value(self.placement.actor("collect"), self._obs(obs, "collect"))
-        return value.to(obs.device) if isinstance(obs, torch.Tensor) else value.cpu()
-
-    def _bounds(self, device: torch.device) -> tuple:
-        """The action bounds as tensors on ``device`` (made once per device)."""
-        bounds = self._bounds_on.get(device)
-        if bounds is None:
-            bounds = self._bounds_on[device] = (torch.as_tensor(self._low, device=device),
-                                                torch.as_tensor(self._high, device=device))
-        return bounds
+        """V(obs) for a batch of observations (GAE bootstraps from it), on ``obs``'s device (where the rollout
+        is: the host for gymnasium envs, a device env's device)."""
+        return self._state_value(self.placement.actor("collect"), self._obs(obs, "collect")).to(obs.device)
 
     # the acting hot paths (compiled with policy.compile)
     @hot_path("collect")
@@ -315,12 +302,11 @@ class PPOPolicy(Policy):
     def _state_value(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
         return model.value(obs)
 
-    def _obs(self, obs: Any, mode: str = "learn") -> torch.Tensor:
-        """Observations as a tensor on ``mode``'s device: float vectors (normalised with ``policy.obs_norm``),
-        uint8 frames left to the CNN."""
-        device = self.device if mode == "learn" else self.mode_devices[mode]
-        obs_t = torch.as_tensor(np.asarray(obs) if not isinstance(obs, torch.Tensor) else obs, device=device)
-        return obs_t if self._image else self.normalisation.norm_obs(obs_t.float())
+    def _obs(self, obs: torch.Tensor, mode: str = "learn") -> torch.Tensor:
+        """Observations on ``mode``'s device: float vectors (normalised with ``policy.obs_norm``), uint8 frames
+        left to the CNN."""
+        obs = obs.to(self.device if mode == "learn" else self.mode_devices[mode])
+        return obs if self._image else self.normalisation.norm_obs(obs.float())
 
     # ---- reward scaling (policy.reward_norm) ------------------------------------------------------
     @property

@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Dict, Mapping, Optional
 
-import numpy as np
 import torch
 
 from data.sequences import SequenceError, check_seq_len
@@ -35,7 +34,6 @@ from engine.config import ConfigError
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import to_numpy
 from .greedy import NotExportableError
 from .models import RNN_TYPES, RecurrentActorCritic
 from .ppo import PPOPolicy
@@ -115,40 +113,31 @@ class PPOLSTMPolicy(PPOPolicy):
 
     # ---- act -----------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _forward_collect(self, obs: Any, state: Optional[torch.Tensor] = None, random: bool = False) -> Dict[str, Any]:
+    def _forward_collect(self, obs: torch.Tensor, state: Optional[torch.Tensor] = None,
+                         random: bool = False) -> Dict[str, torch.Tensor]:
         """Sample an action from each env's memory ``state``; also return its log-prob, the state value, the
         memory it acted from (``state``, stored with the step) and the next one (``next_state``)."""
         state = self._state(state, "collect")
         action, logp, value, next_state = self._sample_step(self.placement.actor("collect"), self._obs(obs, "collect"),
                                                             state)
-        if not isinstance(obs, torch.Tensor):
-            action, logp, value = to_numpy(action, logp, value)
         out = {"action": action, "logp": logp, "value": value, "state": state, "next_state": next_state}
         if self.continuous:
-            out["raw_action"] = action
-            if isinstance(action, torch.Tensor):
-                low, high = self._bounds(action.device)
-                out["action"] = torch.maximum(torch.minimum(action, high), low)
-            else:
-                out["action"] = np.clip(action, self._low, self._high)
+            out["raw_action"], out["action"] = action, self._in_bounds(action)
         return out
 
     @torch.inference_mode()
-    def _forward_eval(self, obs: Any, state: Optional[torch.Tensor] = None) -> Dict[str, Any]:
+    def _forward_eval(self, obs: torch.Tensor, state: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
         """The most likely action from each env's memory; ``next_state`` for the loop to carry."""
         state = self._state(state, "eval")
         action, next_state = self._mode_step(self.placement.actor("eval"), self._obs(obs, "eval"), state)
-        action = action.cpu().numpy()
-        if self.continuous:
-            action = np.clip(action, self._low, self._high)
-        return {"action": action, "next_state": next_state}
+        return {"action": self._in_bounds(action) if self.continuous else action, "next_state": next_state}
 
     @torch.inference_mode()
-    def _value(self, obs: Any, state: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """V(obs) from the memory ``state`` each row had before it (GAE passes the steps' ``next_state``)."""
+    def _value(self, obs: torch.Tensor, state: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """V(obs) from the memory ``state`` each row had before it (GAE passes the steps' ``next_state``), on
+        ``obs``'s device."""
         state = self._state(state, "collect")
-        value = self._state_value_from(self.placement.actor("collect"), self._obs(obs, "collect"), state)
-        return value.to(obs.device) if isinstance(obs, torch.Tensor) else value.cpu()
+        return self._state_value_from(self.placement.actor("collect"), self._obs(obs, "collect"), state).to(obs.device)
 
     # the acting hot paths (compiled with policy.compile)
     @hot_path("collect", name="sample")

@@ -36,7 +36,7 @@ from .base import Policy, common_config, evaluator_config, resolve_shape, space_
 from .greedy import GreedyActor, TanhMean
 from .models import SquashedGaussianActor, TwinQ
 from .optim import OptimizerStep
-from .placement import DeviceGenerators
+from .placement import DeviceGenerators, PerDevice
 
 __all__ = ["SACPolicy", "SACModel", "sac_target"]
 
@@ -147,8 +147,8 @@ class SACPolicy(Policy):
         self._scale = torch.as_tensor((action_space.high - action_space.low) / 2.0, dtype=torch.float32)
         self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
         self._action_dim = action_dim
-        self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
-        self._generators = DeviceGenerators(self._rng)  # draws on a device env's tensors
+        self._generators = DeviceGenerators()  # the random warm-up's draws, on the collect device
+        self._affine = PerDevice.copies(self._scale, self._bias)
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
@@ -189,44 +189,30 @@ class SACPolicy(Policy):
                       "entropy": -new_logp.detach().mean(), "q1": q1.detach(), "q2": q2.detach(), "target": target}
 
     # ---- act -------------------------------------------------------------------------------------
-    def _to_env(self, squashed: torch.Tensor) -> np.ndarray:
-        return (squashed.cpu() * self._scale + self._bias).numpy()
-
     @torch.inference_mode()
-    def _forward_collect(self, obs: Any, random: bool = False) -> Dict[str, Any]:
-        """A sample of the squashed Gaussian in env units; uniform over the bounds when ``random``. Numpy
-        actions, or for a tensor ``obs`` (a device env) a tensor on the collect device."""
-        n = len(obs)
-        if isinstance(obs, torch.Tensor):  # a device env: a tensor on the collect device, nothing on the host
-            device = self.mode_devices["collect"]
-            if random:
-                generator = self._generators.on(device)
-                squashed = 2 * torch.rand((n, self._action_dim), generator=generator, device=device) - 1
-            else:
-                squashed = self._sample(self.placement.actor("collect"), self._obs(obs, "collect"))
-            scale, bias = self._affine(device)
-            return {"action": squashed * scale + bias}
+    def _forward_collect(self, obs: torch.Tensor, random: bool = False) -> Dict[str, torch.Tensor]:
+        """A sample of the squashed Gaussian in env units; uniform over the bounds when ``random``; drawn on the
+        collect device."""
+        device = self.mode_devices["collect"]
         if random:
-            squashed = torch.as_tensor(self._rng.uniform(-1.0, 1.0, (n, self._action_dim)), dtype=torch.float32)
-            return {"action": self._to_env(squashed)}
-        return {"action": self._to_env(self._sample(self.placement.actor("collect"), self._obs(obs, "collect")))}
-
-    def _obs(self, obs: Any, mode: str) -> torch.Tensor:
-        """Acting observations as normalised float tensors on ``mode``'s device."""
-        obs_t = obs.to(self.mode_devices[mode]) if isinstance(obs, torch.Tensor) else torch.as_tensor(
-            np.asarray(obs), device=self.mode_devices[mode])
-        return self.normalisation.norm_obs(obs_t.float())
-
-    def _affine(self, device: torch.device) -> tuple:
-        """``(scale, bias)`` from squashed actions to env units, as tensors on ``device`` (made once per device)."""
-        on = self.__dict__.setdefault("_affine_on", {})
-        if device not in on:
-            on[device] = (self._scale.to(device), self._bias.to(device))
-        return on[device]
+            generator = self._generators.on(device)
+            squashed = 2 * torch.rand((len(obs), self._action_dim), generator=generator, device=device) - 1
+        else:
+            squashed = self._sample(self.placement.actor("collect"), self._obs(obs, "collect"))
+        return {"action": self._to_env(squashed)}
 
     @torch.inference_mode()
-    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
+    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, torch.Tensor]:
         return {"action": self._to_env(self._mean_action(self.placement.actor("eval"), self._obs(obs, "eval")))}
+
+    def _obs(self, obs: torch.Tensor, mode: str) -> torch.Tensor:
+        """Acting observations as normalised float tensors on ``mode``'s device."""
+        return self.normalisation.norm_obs(obs.to(self.mode_devices[mode]).float())
+
+    def _to_env(self, squashed: torch.Tensor) -> torch.Tensor:
+        """Squashed actions in (-1, 1) in env units, on their device."""
+        scale, bias = self._affine(squashed.device)
+        return squashed * scale + bias
 
     def greedy_module(self) -> torch.nn.Module:
         """``tanh`` of the Gaussian mean, scaled to the bounds (``Policy.greedy_module``)."""

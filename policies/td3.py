@@ -55,6 +55,7 @@ from .base import Policy, SpaceMismatchError, common_config, evaluator_config, r
 from .greedy import GreedyActor
 from .models import DeterministicActor, SingleQ, TwinQ
 from .optim import OptimizerStep
+from .placement import DeviceGenerators, PerDevice
 
 __all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise"]
 
@@ -176,7 +177,8 @@ class TD3Policy(Policy):
         self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
         self._learn_scale, self._learn_bias = self._scale.to(self.device), self._bias.to(self.device)
         self._action_dim = action_dim
-        self._rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, ()).item()))
+        self._generators = DeviceGenerators()  # exploration noise and the random warm-up, on the collect device
+        self._affine = PerDevice.copies(self._scale, self._bias)
         self._noise_seed = int(torch.randint(0, 2**31 - 1, ()).item())
         self._noise_generator = torch.Generator(device=self.device)
 
@@ -242,32 +244,41 @@ class TD3Policy(Policy):
         return -q_pi.mean(), {}
 
     # ---- act -------------------------------------------------------------------------------------
-    def _act(self, obs: Any, mode: str) -> torch.Tensor:
-        """``pi(obs)`` in (-1, 1), on the host."""
-        obs_t = self.normalisation.norm_obs(torch.as_tensor(np.asarray(obs), device=self.mode_devices[mode]).float())
+    def _act(self, obs: torch.Tensor, mode: str) -> torch.Tensor:
+        """``pi(obs)`` in (-1, 1), on ``mode``'s device."""
+        obs = self.normalisation.norm_obs(obs.to(self.mode_devices[mode]).float())
         with torch.inference_mode():
-            return self._pi[mode](self.placement.actor(mode), obs_t).cpu()
+            return self._pi[mode](self.placement.actor(mode), obs)
 
     @hot_path("collect", "eval")
     def _pi(self, model: TD3Model, obs: torch.Tensor) -> torch.Tensor:
         """The acting forward (a hot path: ``policy.compile`` / ``policy.amp``)."""
         return model.actor(obs)
 
-    def _forward_collect(self, obs: Any, random: bool = False, noise: Optional[float] = None) -> Dict[str, Any]:
+    def _forward_collect(self, obs: torch.Tensor, random: bool = False,
+                         noise: Optional[float] = None) -> Dict[str, torch.Tensor]:
         """``pi(obs)`` plus Gaussian noise of std ``noise`` (default ``collect.noise_sigma``), clipped to the
-        bounds, in env units; uniform over the bounds when ``random`` (the warm-up)."""
+        bounds, in env units; uniform over the bounds when ``random`` (the warm-up). Drawn on the collect
+        device."""
+        device = self.mode_devices["collect"]
+        generator = self._generators.on(device)
         if random:
-            action = torch.as_tensor(self._rng.uniform(-1.0, 1.0, (len(obs), self._action_dim)), dtype=torch.float32)
-            return {"action": (action * self._scale + self._bias).numpy()}
+            action = 2 * torch.rand((len(obs), self._action_dim), generator=generator, device=device) - 1
+            return {"action": self._to_env(action)}
         action = self._act(obs, "collect")
         sigma = self._explore_sigma if noise is None else float(noise)
         if sigma > 0:
-            action = (action + torch.as_tensor(self._rng.normal(0.0, sigma, tuple(action.shape)),
-                                               dtype=action.dtype)).clamp(-1.0, 1.0)
-        return {"action": (action * self._scale + self._bias).numpy()}
+            noise_draw = torch.randn(action.shape, generator=generator, device=device, dtype=action.dtype)
+            action = (action + sigma * noise_draw).clamp(-1.0, 1.0)
+        return {"action": self._to_env(action)}
 
-    def _forward_eval(self, obs: Any) -> Dict[str, Any]:
-        return {"action": (self._act(obs, "eval") * self._scale + self._bias).numpy()}
+    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"action": self._to_env(self._act(obs, "eval"))}
+
+    def _to_env(self, action: torch.Tensor) -> torch.Tensor:
+        """Actions in [-1, 1] in env units, on their device."""
+        scale, bias = self._affine(action.device)
+        return action * scale + bias
 
     def greedy_module(self) -> torch.nn.Module:
         """``pi(obs)`` scaled to the bounds (``Policy.greedy_module``)."""

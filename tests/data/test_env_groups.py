@@ -1,4 +1,4 @@
-"""Env groups and the overlapped loop, on the counting env (obs = [step in episode, episode id]): the same
+"""Env groups and the overlapped env loop, on the counting env (obs = [step in episode, episode id]): the same
 data as one vector env and the serial loop, with the policy's forward running while another group steps."""
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import torch
 import pytest
 
-from data.env_groups import EnvGroups, OverlappedEnvLoop, group_sizes
+from data.env_groups import EnvGroups, group_sizes
 from data.env_loop import EnvLoop
 from data.envs import make_vector_env
 from engine.registry import ENV_REGISTRY
@@ -24,7 +25,8 @@ class ObsPolicy:
     def forward(self, obs, **kwargs):
         obs = np.asarray(obs)
         self.rows.append(len(obs))
-        return {"action": ((obs[:, 0] + obs[:, 1] + 1) % 2).astype(np.int64), "value": obs[:, 0] * 0.5}
+        return {"action": torch.from_numpy(((obs[:, 0] + obs[:, 1] + 1) % 2).astype(np.int64)),
+                "value": torch.from_numpy(obs[:, 0] * 0.5)}
 
 
 def _env(num_envs, groups, manager="sync", **env):
@@ -88,38 +90,45 @@ def test_env_groups_refuse_different_envs():
 def _assert_same_steps(serial_steps, overlapped_steps):
     assert len(serial_steps) == len(overlapped_steps)
     for s, o in zip(serial_steps, overlapped_steps):
-        for field in ("obs", "action", "next_obs", "reward", "terminated", "truncated"):
-            assert np.array_equal(getattr(s, field), getattr(o, field)), field
-        assert np.array_equal(s.out["value"], o.out["value"])
-        assert list(s.done_envs) == list(o.done_envs) and s.returns == o.returns and s.lengths == o.lengths
+        for field in ("obs", "action", "next_obs", "reward", "terminated", "truncated", "ended"):
+            assert torch.equal(getattr(s, field), getattr(o, field)), field
+        assert torch.equal(s.out["value"], o.out["value"])
+
+
+def _assert_same_episodes(serial, overlapped):
+    for s, o in zip(serial.finished(), overlapped.finished()):
+        assert torch.equal(s, o)
 
 
 @pytest.mark.parametrize("num_envs,groups", [(4, 2), (5, 2), (3, 3)])
 def test_overlapped_loop_gives_the_serial_loops_steps(num_envs, groups):
     serial = EnvLoop(ObsPolicy(), _env(num_envs, 1, env_kwargs=dict(terminate_at=3)), seed=0)
     policy = ObsPolicy()
-    overlapped = OverlappedEnvLoop(policy, _env(num_envs, groups, env_kwargs=dict(terminate_at=3)), seed=0)
+    overlapped = EnvLoop(policy, _env(num_envs, groups, env_kwargs=dict(terminate_at=3)), seed=0)
+    assert overlapped.overlap and not serial.overlap
     # two runs (collector calls) and a single step: episodes end inside and across them
     serial_steps = [serial.step() for _ in range(11)]
     overlapped_steps = list(overlapped.run(7)) + list(overlapped.run(3)) + [overlapped.step()]
     _assert_same_steps(serial_steps, overlapped_steps)
-    assert any(len(s.done_envs) for s in overlapped_steps)
+    assert any(s.ended.any() for s in overlapped_steps)
+    _assert_same_episodes(serial, overlapped)
     assert set(policy.rows) == set(group_sizes(num_envs, groups))  # one forward per group and step
-    assert np.array_equal(serial.obs, overlapped.obs)
+    assert torch.equal(serial.obs, overlapped.obs)
     overlapped.env.close()
 
 
 def test_overlapped_loop_reset_seeds_env_i_with_seed_plus_i():
-    loop = OverlappedEnvLoop(ObsPolicy(), _env(4, 2), seed=0)
+    loop = EnvLoop(ObsPolicy(), _env(4, 2), seed=0)
     list(loop.run(2))
     obs = loop.reset(seed=7)
     assert obs.shape == (4, 2) and loop.current_obs() is not None
-    steps = list(loop.run(5))
-    assert steps[-1].lengths == [5, 5, 5, 5] and steps[-1].returns == [5.0] * 4
+    list(loop.run(5))
+    finished = loop.finished()
+    assert finished.lengths.tolist() == [5, 5, 5, 5] and finished.returns.tolist() == [5.0] * 4
 
 
 def test_overlapped_loop_stopped_early_finishes_the_steps_in_flight():
-    loop = OverlappedEnvLoop(ObsPolicy(), _env(4, 2), seed=0)
+    loop = EnvLoop(ObsPolicy(), _env(4, 2), seed=0)
     run = loop.run(4)
     first, second = next(run), next(run)
     assert first.obs[:, 0].tolist() == [0, 0, 0, 0] and second.obs[:, 0].tolist() == [1, 1, 1, 1]
@@ -127,7 +136,8 @@ def test_overlapped_loop_stopped_early_finishes_the_steps_in_flight():
     assert not any(loop.env._in_flight)
     assert loop.obs[:, 0].tolist() == [3, 3, 3, 3]
     third = next(loop.run(1))
-    assert third.obs[:, 0].tolist() == [3, 3, 3, 3] and third.lengths == [] and third.next_obs[:, 0].tolist() == [4] * 4
+    assert third.obs[:, 0].tolist() == [3, 3, 3, 3] and third.ended_envs() == []
+    assert third.next_obs[:, 0].tolist() == [4] * 4
 
 
 class _SlowEnv(gym.Env):
@@ -155,14 +165,15 @@ class _SlowPolicy:
         start = time.perf_counter()
         time.sleep(0.03)
         self.log.append((start, time.perf_counter()))
-        return {"action": np.zeros(len(obs), dtype=np.int64)}
+        return {"action": torch.zeros(len(obs), dtype=torch.long)}
 
 
 def test_overlapped_loop_acts_while_the_other_group_steps():
     _SlowEnv.log = []
-    env = EnvGroups([gym.vector.SyncVectorEnv([_SlowEnv]), gym.vector.SyncVectorEnv([_SlowEnv])])
+    same_step = dict(autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    env = EnvGroups([gym.vector.SyncVectorEnv([_SlowEnv], **same_step), gym.vector.SyncVectorEnv([_SlowEnv], **same_step)])
     policy = _SlowPolicy()
-    list(OverlappedEnvLoop(policy, env, seed=0).run(3))
+    list(EnvLoop(policy, env, seed=0).run(3))
     env.close()
     steps = _SlowEnv.log
     assert len(steps) == 6 and len(policy.log) == 6
@@ -176,8 +187,9 @@ def test_env_groups_of_async_vector_envs():
     serial = EnvLoop(ObsPolicy(), _env(2, 1, env_kwargs=dict(terminate_at=3)), seed=0)
     env = _env(2, 2, manager="async", env_kwargs=dict(terminate_at=3))
     assert all(isinstance(g, gym.vector.AsyncVectorEnv) for g in env.groups)
-    overlapped = OverlappedEnvLoop(ObsPolicy(), env, seed=0)
+    overlapped = EnvLoop(ObsPolicy(), env, seed=0)
     _assert_same_steps([serial.step() for _ in range(7)], list(overlapped.run(7)))
+    _assert_same_episodes(serial, overlapped)
     env.close()
 
 

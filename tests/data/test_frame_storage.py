@@ -21,7 +21,7 @@ class RandomPolicy:
         self.n = n
 
     def forward(self, obs, **kwargs):
-        return {"action": self.rng.integers(0, self.n, len(obs))}
+        return {"action": torch.from_numpy(self.rng.integers(0, self.n, len(obs)))}
 
 
 @pytest.mark.parametrize("nstep", [1, 3])

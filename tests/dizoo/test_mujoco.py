@@ -8,6 +8,7 @@ import sys
 
 import gymnasium as gym
 import numpy as np
+import torch
 import pytest
 from gymnasium.vector import AutoresetMode
 
@@ -44,7 +45,7 @@ class _Limp:
     """Acts with zero torque: Hopper falls over (terminated), HalfCheetah never does."""
 
     def forward(self, obs, **kwargs):
-        return {"action": np.zeros((len(obs), 3 if obs.shape[1] == 11 else 6), np.float32)}
+        return {"action": torch.zeros((len(obs), 3 if obs.shape[1] == 11 else 6))}
 
 
 def _collect(task, steps, max_episode_steps=None):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from data.torch_env import HostVectorEnv, TorchEnvType
+from data.env_loop import EnvLoop
+from data.torch_env import TorchEnvType
 from dizoo.classic_control.cartpole.envs import CARTPOLE_TORCH
 from dizoo.classic_control.cartpole.torch_env import CartPoleTorch
 from dizoo.classic_control.pendulum.envs import PENDULUM_TORCH
@@ -120,15 +121,19 @@ def test_same_seed_same_episodes_other_seed_other_episodes():
     assert torch.equal(run(3), run(3)) and not torch.equal(run(3), run(4))
 
 
-def test_env_type_evaluates_on_the_gymnasium_twin_or_the_host_view_and_refuses_a_missing_device():
+def test_env_type_evaluates_on_the_gymnasium_twin_or_its_cpu_envs_and_refuses_a_missing_device():
     cfg = CARTPOLE_TORCH.default_config()
     twin = CARTPOLE_TORCH.make_vector(cfg, 3, seed=0, training=False)
     assert isinstance(twin, gym.vector.SyncVectorEnv) and twin.envs[0].spec.id == "CartPole-v1"
     host = TorchEnvType("CartPole-torch", CartPoleTorch, stop_value=195).make_vector(cfg, 3, seed=0, training=False)
-    assert isinstance(host, HostVectorEnv)
-    obs, _ = host.reset(seed=[5, 6, 7])
-    next_obs, reward, terminated, truncated, info = host.step(np.array([0, 1, 0]))
-    assert isinstance(next_obs, np.ndarray) and next_obs.dtype == np.float32 and info["final_obs"].shape == (3, 4)
+    assert isinstance(host, CartPoleTorch) and host.device == torch.device("cpu")  # the same loop steps it
+
+    class Zero:
+        def forward(self, obs, **kwargs):
+            return {"action": torch.zeros(len(obs), dtype=torch.long)}
+
+    step = EnvLoop(Zero(), host, seed=5).step()
+    assert step.obs.dtype == torch.float32 and step.next_obs.shape == (3, 4) and step.reward.shape == (3,)
     assert PENDULUM_TORCH.default_config()["env_id"] == "Pendulum-torch"
     collector_env = CARTPOLE_TORCH.make_vector(cfg, 3, seed=0)
     assert isinstance(collector_env, CartPoleTorch) and not collector_env.placed

@@ -40,12 +40,12 @@ def test_device_collector_on_cuda_reads_back_once_per_call(config, kwargs, on_po
     from test_device_collector import CountHostReads, _policy
 
     from engine import OnlineRLContext
-    from middleware import DeviceStepCollector
+    from middleware import StepCollector
 
     policy, cfg, env_cls = _policy(config, cuda=True)
     env = env_cls(1024, device="cuda", max_episode_steps=5)
-    collector = DeviceStepCollector(policy.collect_mode, env, n_sample=1024 * 16, nstep=cfg.policy.get("nstep", 1),
-                                    seed=0, time_major=on_policy)
+    collector = StepCollector(policy.collect_mode, env, n_sample=1024 * 16, nstep=cfg.policy.get("nstep", 1),
+                              seed=0, time_major=on_policy)
     ctx = OnlineRLContext()
     ctx.collect_kwargs.update(kwargs)
     collector(ctx)

@@ -58,7 +58,7 @@ class ValuePolicy:
         self.value = float(weights["value"])
 
     def forward(self, obs):
-        return {"action": np.full((len(obs), 1), self.value, np.float32)}
+        return {"action": torch.full((len(obs), 1), self.value)}
 
 
 def value_side(delay=0.0, fail_env=False, fail_build=False, num_envs=2):
@@ -275,7 +275,7 @@ def test_acting_weights_are_a_copy_that_loads_into_another_policy(quick_cartpole
     other = policy_cls(cfg.policy, *space)
     weights = trained.acting_weights()
     other.load_acting_weights(copy.deepcopy(weights))
-    obs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32))
     assert (other.eval_mode.forward(obs)["action"] == trained.eval_mode.forward(obs)["action"]).all()
     with torch.no_grad():
         next(trained.model.parameters()).add_(1.0)

@@ -1,5 +1,5 @@
-"""The device-env collector (``middleware.device_collector``): transitions as the host collector makes them,
-with nothing read back to the host between env steps."""
+"""The collector on batched torch envs (``data.torch_env``): transitions as on gymnasium envs, with nothing read
+back to the host between env steps."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +14,7 @@ from dizoo.classic_control.pendulum.torch_env import PendulumTorch
 from engine import OnlineRLContext
 from engine.config import compile_config
 from engine.registry import POLICY_REGISTRY
-from middleware import DeviceStepCollector
+from middleware import StepCollector
 from middleware.collector import NonFiniteDataError
 
 # every way a tensor's value reaches the host: on a GPU each one waits for the device
@@ -58,19 +58,23 @@ CASES = [  # (config, collect kwargs, on-policy)
 @pytest.mark.parametrize("config, kwargs, on_policy", CASES, ids=["ppo", "dqn-eps", "sac", "sac-random"])
 def test_device_collector_reads_nothing_back_per_env_step(config, kwargs, on_policy, monkeypatch):
     """The host reads of one collect call do not grow with its env steps: a few per call (the finite check
-    and the finished episodes' returns), none per step, from the policy's forward to the envs' autoreset."""
+    and the finished episodes' returns), none per step, from the policy's forward to the envs' autoreset.
+    The envs are on the CPU here, standing for a device: a Q-network's numpy acting (``host_acting``), which
+    serves only tensors already on the host, is turned off, so that the path a device's tensors take is counted."""
     policy, cfg, env_cls = _policy(config)
+    if getattr(policy.model, "host_acting", False):
+        monkeypatch.setattr(type(policy.model), "host_acting", property(lambda self: False))
     reads = {}
     for steps in (2, 12):
         env = env_cls(8, max_episode_steps=3)  # episodes end in each counted call: autoreset and returns are read
-        collector = DeviceStepCollector(policy.collect_mode, env, n_sample=8 * steps, nstep=cfg.policy.get("nstep", 1),
+        collector = StepCollector(policy.collect_mode, env, n_sample=8 * steps, nstep=cfg.policy.get("nstep", 1),
                                         seed=0, time_major=on_policy)
         ctx = OnlineRLContext()
         ctx.collect_kwargs.update(kwargs)
         collector(ctx)  # the first call resets the envs and builds the hot paths: not counted
-        counter = CountHostReads(monkeypatch)
-        collector(ctx)
-        monkeypatch.undo()
+        with pytest.MonkeyPatch.context() as counting:
+            counter = CountHostReads(counting)
+            collector(ctx)
         reads[steps] = sorted(counter.calls)
         assert ctx.env_step == 2 * 8 * steps and ctx.collect_stats["episodes"] > 0
     assert reads[2] == reads[12] and len(reads[12]) <= 3, reads
@@ -81,7 +85,7 @@ def test_device_collector_transitions_keep_final_obs_and_episode_returns():
     next row's ``obs`` elsewhere); each finished episode's return is its length (CartPole rewards 1 a step)."""
     policy, cfg, _ = _policy("dizoo.classic_control.cartpole.config.cartpole_ppo_torch_config")
     env = CartPoleTorch(4, max_episode_steps=7)
-    collector = DeviceStepCollector(policy.collect_mode, env, n_sample=4 * 30, seed=3, time_major=True)
+    collector = StepCollector(policy.collect_mode, env, n_sample=4 * 30, seed=3, time_major=True)
     ctx = OnlineRLContext()
     collector(ctx)
     tr = ctx.trajectories
@@ -104,7 +108,7 @@ def test_device_collector_transitions_keep_final_obs_and_episode_returns():
 def test_device_collector_nstep_matches_on_device_layout():
     policy, cfg, _ = _policy("dizoo.classic_control.cartpole.config.cartpole_dqn_torch_config")
     env = CartPoleTorch(4)
-    collector = DeviceStepCollector(policy.collect_mode, env, n_sample=4 * 6, nstep=3, gamma=0.9, seed=0)
+    collector = StepCollector(policy.collect_mode, env, n_sample=4 * 6, nstep=3, gamma=0.9, seed=0)
     ctx = OnlineRLContext()
     ctx.collect_kwargs["eps"] = 1.0
     collector(ctx)
@@ -119,11 +123,9 @@ def test_device_collector_refuses_host_policies_and_names_non_finite_data():
         def forward(self, obs, **kwargs):
             return {"action": obs[:, 0].numpy() > 0}
 
-    collector = DeviceStepCollector(NumpyPolicy(), CartPoleTorch(2), n_sample=2)
+    collector = StepCollector(NumpyPolicy(), CartPoleTorch(2), n_sample=2)
     with pytest.raises(TypeError, match="answers a tensor with tensors"):
         collector(OnlineRLContext())
-    with pytest.raises(TypeError, match="TorchVectorEnv"):
-        DeviceStepCollector(NumpyPolicy(), object(), n_sample=2)
 
     class Broken(CartPoleTorch):
         def _dynamics(self, state, action):
@@ -135,5 +137,5 @@ def test_device_collector_refuses_host_policies_and_names_non_finite_data():
             return {"action": torch.zeros(len(obs), dtype=torch.long)}
 
     with pytest.raises(NonFiniteDataError, match="env 1 returned a non-finite reward"):
-        DeviceStepCollector(Zero(), Broken(2), n_sample=2)(OnlineRLContext())
+        StepCollector(Zero(), Broken(2), n_sample=2)(OnlineRLContext())
     assert issubclass(Broken, TorchVectorEnv)

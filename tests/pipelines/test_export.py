@@ -33,7 +33,7 @@ def _recorded_observations(run_dir, steps=64):
     obs, _ = env.reset(seed=11)
     recorded, actions = [], []
     for _ in range(steps // 4):
-        action = np.asarray(saved.policy.eval_mode.forward(obs)["action"])
+        action = saved.policy.eval_mode.forward(torch.from_numpy(obs))["action"].numpy()
         recorded.append(obs)
         actions.append(action)
         obs, *_ = env.step(action)
@@ -102,7 +102,7 @@ def test_export_of_an_atari_cnn_policy_takes_uint8_frames(tmp_path):
     policy = DQNPolicy(cfg.policy, space, gym.spaces.Discrete(6))
     path = export_policy(policy, space, str(tmp_path / "pong.pt"), "torchscript")
     frames = np.random.default_rng(0).integers(0, 256, (3, 2, 84, 84), dtype=np.uint8)
-    assert np.array_equal(torch.jit.load(path)(torch.as_tensor(frames)).numpy(), policy.eval_mode.forward(frames)["action"])
+    assert np.array_equal(torch.jit.load(path)(torch.as_tensor(frames)).numpy(), policy.eval_mode.forward(torch.from_numpy(frames))["action"].numpy())
 
 
 # ---- bad input -----------------------------------------------------------------------------------------

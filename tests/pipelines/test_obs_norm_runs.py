@@ -36,7 +36,7 @@ def test_eval_and_export_act_with_the_checkpoints_statistics(normalised_run, cap
     env = gym.make("Pendulum-v1")
     obs = np.stack([env.reset(seed=s)[0] for s in range(6)]).astype(np.float32)
     exported = torch.jit.load(str(tmp_path / "p.pt"))(torch.as_tensor(obs)).numpy()
-    np.testing.assert_allclose(exported, saved.policy.eval_mode.forward(obs)["action"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(exported, saved.policy.eval_mode.forward(torch.from_numpy(obs))["action"], rtol=1e-5, atol=1e-6)
 
 
 def test_resuming_without_normalisation_names_the_problem_and_the_fix(normalised_run, capsys):

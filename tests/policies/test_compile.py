@@ -151,7 +151,7 @@ def test_defaults_never_call_torch_compile(monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("torch.compile called with compile=none"))
     policy = _policy(PPOPolicy)
     policy.learn_mode.forward(_batches(1)[0])
-    policy.collect_mode.forward(np.zeros((2, 4), np.float32))
+    policy.collect_mode.forward(torch.zeros(2, 4))
     assert all(path.mode == "eager" for path in policy.hot_paths.values())
 
 
@@ -195,7 +195,7 @@ def test_compiled_policy_state_dict_and_acting_weights_are_unchanged(dqn_runs):
     copy_ = _policy(DQNPolicy, seed=5, compile="compile")
     copy_.load_acting_weights(weights)
     copy_.load_state_dict(copy.deepcopy(state))
-    obs = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32))
     np.testing.assert_array_equal(copy_.eval_mode.forward(obs)["action"], eager.eval_mode.forward(obs)["action"])
 
 
@@ -212,7 +212,7 @@ def test_every_policy_learns_and_acts_compiled_as_eager(cls, action_space, overr
     """Two updates, then collect and eval outputs; the RNG draws (sampling) are eager's too under this
     backend, so even the sampled actions match."""
     batches = _batches(2, action_space=action_space)
-    obs = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32))
     outputs = []
     for mode in ("none", "compile"):
         policy = _policy(cls, action_space, **dict(overrides, compile=mode))
@@ -237,9 +237,9 @@ def test_every_policy_learns_and_acts_compiled_as_eager(cls, action_space, overr
 
 
 def test_compiled_image_dqn_acts_as_eager():
-    """The Nature-CNN acting forward (MLP Q-networks act through numpy on the CPU, where no switch applies)."""
+    """The Nature-CNN acting forward (MLP Q-networks act through their lean forward on the CPU, where no switch applies)."""
     space = gym.spaces.Box(0, 255, (2, 36, 36), np.uint8)
-    obs = np.random.default_rng(0).integers(0, 256, (6, 2, 36, 36), dtype=np.uint8)
+    obs = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (6, 2, 36, 36), dtype=np.uint8))
     actions = []
     for mode in ("none", "compile"):
         torch.manual_seed(0)
@@ -266,8 +266,8 @@ def test_cudagraph_on_cpu_warns_once_and_runs_eagerly(monkeypatch, caplog):
         for p in (eager, policy):
             for batch in _batches(2):
                 p.learn_mode.forward(batch)
-            p.collect_mode.forward(np.zeros((3, 4), np.float32))
-            p.eval_mode.forward(np.zeros((3, 4), np.float32))
+            p.collect_mode.forward(torch.zeros(3, 4))
+            p.eval_mode.forward(torch.zeros(3, 4))
     warnings = [r.getMessage() for r in caplog.records if "cudagraph" in r.getMessage()]
     assert len(warnings) == 1 and "needs a CUDA device" in warnings[0] and "eagerly" in warnings[0]
     assert all(path.mode == "eager" for path in policy.hot_paths.values())
@@ -305,7 +305,7 @@ def test_compile_failing_at_first_call_falls_back_once_and_updates_as_eager(monk
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     eager, policy = _policy(SACPolicy, BOX), _policy(SACPolicy, BOX, compile="compile")
-    obs = np.zeros((3, 4), np.float32)
+    obs = torch.zeros(3, 4)
     with caplog.at_level(logging.WARNING, logger="policies.accel"):
         for p in (eager, policy):
             torch.manual_seed(3)  # SAC samples in its loss
@@ -390,8 +390,8 @@ def test_a_policy_without_hot_paths_says_the_switch_does_not_apply(monkeypatch, 
 
     policy = Plain(EasyDict(dict(common_config(), compile="compile")))
     with caplog.at_level(logging.WARNING, logger="policies.accel"):
-        policy.eval_mode.forward(np.zeros((2, 4), np.float32))
-        policy.eval_mode.forward(np.zeros((2, 4), np.float32))
+        policy.eval_mode.forward(torch.zeros(2, 4))
+        policy.eval_mode.forward(torch.zeros(2, 4))
     warnings = [r.getMessage() for r in caplog.records if "does not route" in r.getMessage()]
     assert warnings == ["Plain's eval mode does not route its forward through policy.compile/policy.amp "
                         "(policies.accel.hot_path): it runs eagerly in fp32"]
@@ -403,8 +403,8 @@ def test_random_actions_first_are_not_taken_for_a_mode_without_hot_paths(monkeyp
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
     policy = _policy(SACPolicy, BOX, compile="compile")
     with caplog.at_level(logging.WARNING, logger="policies.accel"):
-        policy.collect_mode.forward(np.zeros((2, 4), np.float32), random=True)
-        policy.collect_mode.forward(np.zeros((2, 4), np.float32))
+        policy.collect_mode.forward(torch.zeros(2, 4), random=True)
+        policy.collect_mode.forward(torch.zeros(2, 4))
     assert not [r for r in caplog.records if "does not route" in r.getMessage()]
     assert policy.hot_paths[("collect", "sample")].mode == "compile"
 

@@ -128,15 +128,40 @@ def test_dqn_state_dict_round_trip():
 
 
 @pytest.mark.parametrize("dueling", [True, False])
-def test_numpy_greedy_action_matches_torch_and_tracks_updates(dueling):
+def test_host_greedy_action_matches_the_module_and_tracks_updates(dueling):
     policy = _policy(model=dict(dueling=dueling))
-    obs = np.random.default_rng(0).standard_normal((256, 3)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).standard_normal((256, 3)).astype(np.float32))
 
-    def torch_greedy():
+    def module_greedy():
         with torch.no_grad():
-            return policy.model(torch.from_numpy(obs)).argmax(1).numpy()
+            return policy.model(obs).argmax(1)
 
-    assert (policy.model.numpy_greedy_action(obs) == torch_greedy()).all()
-    for _ in range(20):  # in-place optimizer steps must show through the numpy views
+    assert torch.equal(policy.model.host_greedy_action(obs), module_greedy())
+    for _ in range(20):  # in-place optimizer steps must show through the weights' views
         policy.learn_mode.forward(_batch())
-    assert (policy.model.numpy_greedy_action(obs) == torch_greedy()).all()
+    assert torch.equal(policy.model.host_greedy_action(obs), module_greedy())
+
+
+def test_epsilon_draws_spend_one_row_per_step_and_start_again_for_a_new_eps():
+    from policies.dqn import EpsilonDraws
+    from policies.placement import DeviceGenerators
+
+    torch.manual_seed(0)
+    draws = EpsilonDraws(DeviceGenerators(), action_dim=4, ahead=3)
+    greedy = torch.full((500,), 7)
+    rows = [draws.apply(greedy, 0.5) for _ in range(7)]  # past two refills
+    assert all(not torch.equal(a, b) for a, b in zip(rows, rows[1:]))  # a new row each step
+    for row in rows:
+        explored = row != 7
+        assert 0.4 < float(explored.float().mean()) < 0.6 and set(row[explored].tolist()) <= {0, 1, 2, 3}
+    assert torch.equal(draws.apply(greedy, 1.0).unique().sort().values, torch.arange(4))  # every row explores
+    assert draws.apply(greedy, 0.0) is greedy
+
+
+def test_placement_doctests():
+    import doctest
+
+    import policies.dqn
+    import policies.placement
+
+    assert doctest.testmod(policies.placement).failed == 0 and doctest.testmod(policies.dqn).failed == 0

@@ -33,7 +33,8 @@ def _policy(cls=PPOPolicy, obs_space=OBS, action_space=BOX, **extra):
 def _data(seed=0, rows=(5, 1, 17)):
     """Batches of observations with means and scales far from 0 and 1, as a MuJoCo task's are."""
     rng = np.random.default_rng(seed)
-    return [(rng.normal(size=(n, 3)) * [1.0, 50.0, 1e-3] + [100.0, -3.0, 0.5]).astype(np.float32) for n in rows]
+    return [torch.from_numpy((rng.normal(size=(n, 3)) * [1.0, 50.0, 1e-3] + [100.0, -3.0, 0.5]).astype(np.float32))
+            for n in rows]
 
 
 def test_merged_moments_are_numpy_mean_and_variance_of_everything_observed():

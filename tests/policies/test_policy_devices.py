@@ -42,10 +42,10 @@ def test_collect_on_its_own_device_acts_through_a_copy_refreshed_through_the_hos
     assert _same(actor, policy.model)
     policy.learn_mode.forward(_batch())
     assert not _same(actor, policy.model)          # the copy lags until refreshed ...
-    stale = policy.collect_mode.forward(np.zeros((4, 3), np.float32))["action"]
+    stale = policy.collect_mode.forward(torch.zeros(4, 3))["action"]
     policy.refresh_actors()
     assert _same(actor, policy.model)              # ... and equals the learner after each refresh
-    assert policy.placement.actor("collect") is actor        # refreshed in place (numpy acting views stay valid)
+    assert policy.placement.actor("collect") is actor        # refreshed in place (host acting views stay valid)
     assert stale.shape == (4,)
 
 
@@ -59,7 +59,7 @@ def test_every_policy_acts_through_its_copy(cls, action_space):
     with torch.no_grad():
         for p in actor.parameters():
             p.add_(1.0)                              # now the copy differs from the learner
-    obs = np.zeros((2, 3), np.float32)
+    obs = torch.zeros(2, 3)
     acted = policy.collect_mode.forward(obs)
     assert acted["action"].shape[0] == 2
     policy.refresh_actors()
@@ -118,5 +118,5 @@ def test_device_check_names_a_planted_tensor_in_the_model():
     policy = _dqn(check_device=True, device=dict(collect="cpu"))
     policy.placement.actor("collect").register_buffer("stray", torch.zeros(1, device="meta"))
     with pytest.raises(DeviceMismatchError, match=r"collect_mode model tensor 'stray' is on meta, expected cpu"):
-        policy.collect_mode.forward(np.zeros((2, 3), np.float32))
+        policy.collect_mode.forward(torch.zeros(2, 3))
     assert policy.learn_mode.forward(_batch())["loss"].device.type == "cpu"  # the learner's model is clean

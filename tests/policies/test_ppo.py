@@ -83,13 +83,13 @@ def test_a2c_loss_is_unclipped_policy_gradient():
 
 def test_ppo_collect_returns_logp_and_value_consistent_with_model():
     policy = _policy(PPOPolicy, gym.spaces.Discrete(3))
-    obs = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32))
     out = policy.collect_mode.forward(obs)
     with torch.no_grad():
-        logits, value = policy.model(torch.from_numpy(obs))
+        logits, value = policy.model(obs)
         logp = torch.log_softmax(logits, -1).gather(1, torch.as_tensor(out["action"]).long().unsqueeze(1)).squeeze(1)
     assert np.allclose(out["logp"], logp.numpy(), atol=1e-6) and np.allclose(out["value"], value.numpy(), atol=1e-6)
-    assert np.allclose(policy.collect_mode.value(torch.from_numpy(obs)).numpy(), value.numpy(), atol=1e-6)
+    assert np.allclose(policy.collect_mode.value(obs).numpy(), value.numpy(), atol=1e-6)
 
 
 def test_ppo_rejects_unsupported_action_space():

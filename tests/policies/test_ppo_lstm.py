@@ -9,7 +9,6 @@ import pytest
 import torch
 from easydict import EasyDict
 
-from data.env_groups import OverlappedEnvLoop
 from data.env_loop import EnvLoop
 from data.envs import make_vector_env
 from data.sequences import SequenceError, check_seq_len, to_sequences
@@ -31,8 +30,8 @@ class StepCounter:
         return torch.zeros(num_envs, 1, 1)
 
     def forward(self, obs, state):
-        self.seen.append((np.array(obs), state[:, 0, 0].clone()))
-        return {"action": np.zeros(len(obs), dtype=np.int64), "next_state": state + 1}
+        self.seen.append((obs.clone(), state[:, 0, 0].clone()))
+        return {"action": torch.zeros(len(obs), dtype=torch.long), "next_state": state + 1}
 
 
 @pytest.mark.parametrize("end", ["terminated", "truncated"])
@@ -45,7 +44,8 @@ def test_env_loop_resets_the_memory_where_an_episode_ended(end, overlap):
     env_cfg = dict(env_type.default_config(), env_kwargs=kwargs)
     policy = StepCounter()
     env = make_vector_env(env_type, env_cfg, 4, seed=0, groups=2 if overlap else 1)
-    loop = (OverlappedEnvLoop if overlap else EnvLoop)(policy, env, seed=0)
+    loop = EnvLoop(policy, env, seed=0)
+    assert loop.overlap == overlap
     ends = 0
     try:
         for step in loop.run(12):
@@ -142,11 +142,10 @@ def _check_unroll_equals_acting(policy, ctx):
     assert float(out["approx_kl"]) == pytest.approx(0.0, abs=1e-6) and float(out["clipfrac"]) == 0.0
 
 
-def test_device_collector_carries_the_memory_per_env():
-    """Batched torch envs (``data.torch_env``, here on the CPU): the device collector holds each env's memory and
-    zeroes it where an episode ended, as the env loop does; learning's unroll reproduces acting there too."""
+def test_collector_on_torch_envs_carries_the_memory_per_env():
+    """Batched torch envs (``data.torch_env``, here on the CPU): the env loop holds each env's memory and zeroes
+    it where an episode ended, on the envs' device as on the host; learning's unroll reproduces acting there too."""
     from dizoo.classic_control.cartpole.torch_env import CartPoleTorch
-    from middleware import DeviceStepCollector
 
     torch.manual_seed(0)
     main = dict(policy=dict(model=dict(hidden_size=16, encoder_hidden_size_list=[16]), collect=dict(n_sample=128),
@@ -155,7 +154,7 @@ def test_device_collector_carries_the_memory_per_env():
     env = CartPoleTorch(4, max_episode_steps=15)
     policy = POLICY_REGISTRY.get("ppo_lstm")(cfg.policy, env.single_observation_space, env.single_action_space)
     ctx = OnlineRLContext()
-    DeviceStepCollector(policy.collect_mode, env, 128, time_major=True)(ctx)
+    StepCollector(policy.collect_mode, env, 128, time_major=True)(ctx)
     _check_unroll_equals_acting(policy, ctx)
 
 
@@ -169,7 +168,7 @@ def test_eval_mode_carries_memory_through_the_evaluator_loop():
         env.close()
     assert len(episodes["returns"]) == 3
     with pytest.raises(TypeError, match=r"acts with a memory: call its eval_mode.forward\(obs, state=...\)"):
-        policy.eval_mode.forward(np.zeros((2, 2), np.float32))
+        policy.eval_mode.forward(torch.zeros(2, 2))
 
 
 def test_export_refuses_a_recurrent_policy_with_the_reason():

@@ -186,7 +186,7 @@ def test_noisy_policy_explores_without_epsilon_and_evaluates_on_the_mean():
     torch.manual_seed(0)
     policy = _policy(model=dict(encoder_hidden_size_list=[32]))
     assert policy.cfg.other.eps.start == 0 and policy.cfg.other.eps.end == 0  # rainbow's defaults: no epsilon
-    obs = np.random.default_rng(0).standard_normal((256, 3)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).standard_normal((256, 3)).astype(np.float32))
     collected = [policy.collect_mode.forward(obs, eps=0.0)["action"] for _ in range(5)]
     assert any((c != collected[0]).any() for c in collected[1:])  # new noise, other greedy actions
     evaluated = [policy.eval_mode.forward(obs)["action"] for _ in range(3)]
@@ -194,7 +194,7 @@ def test_noisy_policy_explores_without_epsilon_and_evaluates_on_the_mean():
     assert policy.model.torso[0].noise  # evaluation left the noise on for collection
     set_noise(policy.model, False)
     with torch.no_grad():  # evaluation acted on the mean weights
-        assert (policy.model.expectation(policy.model(torch.from_numpy(obs))).argmax(1).numpy()
+        assert (policy.model.expectation(policy.model(obs)).argmax(1)
                 == evaluated[0]).all()
 
 
@@ -223,7 +223,7 @@ def test_every_combination_learns_acts_and_round_trips(distribution, noisy, duel
     out = policy.learn_mode.forward(_batch())
     assert torch.isfinite(out["loss"]) and out["priority"].shape == (4,) and (out["priority"] >= 0).all()
     assert any(not torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
-    obs = np.zeros((2, 3), np.float32)
+    obs = torch.zeros(2, 3)
     assert policy.collect_mode.forward(obs, eps=0.0)["action"].shape == (2,)
     assert policy.eval_mode.forward(obs)["action"].shape == (2,)
     other = _policy(DQNPolicy, priority=priority, priority_IS_weight=priority,
@@ -231,8 +231,8 @@ def test_every_combination_learns_acts_and_round_trips(distribution, noisy, duel
                     learn=dict(double_q=double_q), other=dict(eps=dict(start=0.0 if noisy else 0.5,
                                                                        end=0.0 if noisy else 0.05)))
     other.load_state_dict(policy.state_dict())
-    assert (other.eval_mode.forward(np.ones((8, 3), np.float32))["action"]
-            == policy.eval_mode.forward(np.ones((8, 3), np.float32))["action"]).all()
+    assert (other.eval_mode.forward(torch.ones(8, 3))["action"]
+            == policy.eval_mode.forward(torch.ones(8, 3))["action"]).all()
 
 
 # ---- refusals --------------------------------------------------------------------------------------------
@@ -260,7 +260,7 @@ def test_rainbow_refuses_what_it_cannot_mean(overrides, message):
 def test_rainbow_without_noise_takes_an_epsilon_schedule_and_a_scalar_head():
     policy = _policy(model=dict(noisy=False, distribution="none"), other=dict(eps=dict(start=1.0, end=0.05)))
     assert torch.isfinite(policy.learn_mode.forward(_batch())["loss"])
-    assert policy.model.numpy_acting  # a plain MLP again: the numpy acting path
+    assert policy.model.host_acting  # a plain MLP again: the lean acting path on the CPU
 
 
 # ---- checkpoint and resume through the pipeline ----------------------------------------------------------

@@ -138,10 +138,10 @@ def test_the_actor_and_targets_move_every_delay_th_update_only(delay):
 def test_td3_actions_lie_within_the_box_bounds():
     """Collected (noisy and random) and evaluated actions in env units, inside an asymmetric Box."""
     policy = _policy(collect=dict(noise_sigma=2.0))
-    obs = np.random.default_rng(0).uniform(-1, 1, (200, 3)).astype(np.float32)
-    greedy = policy.eval_mode.forward(obs)["action"]
-    noisy = policy.collect_mode.forward(obs)["action"]
-    random = policy.collect_mode.forward(obs, random=True)["action"]
+    obs = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (200, 3)).astype(np.float32))
+    greedy = policy.eval_mode.forward(obs)["action"].numpy()
+    noisy = policy.collect_mode.forward(obs)["action"].numpy()
+    random = policy.collect_mode.forward(obs, random=True)["action"].numpy()
     for actions in (greedy, noisy, random):
         assert actions.shape == (200, 2) and actions.dtype == np.float32
         assert np.all(actions >= ACT.low) and np.all(actions <= ACT.high)
@@ -162,7 +162,7 @@ def test_td3_state_dict_round_trip_continues_identically():
     torch.manual_seed(123)  # another noise seed and other weights until the load
     copy_ = TD3Policy(policy.cfg, OBS, ACT)
     copy_.learn_mode.load_state_dict(state)
-    obs = np.random.default_rng(0).uniform(-1, 1, (5, 3)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (5, 3)).astype(np.float32))
     np.testing.assert_array_equal(policy.eval_mode.forward(obs)["action"], copy_.eval_mode.forward(obs)["action"])
     for seed in (9, 10):
         a, b = policy.learn_mode.forward(_batch(seed=seed)), copy_.learn_mode.forward(_batch(seed=seed))

@@ -87,7 +87,7 @@ def test_td3bc_state_dict_round_trip_continues_identically():
         policy.learn_mode.forward(_batch(seed=seed))
     copy_ = _policy()
     copy_.learn_mode.load_state_dict(copy.deepcopy(policy.learn_mode.state_dict()))
-    obs = np.random.default_rng(0).uniform(-1, 1, (5, 3)).astype(np.float32)
+    obs = torch.from_numpy(np.random.default_rng(0).uniform(-1, 1, (5, 3)).astype(np.float32))
     np.testing.assert_array_equal(policy.eval_mode.forward(obs)["action"], copy_.eval_mode.forward(obs)["action"])
     for p in (policy, copy_):
         torch.manual_seed(7)
@@ -112,9 +112,9 @@ def test_td3bc_checkpoint_of_an_earlier_version_without_the_noise_seed_loads():
 
 def test_td3bc_actions_in_env_units_within_bounds():
     policy = _policy()
-    obs = np.zeros((50, 3), np.float32)
-    greedy = policy.eval_mode.forward(obs)["action"]
-    noisy = policy.collect_mode.forward(obs, noise=0.5)["action"]
+    obs = torch.zeros(50, 3)
+    greedy = policy.eval_mode.forward(obs)["action"].numpy()
+    noisy = policy.collect_mode.forward(obs, noise=0.5)["action"].numpy()
     assert greedy.shape == noisy.shape == (50, 1) and np.all(np.abs(noisy) <= 2.0)
     np.testing.assert_allclose(policy.collect_mode.forward(obs)["action"], greedy)
     assert noisy.std() > 0.1
