@@ -186,3 +186,10 @@ class EnvGroups:
             close()
         for group in self.groups:
             group.close()
+
+
+def __getattr__(name: str):
+    if name == "OverlappedEnvLoop":  # replaced by the one loop (issue 30): an import of it names the new spelling
+        raise ImportError("baton: OverlappedEnvLoop is now data.env_loop.EnvLoop over data.env_groups.EnvGroups "
+                          "(the groups step in turn: env.manager.overlap=True)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

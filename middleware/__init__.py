@@ -26,3 +26,13 @@ __all__ = [
     "load_checkpoint", "CheckpointError", "progress_bar", "RunSummary", "DDPMiddleware", "actor_refresher", "statistics_merger",
     "BackgroundEvaluator", "BackgroundEvaluationError", "PreemptionStop",
 ]
+
+#: names the one collection path replaced (issue 30): an import of them names the new spelling
+_MOVED = {"DeviceStepCollector": "StepCollector: one collector serves gymnasium and torch envs alike "
+                                 "(from middleware import StepCollector)"}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        raise ImportError(f"baton: {name} is now {_MOVED[name]}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

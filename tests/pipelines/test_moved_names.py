@@ -31,3 +31,12 @@ def test_python_m_pipelines_names_the_command_in_one_line():
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("baton: the command moved: run `baton ...` or "
                                                                    "`python -m commands ...`")
 
+
+@pytest.mark.parametrize("statement,message", [
+    ("from middleware import DeviceStepCollector", r"^baton: DeviceStepCollector is now StepCollector"),
+    ("import middleware.device_collector", r"^baton: middleware.device_collector is gone: StepCollector serves"),
+    ("from data.env_groups import OverlappedEnvLoop", r"^baton: OverlappedEnvLoop is now data.env_loop.EnvLoop"),
+])
+def test_a_replaced_collector_names_the_one_collection_path(statement, message):
+    with pytest.raises(ImportError, match=message):
+        exec(statement, {})
