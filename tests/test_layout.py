@@ -23,9 +23,11 @@ FORBIDDEN = {
     "commands": {"dizoo"},
     "dizoo": {"middleware", "policies"},
 }
-#: the distributed runtime, the one package that touches torch.distributed, and its one module of collectives
-DISTRIBUTED_HOME = os.path.join("engine", "distributed")
-COLLECTIVES_HOME = os.path.join(DISTRIBUTED_HOME, "collectives.py")
+#: the one module that makes collectives, and the runtime's modules beside it that touch torch.distributed without
+#: one (the rendezvous store, the progress records, DDP's gradient-compression hooks)
+DISTRIBUTED_HOME = os.path.join("engine", "distributed.py")
+RUNTIME = {DISTRIBUTED_HOME, os.path.join("engine", "rendezvous.py"), os.path.join("engine", "rank_progress.py"),
+           os.path.join("engine", "comm_hooks.py")}
 COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "broadcast",
                "broadcast_object_list", "barrier", "reduce", "reduce_scatter", "all_to_all", "gather", "scatter",
                "send", "recv", "isend", "irecv", "monitored_barrier"}
@@ -82,10 +84,10 @@ def test_only_engine_distributed_touches_torch_distributed():
     for package in PACKAGES:
         for path in _py_files(package):
             rel = os.path.relpath(path, ROOT)
-            if rel.startswith(DISTRIBUTED_HOME + os.sep):
+            if rel in RUNTIME:
                 continue
             offenders += [f"{rel}:{line} uses {what}" for line, what in _distributed_uses(_tree(path))]
-    assert not offenders, "only engine/distributed/ may use torch.distributed:\n" + "\n".join(offenders)
+    assert not offenders, "only the distributed runtime may use torch.distributed:\n" + "\n".join(offenders)
 
 
 def _collective_calls(tree):
@@ -102,15 +104,16 @@ def _collective_calls(tree):
                 yield node.lineno, node.func.attr
 
 
-def test_only_the_collectives_module_makes_collectives():
+def test_only_engine_distributed_makes_collectives():
     """Inside the runtime too, one module makes every collective (each behind the guard, on the backend's
-    device); the process group, the progress records and the hooks make none."""
+    device); the rendezvous store, the progress records and the hooks make none."""
     offenders = []
-    for path in _py_files(DISTRIBUTED_HOME):
-        rel = os.path.relpath(path, ROOT)
-        if rel != COLLECTIVES_HOME:
-            offenders += [f"{rel}:{line} calls {name}" for line, name in _collective_calls(_tree(path))]
-    assert not offenders, "collectives belong in engine/distributed/collectives.py:\n" + "\n".join(offenders)
+    for package in PACKAGES:
+        for path in _py_files(package):
+            rel = os.path.relpath(path, ROOT)
+            if rel != DISTRIBUTED_HOME:
+                offenders += [f"{rel}:{line} calls {name}" for line, name in _collective_calls(_tree(path))]
+    assert not offenders, "collectives belong in engine/distributed.py:\n" + "\n".join(offenders)
     found = [name for _, name in _collective_calls(ast.parse("import torch.distributed as d\nd.all_reduce(x)\n"))]
     assert found == ["all_reduce"]  # the check is not vacuous
 

@@ -17,7 +17,6 @@ import torch
 import torch.distributed as dist
 
 import engine.distributed as distributed
-from engine.distributed import process_group
 from engine.distributed import DDPContext
 
 
@@ -48,8 +47,8 @@ def recorder(monkeypatch):
         for key, value in dict(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
                                MASTER_ADDR="127.0.0.1", MASTER_PORT="29999", BATON_DDP_GUARD="0").items():
             monkeypatch.setenv(key, value)
-        monkeypatch.setattr(process_group, "visible_gpu_count", lambda: 2)
-        monkeypatch.setattr(process_group, "_rendezvous_store", lambda *a, **k: None)
+        monkeypatch.setattr(distributed, "visible_gpu_count", lambda: 2)
+        monkeypatch.setattr(distributed, "rendezvous_store", lambda *a, **k: None)
         monkeypatch.setattr(torch.cuda, "set_device", rec.set_device)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: rec.current)
         monkeypatch.setattr(dist, "init_process_group", rec.init_process_group)
@@ -59,8 +58,8 @@ def recorder(monkeypatch):
         monkeypatch.setattr(dist, "get_world_size", lambda *a: 2)
         monkeypatch.setattr(dist, "barrier", rec.barrier)
         monkeypatch.setattr(dist, "destroy_process_group", lambda *a: rec.calls.append(("destroy", rec.current)))
-        monkeypatch.setattr(process_group.PROGRESS, "start", lambda rank: None)
-        monkeypatch.setattr(process_group.PROGRESS, "stop", lambda: None)
+        monkeypatch.setattr(distributed.PROGRESS, "start", lambda rank: None)
+        monkeypatch.setattr(distributed.PROGRESS, "stop", lambda: None)
         return rec
     return install
 

@@ -43,7 +43,7 @@ def test_rank_devices_nccl_own_gpu_gloo_shares_round_robin():
 def test_ddp_context_refuses_nccl_before_any_cuda_call(monkeypatch):
     """Two local ranks, one (simulated) GPU, nccl asked: a clear error, not "invalid device ordinal".
     On this CPU build any CUDA call would raise a different error, so the check must come first."""
-    monkeypatch.setattr("engine.distributed.process_group.visible_gpu_count", lambda: 1)
+    monkeypatch.setattr("engine.distributed.visible_gpu_count", lambda: 1)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")

@@ -1,15 +1,50 @@
-"""Before the process group forms, the processes agree on its size through the rendezvous store: nodes
-started with different ``--nproc`` fail at once, on every process, naming the sizes, instead of each timing
-out in the transport's own way. Nothing here calls ``torch.distributed``: the store is handed in."""
+"""Where the ranks meet before the process group forms: the rendezvous store (made here where baton's launcher
+or the user's environment owns the rendezvous; torchrun's agent's, one prefix per restart), and the agreement on
+the world size through it (nodes started with different ``--nproc`` fail at once, on every process, naming the
+sizes). No collective is made here: they are ``engine.distributed``'s."""
 from __future__ import annotations
 
+import datetime
+import os
 import time
 from typing import Any
 
-from ..devices import local_world_size
-from .progress import DistributedError
+from .devices import local_world_size
+from .rank_progress import DistributedError
 
-__all__ = ["agree_on_world_size", "world_sizes_seen"]
+__all__ = ["rendezvous_store", "elastic_store", "agree_on_world_size", "world_sizes_seen"]
+
+
+def rendezvous_store(init_method: str, rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
+    """The store the ranks meet through, made here where baton's launcher (or a user's environment) owns
+    the rendezvous; None under torchrun, whose agent owns it (``TORCHELASTIC_RUN_ID``)."""
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        return elastic_store(timeout) if init_method == "env://" else None
+    if init_method == "env://":
+        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                             is_master=rank == 0, timeout=timeout, wait_for_workers=False)
+    if init_method.startswith("file://"):
+        return dist.FileStore(init_method[len("file://"):], world_size)
+    return None
+
+
+def elastic_store(timeout: datetime.timedelta) -> Any:
+    """Under torchrun: its agent's store, with keys of this attempt of the worker group only. torch 2.13's
+    agents keep one store across restarts of the group (the c10d rendezvous shares it with the workers) and
+    env:// adds no prefix per attempt, so a restarted group read the first attempt's gloo addresses and
+    never formed ("connectFullMesh failed ... Connection refused"); a prefix per
+    ``TORCHELASTIC_RESTART_COUNT`` gives each attempt its own keys. None where the agent does not share
+    its store: rank 0 then hosts a new one per attempt, through env://."""
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"/baton/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+
 
 _WORLD_SIZES_KEY = "baton/world_sizes"
 _ARRIVED_KEY = "baton/arrived"

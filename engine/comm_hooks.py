@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .progress import DistributedError
+from .rank_progress import DistributedError
 
 __all__ = ["COMM_HOOKS", "check_comm_hook", "register_comm_hook"]
 

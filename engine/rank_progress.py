@@ -1,5 +1,6 @@
 """Where each rank of a data-parallel job is, so that a failed collective names the rank at fault, and the
-errors of the distributed runtime."""
+errors of the distributed runtime (``engine.distributed`` re-exports them). No collective is made here: the
+records go through the rendezvous store."""
 from __future__ import annotations
 
 import datetime
