@@ -15,7 +15,7 @@ BEST_CONFIG = "best_config.py"
 STUDY_NAME = "baton"
 #: the study's user attribute holding what its trials were run with (checked when the study continues)
 RECORD_ATTR = "baton_search"
-INSTALL = "pip install -e \".[tune]\" (or pip install optuna)"
+INSTALL = "pip install -c constraints.txt -e \".[tune]\" (or pip install optuna)"
 
 
 class TuneError(ValueError):

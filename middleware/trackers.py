@@ -179,7 +179,7 @@ def start_trackers(log_cfg: Mapping[str, Any], run_dir: str, config: Mapping[str
     for name in wanted:
         cls, module, extra = TRACKERS[name]
         if importlib.util.find_spec(module) is None:
-            logger.warning("log.%s.enable=True, but %s is not installed: pip install -e \".[%s]\" (or pip install %s);"
+            logger.warning("log.%s.enable=True, but %s is not installed: pip install -c constraints.txt -e \".[%s]\" (or pip install %s);"
                            " the run goes on without it", name, module, extra, module)
             continue
         try:

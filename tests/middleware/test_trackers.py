@@ -26,7 +26,7 @@ def test_start_trackers_without_the_package_names_the_extra(monkeypatch, caplog,
     monkeypatch.setattr(trackers.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     with caplog.at_level(logging.WARNING):
         assert start_trackers({"wandb": {"enable": True}}, str(tmp_path), {}) == []
-    assert 'log.wandb.enable=True, but wandb is not installed: pip install -e ".[wandb]"' in caplog.text
+    assert 'log.wandb.enable=True, but wandb is not installed: pip install -c constraints.txt -e ".[wandb]"' in caplog.text
     assert "the run goes on without it" in caplog.text
 
 

@@ -145,7 +145,7 @@ def test_tune_without_optuna_names_the_extra(monkeypatch, capsys):
     real = tune.importlib.util.find_spec
     monkeypatch.setattr(tune.importlib.util, "find_spec", lambda name, *a: None if name == "optuna" else real(name, *a))
     assert main(_tune_argv("unused", 2)) == 2
-    assert 'optuna, which is not installed: pip install -e ".[tune]"' in capsys.readouterr().err
+    assert 'optuna, which is not installed: pip install -c constraints.txt -e ".[tune]"' in capsys.readouterr().err
 
 
 def test_tune_help_imports_neither_torch_nor_optuna(tmp_path):
