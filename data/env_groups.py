@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
+from engine.lazy import moved_names
 from engine.protocols import VectorEnv
 
 __all__ = ["EnvGroups", "group_sizes"]
@@ -188,8 +189,6 @@ class EnvGroups:
             group.close()
 
 
-def __getattr__(name: str):
-    if name == "OverlappedEnvLoop":  # replaced by the one loop (issue 30): an import of it names the new spelling
-        raise ImportError("baton: OverlappedEnvLoop is now data.env_loop.EnvLoop over data.env_groups.EnvGroups "
-                          "(the groups step in turn: env.manager.overlap=True)")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: replaced by the one loop (issue 30): an import of it names the new spelling
+__getattr__ = moved_names(__name__, {"OverlappedEnvLoop": "OverlappedEnvLoop is now data.env_loop.EnvLoop over "
+                                     "data.env_groups.EnvGroups (the groups step in turn: env.manager.overlap=True)"})

@@ -2,6 +2,8 @@
 objects with an ``on_finish(ctx)`` method get it called when the run ends. Constructors take explicit,
 typed arguments (policies as ``engine.protocols`` modes, envs, buffers); the mapping from a nested config
 to those arguments is ``pipelines``'s job."""
+from engine.lazy import moved_names
+
 from .background_eval import BackgroundEvaluationError, BackgroundEvaluator
 from .checkpoint import CheckpointError, CkptSaver, load_checkpoint
 from .collector import EpisodeCollector, StepCollector
@@ -28,11 +30,5 @@ __all__ = [
 ]
 
 #: names the one collection path replaced (issue 30): an import of them names the new spelling
-_MOVED = {"DeviceStepCollector": "StepCollector: one collector serves gymnasium and torch envs alike "
-                                 "(from middleware import StepCollector)"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        raise ImportError(f"baton: {name} is now {_MOVED[name]}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved_names(__name__, {"DeviceStepCollector": "DeviceStepCollector is now StepCollector: one "
+                                     "collector serves gymnasium and torch envs alike (from middleware import StepCollector)"})

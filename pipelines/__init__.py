@@ -21,7 +21,8 @@ __all__ = ["build_pipeline", "serial_pipeline", "Pipeline", "RunInterrupted", "R
 _HOMES = {"build_pipeline": "build", "serial_pipeline": "build", "Pipeline": "pipeline",
           "RunInterrupted": "pipeline", "RunPreempted": "pipeline", "Stage": "pipeline", "StageError": "pipeline"}
 #: names that moved to the command floor: an import of them here names the new spelling
-_MOVED = {"cli_main": "commands", "parse_train_args": "commands"}
+_MOVED = {name: f"{name} moved to the command floor: from commands import {name}"
+          for name in ("cli_main", "parse_train_args")}
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES, moved=_MOVED)
