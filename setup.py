@@ -75,6 +75,13 @@ setup(
             "humanoid=dizoo.mujoco.envs",
             "invertedpendulum=dizoo.mujoco.envs",
         ],
+        "baton.config_sections": [
+            "log=middleware.logger",
+            "ckpt=middleware.checkpoint",
+            "preempt=engine.preemption",
+            "ddp=middleware.ddp",
+            "dataset=data.offline.dataset",
+        ],
         "baton.policies": [
             "dqn=policies.dqn",
             "rainbow=policies.rainbow",

@@ -9,16 +9,65 @@ from __future__ import annotations
 
 import difflib
 import logging
-from typing import Any, Dict, Mapping, Optional, Sequence
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Sequence, Type
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from engine.params import Params, param, section
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
 
-__all__ = ["GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError"]
+__all__ = ["EnvParams", "ManagerParams", "GymEnvParams", "GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ManagerParams(Params):
+    """The config's ``env.manager`` section: how the collector's envs run (``make_vector_env``)."""
+
+    type: str = param("sync", choices=("sync", "async", "subprocess"))
+    """"sync": every env in this process (cheap envs); "async" or "subprocess": one process per env."""
+    shared_memory: bool = param(False)
+    """async: observations come back through shared memory rather than pipes."""
+    context: Optional[str] = param(None)
+    """async: the multiprocessing start method ("fork", "spawn", "forkserver"); None: gymnasium's."""
+    overlap: bool = param(False)
+    """The collector's envs in 2 groups, one stepping while the policy acts on the other (``data.env_groups``;
+    pays off where the policy's forward is not cheap next to the env step, e.g. Atari)."""
+
+
+@dataclass
+class EnvParams(Params):
+    """The config's ``env`` section, as every env type has it; an env type adds its own keys in a subclass
+    (``GymEnvParams``, ``data.torch_env.TorchEnvParams``, ``dizoo.atari.envs.AtariParams``)."""
+
+    type: str = param("")
+    """The registered env type (``create_config.env.type``)."""
+    env_id: str = param("")
+    """The env's id, e.g. gymnasium's "CartPole-v1"."""
+    collector_env_num: int = param(8, rule="at_least_one")
+    """Envs the collector steps together (one batch per step)."""
+    evaluator_env_num: int = param(5, rule="at_least_one")
+    """Envs the evaluator steps together."""
+    n_evaluator_episode: int = param(5, rule="at_least_one")
+    """Episodes per evaluation; their mean return is the evaluation's."""
+    stop_value: float = param(math.inf)
+    """Training stops when an evaluation's mean return reaches it; ``env.stop_value=none``: never."""
+    max_episode_steps: Optional[int] = param(None)
+    """Truncate episodes after this many steps; None: the env's own limit."""
+    manager: ManagerParams = section(ManagerParams)
+    """How the collector's envs run (``ManagerParams``)."""
+
+
+@dataclass
+class GymEnvParams(EnvParams):
+    """The ``env`` section of a gymnasium env type (``GymEnvType``)."""
+
+    env_kwargs: Dict[str, Any] = param({})
+    """Keyword arguments of ``gymnasium.make`` (any keys)."""
 
 
 class UnknownEnvIdError(ValueError):
@@ -48,16 +97,17 @@ class GymEnvType:
         defaults: further default config values.
     """
 
+    #: the keys of its ``env`` section
+    Params: Type[EnvParams] = GymEnvParams
+
     def __init__(self, env_id: str, stop_value: float, requires: Sequence[tuple] = (), **defaults: Any) -> None:
         self.env_id = env_id
         self.requires = list(requires)
-        self._defaults = dict(env_id=env_id, collector_env_num=8, evaluator_env_num=5,
-                              n_evaluator_episode=5, stop_value=float(stop_value), max_episode_steps=None,
-                              env_kwargs={})
-        self._defaults.update(defaults)
+        self.params = self.Params.of(dict(env_id=env_id, stop_value=float(stop_value), **defaults), "env")
 
     def default_config(self) -> Dict[str, Any]:
-        return dict(self._defaults)
+        """Its ``env`` section's defaults (``Params`` with this type's own values)."""
+        return self.params.to_dict()
 
     def check_requires(self, env_id: str) -> None:
         """Import each required module; a missing one raises an ImportError naming the extra that installs it."""

@@ -30,15 +30,19 @@ registers a ``TorchEnvType`` (``create_config.env.type``): ``env.device`` places
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from engine.devices import parse_device
+from engine.params import param
 
-__all__ = ["TorchVectorEnv", "TorchEnvType", "follow_device"]
+from .envs import EnvParams
+
+__all__ = ["TorchEnvParams", "TorchVectorEnv", "TorchEnvType", "follow_device"]
 
 StepResult = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]
 
@@ -168,6 +172,17 @@ class TorchVectorEnv:
         return constant
 
 
+@dataclass
+class TorchEnvParams(EnvParams):
+    """The ``env`` section of a torch env type (``TorchEnvType``): many envs by default, as one batched step."""
+
+    collector_env_num: int = param(64, rule="at_least_one")
+    """Envs the collector steps together, as one batched tensor operation."""
+    device: Optional[str] = param(None)
+    """The collector's envs' device; None: the device the policy collects on (``policy.device.collect`` or the
+    learner's)."""
+
+
 class TorchEnvType:
     """An env ``type`` for ``create_config`` whose envs are a ``TorchVectorEnv`` subclass.
 
@@ -188,18 +203,19 @@ class TorchEnvType:
 
     #: its envs step as one batched operation: ``data.envs.make_vector_env`` refuses env groups for them
     batched = True
+    #: the keys of its ``env`` section
+    Params: Type[EnvParams] = TorchEnvParams
 
     def __init__(self, env_id: str, env_cls: type, stop_value: float, gym_twin: Optional[str] = None,
                  **defaults: Any) -> None:
         self.env_id = env_id
         self.env_cls = env_cls
         self.gym_twin = gym_twin
-        self._defaults = dict(env_id=env_id, collector_env_num=64, evaluator_env_num=5, n_evaluator_episode=5,
-                              stop_value=float(stop_value), max_episode_steps=None, device=None)
-        self._defaults.update(defaults)
+        self.params = self.Params.of(dict(env_id=env_id, stop_value=float(stop_value), **defaults), "env")
 
     def default_config(self) -> Dict[str, Any]:
-        return dict(self._defaults)
+        """Its ``env`` section's defaults (``Params`` with this type's own values)."""
+        return self.params.to_dict()
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True) -> Any:
         """The collector's envs on ``env.device`` (reset with ``seed``); for evaluation (``training=False``)

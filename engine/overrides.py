@@ -36,7 +36,8 @@ import copy
 import math
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from .config import ConfigError, _unknown_key_message, compile_config, plain
+from .config import ConfigError, compile_config, plain
+from .config_merge import unknown_key_message
 
 __all__ = ["apply_overrides", "parse_override", "parse_value", "field_default"]
 
@@ -171,7 +172,7 @@ def _field(defaults: Mapping[str, Any], key: str) -> Any:
         if part not in node:
             if not node:  # a free-form section ({}) takes any key, as compile_config does
                 return _ANY
-            raise ConfigError(_unknown_key_message(".".join(parts[:i + 1]), part, node, root=defaults,
+            raise ConfigError(unknown_key_message(".".join(parts[:i + 1]), part, node, root=defaults,
                                                    rest=".".join(parts[i:])))
         node = node[part]
     return node

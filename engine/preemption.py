@@ -19,11 +19,28 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["PreemptionGuard", "Preempted", "signal_number", "DEFAULT_SIGNALS", "exit_code"]
+from .params import Params, param
+from .registry import CONFIG_SECTIONS
+
+__all__ = ["PreemptParams", "PreemptionGuard", "Preempted", "signal_number", "DEFAULT_SIGNALS", "exit_code"]
 
 DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1")
+
+
+@dataclass
+class PreemptParams(Params):
+    """The config's ``preempt`` section: a cluster's stop signal ends the run cleanly (docs/distributed.md)."""
+
+    signals: List[str] = param(list(DEFAULT_SIGNALS))
+    """The signals that end the iteration, write ``latest`` and exit with 128 + the signal's number."""
+    grace_s: float = param(20.0, rule="not_negative")
+    """A process still running this long after the signal exits then; 0: never."""
+
+
+CONFIG_SECTIONS.register("preempt", PreemptParams)
 
 
 class Preempted(KeyboardInterrupt):

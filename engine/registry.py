@@ -1,5 +1,7 @@
 """Name -> class registries for policies and envs, the ``type`` names used in ``create_config``.
 
+``CONFIG_SECTIONS`` holds the typed sections of a config (``engine.params``) the same way.
+
 Packages make their types known in two ways: importing a module that calls ``register`` (what a user's
 own code does), or declaring an entry point in the ``baton.policies`` / ``baton.envs`` groups, which is
 loaded the first time an unknown name is asked for. The second keeps ``import engine`` free of torch.
@@ -11,7 +13,7 @@ import importlib
 
 from typing import Any, Dict, Iterable, List
 
-__all__ = ["Registry", "POLICY_REGISTRY", "ENV_REGISTRY", "UnknownTypeError"]
+__all__ = ["Registry", "POLICY_REGISTRY", "ENV_REGISTRY", "CONFIG_SECTIONS", "UnknownTypeError"]
 
 
 class UnknownTypeError(KeyError):
@@ -86,3 +88,6 @@ class Registry:
 
 POLICY_REGISTRY = Registry("policy", "baton.policies")
 ENV_REGISTRY = Registry("env", "baton.envs")
+#: the config's sections beside ``env`` and ``policy`` (``log``, ``ckpt``, ...): name -> the ``engine.params.Params``
+#: class its reader declares, found through the ``baton.config_sections`` entry points (``engine.config``)
+CONFIG_SECTIONS = Registry("config section", "baton.config_sections")

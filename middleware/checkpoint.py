@@ -26,19 +26,38 @@ import os
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
 from engine.context import OnlineRLContext, StopReason
 from engine.fileio import atomic_write
+from engine.params import Params, param
+from engine.registry import CONFIG_SECTIONS
 from engine.rng import rng_state
 from engine.protocols import ReplayBuffer, Saveable, require
 
 from .evaluator import NewEvaluation
 
-__all__ = ["CkptSaver", "ShardSaver", "shard_path", "load_shard", "load_checkpoint", "load_newest_checkpoint", "CheckpointError", "check_policy_type", "NonFiniteWeightsError",
+__all__ = ["CheckpointParams", "CkptSaver", "ShardSaver", "shard_path", "load_shard", "load_checkpoint", "load_newest_checkpoint", "CheckpointError", "check_policy_type", "NonFiniteWeightsError",
            "LATEST", "BEST"]
+
+
+@dataclass
+class CheckpointParams(Params):
+    """The config's ``ckpt`` section: when checkpoints are written, beside the best one (always kept)."""
+
+    save_freq: int = param(0, rule="not_negative")
+    """>0: also save ``iteration_<N>.pth.tar`` every N train iterations; 0: only best and latest."""
+    latest_every_s: float = param(120.0, rule="not_negative")
+    """Write ``latest.pth.tar`` at least this often (s), so that a killed run resumes; 0: off."""
+    save_replay_buffer: bool = param(False)
+    """Keep the replay buffer's contents in ``latest`` (large), so that a resumed run samples the same data."""
+
+
+CONFIG_SECTIONS.register("ckpt", CheckpointParams)
+
 
 logger = logging.getLogger(__name__)
 

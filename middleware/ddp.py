@@ -27,19 +27,46 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 import torch
 
-from engine.config import DDP_BUCKET_CAP_MB
 from engine.context import Context
 from engine.distributed import (DistributedError, all_gather_rows, broadcast_object, check_comm_hook,
                                 explain_failure, get_backend, get_rank, get_world_size, is_communication_error,
                                 is_distributed, mark_progress, register_comm_hook)
+from engine.params import Params, param
 from engine.protocols import ModelOwner, require
+from engine.registry import CONFIG_SECTIONS
 from engine.sync import SyncPlan
 
-__all__ = ["DDPMiddleware"]
+__all__ = ["DDPParams", "DDPMiddleware"]
+
+#: ``ddp.bucket_cap_mb``'s default (torch's own)
+DDP_BUCKET_CAP_MB = 25.0
+
+
+@dataclass
+class DDPParams(Params):
+    """The config's ``ddp`` section: how the gradients of data-parallel ranks are exchanged (docs/distributed.md,
+    "Communication": when each of these helps)."""
+
+    bucket_cap_mb: float = param(DDP_BUCKET_CAP_MB, rule="positive")
+    """Megabytes of gradients per all-reduce bucket; larger: fewer, bigger messages."""
+    static_graph: bool = param(False)
+    """The same parameters take gradients in the same order every update (lets DDP skip its bookkeeping)."""
+    gradient_as_bucket_view: bool = param(False)
+    """Gradients alias the buckets: one copy less, less memory."""
+    comm_hook: str = param("none", choices=("none", "fp16", "bf16", "powersgd"))
+    """Gradient compression: "none", "fp16", "bf16" (nccl only) or "powersgd"."""
+    powersgd_rank: int = param(1, rule="positive")
+    """PowerSGD's matrix approximation rank (``comm_hook="powersgd"``)."""
+    backend: str = param("auto", choices=("auto", "nccl", "gloo"))
+    """"auto", "nccl" (one GPU per process) or "gloo" (CPU, or processes sharing GPUs; ``engine.devices``)."""
+
+
+CONFIG_SECTIONS.register("ddp", DDPParams)
 
 logger = logging.getLogger(__name__)
 

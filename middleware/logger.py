@@ -4,18 +4,49 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
 
 from engine.context import OnlineRLContext
 from engine.distributed import get_world_size
+from engine.params import Params, param, section
 from engine.profile import StageProfile
+from engine.registry import CONFIG_SECTIONS
 
 import numpy as np
 
 from .progress_csv import ProgressCSV
 from .summary import RunClock
+from .trackers import MlflowParams, WandbParams
 
-__all__ = ["online_logger", "OnlineLogger"]
+__all__ = ["LogParams", "online_logger", "OnlineLogger"]
+
+
+@dataclass
+class LogParams(Params):
+    """The config's ``log`` section: where a run's scalars go (docs/logging.md, docs/trackers.md)."""
+
+    progress: bool = param(True)
+    """A tqdm progress bar on rank 0, when the output is a terminal."""
+    tensorboard: bool = param(True)
+    """tensorboardX scalars under ``<exp_name>/log``."""
+    csv: bool = param(True)
+    """The same scalars as rows of ``<exp_name>/progress.csv``."""
+    print_freq: int = param(0, rule="not_negative")
+    """>0: log a line every N train iterations."""
+    profile: bool = param(False)
+    """Each stage's share of the iteration time: a table at the end, ``summary.json`` and TensorBoard."""
+    wandb: WandbParams = section(WandbParams)
+    """Weights & Biases (``middleware.trackers.WandbParams``)."""
+    mlflow: MlflowParams = section(MlflowParams)
+    """MLflow (``middleware.trackers.MlflowParams``)."""
+
+    def trackers(self) -> Dict[str, Params]:
+        """Each experiment tracker's section by its name (``middleware.trackers.TRACKERS``)."""
+        return {"wandb": self.wandb, "mlflow": self.mlflow}
+
+
+CONFIG_SECTIONS.register("log", LogParams)
 
 logger = logging.getLogger(__name__)
 

@@ -25,13 +25,52 @@ import logging
 import os
 import re
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-__all__ = ["Tracker", "WandbTracker", "MlflowTracker", "start_trackers", "TRACKERS", "TRACKER_IDS_FILE"]
+from engine.params import Params, param
+
+__all__ = ["WandbParams", "MlflowParams", "Tracker", "WandbTracker", "MlflowTracker", "start_trackers", "TRACKERS", "TRACKER_IDS_FILE"]
 
 logger = logging.getLogger(__name__)
 
 TRACKER_IDS_FILE = "trackers.json"
+
+
+@dataclass
+class WandbParams(Params):
+    """The config's ``log.wandb`` section: Weights & Biases from rank 0 (config, every scalar, the best
+    checkpoint; extra ``wandb``)."""
+
+    enable: bool = param(False)
+    """Start a W&B run beside TensorBoard."""
+    project: str = param("baton")
+    """The W&B project."""
+    entity: str = param("")
+    """The W&B entity (team or user); "": W&B's default."""
+    name: str = param("")
+    """The W&B run's name; "": the run directory's name."""
+    mode: str = param("")
+    """"online", "offline" (files under ``<exp_name>/wandb``, uploaded later by ``wandb sync``) or "disabled";
+    "": W&B's own (``WANDB_MODE``)."""
+    tags: List[str] = param([])
+    """Tags of the W&B run."""
+
+
+@dataclass
+class MlflowParams(Params):
+    """The config's ``log.mlflow`` section: MLflow from rank 0 (config, every scalar, the best checkpoint;
+    extra ``mlflow``)."""
+
+    enable: bool = param(False)
+    """Start an MLflow run beside TensorBoard."""
+    tracking_uri: str = param("")
+    """Where the runs go: "file:/path/mlruns", "sqlite:///m.db", "http://host:5000"; "": MLflow's own
+    (``MLFLOW_TRACKING_URI`` or its default)."""
+    experiment: str = param("baton")
+    """The MLflow experiment's name."""
+    run_name: str = param("")
+    """The MLflow run's name; "": the run directory's name."""
 
 
 class Tracker:
@@ -78,23 +117,21 @@ class Tracker:
 class WandbTracker(Tracker):
     """A Weights & Biases run in ``<run dir>/wandb``.
 
-    Settings (``log.wandb``): ``project``, ``entity``, ``name`` (default: the run directory's name), ``mode``
-    (``online``, ``offline``: files only, uploaded later by ``wandb sync``, ``disabled``; ``""``: W&B's own,
-    ``WANDB_MODE``), ``tags``."""
+    Settings: ``WandbParams`` (``log.wandb``)."""
 
     name = "wandb"
 
-    def __init__(self, settings: Mapping[str, Any], run_dir: str, config: Mapping[str, Any],
+    def __init__(self, settings: WandbParams, run_dir: str, config: Mapping[str, Any],
                  run_id: Optional[str] = None) -> None:
         super().__init__()
         import wandb
 
         self._wandb = wandb
-        self._run_name = settings.get("name") or os.path.basename(os.path.abspath(run_dir))
-        self.run = wandb.init(project=settings.get("project") or None, entity=settings.get("entity") or None,
+        self._run_name = settings.name or os.path.basename(os.path.abspath(run_dir))
+        self.run = wandb.init(project=settings.project or None, entity=settings.entity or None,
                               name=self._run_name, dir=run_dir, id=run_id or None,
-                              resume="allow" if run_id else None, mode=settings.get("mode") or None,
-                              config=dict(config), tags=list(settings.get("tags") or []) or None,
+                              resume="allow" if run_id else None, mode=settings.mode or None,
+                              config=dict(config), tags=list(settings.tags) or None,
                               reinit="create_new", settings=wandb.Settings(console="off", quiet=True))
         self.run.define_metric("env_step")
         self.run.define_metric("*", step_metric="env_step")
@@ -116,30 +153,28 @@ class MlflowTracker(Tracker):
     """An MLflow run, written through ``MlflowClient`` (no global active run: two pipelines in one process
     write their own runs).
 
-    Settings (``log.mlflow``): ``tracking_uri`` (``""``: MLflow's own, ``MLFLOW_TRACKING_URI`` or its default;
-    ``file:/path/mlruns``, ``sqlite:///mlflow.db``, ``http://host:5000``), ``experiment``, ``run_name``
-    (default: the run directory's name)."""
+    Settings: ``MlflowParams`` (``log.mlflow``)."""
 
     name = "mlflow"
     #: MLflow takes at most this many params (and 1000 metrics) in one log_batch
     _BATCH = 100
 
-    def __init__(self, settings: Mapping[str, Any], run_dir: str, config: Mapping[str, Any],
+    def __init__(self, settings: MlflowParams, run_dir: str, config: Mapping[str, Any],
                  run_id: Optional[str] = None) -> None:
         super().__init__()
         from mlflow.entities import Metric, Param
         from mlflow.tracking import MlflowClient
 
         self._metric = Metric
-        self.client = MlflowClient(tracking_uri=settings.get("tracking_uri") or None)
+        self.client = MlflowClient(tracking_uri=settings.tracking_uri or None)
         if run_id:  # a resumed baton run continues its MLflow run (its params were logged then)
             self.client.update_run(run_id, status="RUNNING")
             self.run_id = run_id
             return
-        experiment = settings.get("experiment") or "baton"
+        experiment = settings.experiment or "baton"
         found = self.client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
-        run = self.client.create_run(experiment_id, run_name=settings.get("run_name")
+        run = self.client.create_run(experiment_id, run_name=settings.run_name
                                      or os.path.basename(os.path.abspath(run_dir)),
                                      tags={"baton.run_dir": os.path.abspath(run_dir)})
         self.run_id = run.info.run_id
@@ -163,15 +198,16 @@ class MlflowTracker(Tracker):
 TRACKERS = {"wandb": (WandbTracker, "wandb", "wandb"), "mlflow": (MlflowTracker, "mlflow", "mlflow")}
 
 
-def start_trackers(log_cfg: Mapping[str, Any], run_dir: str, config: Mapping[str, Any]) -> List[Tracker]:
-    """The trackers ``log_cfg`` enables (``log.wandb.enable``, ``log.mlflow.enable``), started for the run in
-    ``run_dir`` with ``config`` (plain data). One that cannot start is a warning, and is left out.
+def start_trackers(settings: Mapping[str, Params], run_dir: str, config: Mapping[str, Any]) -> List[Tracker]:
+    """The trackers that ``settings`` (tracker name -> its section: ``WandbParams``, ``MlflowParams``) enables,
+    started for the run in ``run_dir`` with ``config`` (plain data). One that cannot start is a warning, and is
+    left out.
 
     Examples:
-        >>> start_trackers({"wandb": {"enable": False}, "mlflow": {"enable": False}}, "run", {})
+        >>> start_trackers({"wandb": WandbParams(), "mlflow": MlflowParams()}, "run", {})
         []
     """
-    wanted = [name for name in TRACKERS if (log_cfg.get(name) or {}).get("enable", False)]
+    wanted = [name for name in TRACKERS if name in settings and settings[name].enable]
     if not wanted:
         return []
     ids = _read_ids(run_dir)
@@ -183,7 +219,7 @@ def start_trackers(log_cfg: Mapping[str, Any], run_dir: str, config: Mapping[str
                            " the run goes on without it", name, module, extra, module)
             continue
         try:
-            tracker = cls(log_cfg[name], run_dir, config, ids.get(name))
+            tracker = cls(settings[name], run_dir, config, ids.get(name))
         except Exception as err:  # a key, a server, a quota: the tracker's, never the run's
             logger.warning("log.%s: %s did not start (%s: %s); the run goes on without it (check log.%s in the "
                            "config)", name, module, type(err).__name__, err, name)

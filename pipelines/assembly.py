@@ -35,7 +35,7 @@ import torch
 
 from data.envs import make_vector_env
 from data.replay import ReplayBuffer
-from engine.config import ConfigError, compile_config, save_config
+from engine.config import ConfigError, RunParams, compile_config, save_config
 from engine.context import Context
 from engine.devices import size_torch_threads
 from engine.distributed import DDPContext, broadcast_object
@@ -43,6 +43,7 @@ from engine.profile import StageProfile
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from middleware import RunSummary, actor_refresher, progress_bar, statistics_merger
 from middleware.evaluator import final_evaluation
+from middleware.logger import LogParams
 from middleware.summary import RunClock
 from policies.base import Policy, SpaceMismatchError
 
@@ -167,7 +168,7 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     policy_cls = POLICY_REGISTRY.get(cfg.policy.type)
     shape = _shape_of(policy_cls, cfg.policy.type, shapes)
     context = _context_class(request.context, shape)
-    size_torch_threads(cfg.torch_threads)  # this process's share of the cores, unless OMP_NUM_THREADS says
+    size_torch_threads(RunParams.pick(cfg).torch_threads)  # this process's share of the cores, unless OMP_NUM_THREADS says
     run = Run(request, cfg, ddp_ctx.rank, ddp_ctx.world_size, rank_seed(cfg.seed, ddp_ctx.rank), resources,
               ENV_REGISTRY.get(cfg.env.type))
     _seed_everything(run.seed)
@@ -198,7 +199,8 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     evaluator = stages.evaluator(cfg, policy, evaluator_env, saver, run.world_size, background=background) \
         if run.main else None
     ddp = stages.ddp(cfg, policy)
-    profile = StageProfile() if cfg.log.profile else None  # where the time goes (--profile, engine.profile)
+    log = LogParams.of(cfg.log, "log")
+    profile = StageProfile() if log.profile else None  # where the time goes (--profile, engine.profile)
     summary = RunSummary(cfg.exp_name, write=run.main, clock=clock, extra=lambda: {
         "run_dir": cfg.exp_name, **shape.summary(run, ctx),
         **({"world_size": run.world_size, "rank": run.rank, "ddp_collective_s": ddp.collective_time}
@@ -227,7 +229,7 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
                                        offline=shape.offline), name="termination")
     if not background:  # the run's last weights evaluated once where a budget ends it (middleware.evaluator)
         pipeline.append(final_evaluation(evaluator) if run.main else None, name="final_evaluation", main_only=True)
-    if cfg.log.progress if request.progress is None else request.progress:
+    if log.progress if request.progress is None else request.progress:
         pipeline.append(progress_bar(request.max_env_step, clock) if run.main else None, name="progress",
                         main_only=True)
     return pipeline

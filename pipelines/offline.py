@@ -23,6 +23,7 @@ import gymnasium as gym
 
 from data.envs import make_vector_env
 from data.offline import EpochSampler, ShardPlan, open_dataset
+from data.offline.dataset import DatasetParams
 from data.replay import ReplayBuffer
 from data.replay.storage import RingStorage
 from engine.config import ConfigError
@@ -58,16 +59,17 @@ class OfflineShape(Shape):
             data.offline.EmptyShardError: more ranks than episodes.
         """
         cfg = run.cfg
-        if not cfg.dataset.name:
+        self.settings = settings = DatasetParams.of(cfg.dataset, "dataset")
+        if not settings.name:
             raise ConfigError(f"dataset.name is empty: policy {cfg.policy.type!r} learns from a dataset; name one "
                               f"(dataset.name=cartpole/expert-v0, see docs/offline.md)")
-        self.dataset = dataset = open_dataset(cfg.dataset.name, cfg.dataset.root or None)
+        self.dataset = dataset = open_dataset(settings.name, settings.root or None)
         probe = make_vector_env(run.env_type, cfg.env, 1, cfg.seed, manager="sync", training=False)
         spaces = probe.single_observation_space, probe.single_action_space
         probe.close()
         dataset.check_spaces(*spaces, f"env {cfg.env.env_id!r} (type {cfg.env.type!r})")
-        self.plan = ShardPlan(dataset.n_episodes, run.world_size, dataset=f"dataset {cfg.dataset.name!r}",
-                              split=cfg.dataset.split)
+        self.plan = ShardPlan(dataset.n_episodes, run.world_size, dataset=f"dataset {settings.name!r}",
+                              split=settings.split)
         self.episodes = self.plan.episodes(run.rank)
         run.extra.update(dataset=dataset, shard=self.episodes)
         return spaces
@@ -77,7 +79,7 @@ class OfflineShape(Shape):
         device = run.policy.device
         self.buffer = ReplayBuffer(capacity, EpochSampler(run.seed, device), RingStorage(capacity, device))
         if run.main or run.world_size == 1:
-            logger.info("dataset %r, %s", run.cfg.dataset.name,
+            logger.info("dataset %r, %s", self.settings.name,
                         self.plan.describe(run.rank, self.dataset.episode_lengths))
         learn = run.cfg.policy.learn
         self.fetcher = OfflineDataFetcher(lambda: self.dataset.transitions(self.episodes), self.buffer,
@@ -86,7 +88,7 @@ class OfflineShape(Shape):
         return self.buffer
 
     def summary(self, run: Run, ctx: Any) -> Dict[str, Any]:
-        return {"dataset": run.cfg.dataset.name, "dataset_episodes": self.dataset.n_episodes,
+        return {"dataset": self.settings.name, "dataset_episodes": self.dataset.n_episodes,
                 "dataset_transitions": self.dataset.total_steps, "train_epoch": ctx.train_epoch,
                 "shard_transitions": self.fetcher.loaded, "load_seconds": self.fetcher.load_seconds}
 

@@ -17,15 +17,17 @@ import torch
 from data.envs import make_vector_env
 from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, RingStorage, Sampler, UniformSampler
 from data.replay.device import resolve_replay_device
-from engine.config import ConfigError, plain
+from engine.config import ConfigError, RunParams, plain
 from engine.distributed import DistributedError, default_timeout
-from engine.preemption import PreemptionGuard
+from engine.preemption import PreemptParams, PreemptionGuard
 from engine.profile import StageProfile
 from engine.protocols import VectorEnv
 from engine.context import OnlineRLContext
 from engine.registry import ENV_REGISTRY
 from middleware.background_eval import BackgroundEvaluator
-from middleware.checkpoint import BEST, ShardSaver
+from middleware.checkpoint import BEST, CheckpointParams, ShardSaver
+from middleware.ddp import DDPParams
+from middleware.logger import LogParams
 from middleware.preemption import PreemptionStop
 from middleware.termination import termination_checker
 from middleware import (CkptSaver, DDPMiddleware, InteractionEvaluator, OffPolicyLearner, OnlineLogger, OnPolicyLearner,
@@ -33,7 +35,7 @@ from middleware import (CkptSaver, DDPMiddleware, InteractionEvaluator, OffPolic
                         online_logger, random_collect_handler)
 from middleware.progress_csv import PROGRESS_FILE
 from middleware.summary import RunClock
-from middleware.trackers import TRACKERS, start_trackers
+from middleware.trackers import start_trackers
 from policies.base import Policy
 
 __all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration", "random_collect",
@@ -184,14 +186,18 @@ def sequence_length(cfg: Mapping[str, Any], policy: Policy) -> Optional[int]:
 
 def checkpoint_saver(cfg: Mapping[str, Any], policy: Policy, buffer: Optional[ReplayBuffer],
                      world_size: int = 1) -> CkptSaver:
-    return CkptSaver(policy.learn_mode, os.path.join(cfg["exp_name"], "ckpt"), cfg["ckpt"]["save_freq"],
-                     buffer if cfg["ckpt"]["save_replay_buffer"] else None,
-                     latest_every_s=cfg["ckpt"]["latest_every_s"], meta=checkpoint_meta(cfg), world_size=world_size)
+    """The saver of ``ckpt`` (``CheckpointParams``) in ``<exp_name>/ckpt``."""
+    ckpt = CheckpointParams.of(cfg["ckpt"], "ckpt")
+    return CkptSaver(policy.learn_mode, os.path.join(RunParams.pick(cfg).exp_name, "ckpt"), ckpt.save_freq,
+                     buffer if ckpt.save_replay_buffer else None, latest_every_s=ckpt.latest_every_s,
+                     meta=checkpoint_meta(cfg), world_size=world_size)
 
 
 def shard_saver(cfg: Mapping[str, Any], rank: int, buffer: Optional[ReplayBuffer]) -> ShardSaver:
-    return ShardSaver(os.path.join(cfg["exp_name"], "ckpt"), rank,
-                      buffer if cfg["ckpt"]["save_replay_buffer"] else None)
+    """A rank's own replay shard beside the checkpoints, when ``ckpt.save_replay_buffer`` keeps the buffer."""
+    ckpt = CheckpointParams.of(cfg["ckpt"], "ckpt")
+    return ShardSaver(os.path.join(RunParams.pick(cfg).exp_name, "ckpt"), rank,
+                      buffer if ckpt.save_replay_buffer else None)
 
 
 def checkpoint_meta(cfg: Mapping[str, Any]) -> Dict[str, Any]:
@@ -201,8 +207,8 @@ def checkpoint_meta(cfg: Mapping[str, Any]) -> Dict[str, Any]:
 
 def logs(cfg: Mapping[str, Any]) -> bool:
     """Whether the run logs scalars anywhere: TensorBoard, ``progress.csv`` or an experiment tracker."""
-    log = cfg["log"]
-    return bool(log["tensorboard"] or log["csv"] or any((log.get(name) or {}).get("enable") for name in TRACKERS))
+    log = LogParams.of(cfg["log"], "log")
+    return bool(log.tensorboard or log.csv or any(tracker.enable for tracker in log.trackers().values()))
 
 
 def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None, resources: Optional[Any] = None, *,
@@ -213,14 +219,14 @@ def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None, re
     ``resumed``: the context restored from a checkpoint, whose rows the CSV keeps; ``clock``: the run's, which
     the summary keeps too (progress.csv's ``wall_time_s`` and ``elapsed_s``); ``profile``: the run's stage
     times (``profile/<stage>_share`` scalars)."""
-    trackers = start_trackers(cfg["log"], cfg["exp_name"], plain(cfg))
+    settings, run_dir = LogParams.of(cfg["log"], "log"), RunParams.pick(cfg).exp_name
+    trackers = start_trackers(settings.trackers(), run_dir, plain(cfg))
     if trackers and resources is not None:
-        best = os.path.join(cfg["exp_name"], "ckpt", BEST)
+        best = os.path.join(run_dir, "ckpt", BEST)
         for tracker in trackers:
             resources.callback(tracker.finish, [best])
-    log = online_logger(os.path.join(cfg["exp_name"], "log"), print_freq=cfg["log"]["print_freq"],
-                        tensorboard=cfg["log"]["tensorboard"],
-                        csv_path=os.path.join(cfg["exp_name"], PROGRESS_FILE) if cfg["log"]["csv"] else None,
+    log = online_logger(os.path.join(run_dir, "log"), print_freq=settings.print_freq, tensorboard=settings.tensorboard,
+                        csv_path=os.path.join(run_dir, PROGRESS_FILE) if settings.csv else None,
                         profile=profile, trackers=trackers)
     if resumed is not None:
         log.resume(resumed.env_step, resumed.last_eval_iter)
@@ -233,8 +239,9 @@ def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: An
     """The preemption stage (``preempt.signals``, ``preempt.grace_s``): its guard catches the signals from
     the run's first iteration until the pipeline closes (``resources``), so a signal during the final
     checkpoint write waits for it. Registered first in a pipeline (``middleware.preemption``)."""
+    settings = PreemptParams.of(cfg["preempt"], "preempt")
     try:
-        guard = PreemptionGuard(list(cfg.preempt.signals), float(cfg.preempt.grace_s),
+        guard = PreemptionGuard(settings.signals, settings.grace_s,
                                 describe=f"rank {rank} of {world_size}" if world_size > 1 else "")
     except ValueError as err:
         raise ConfigError(str(err)) from None
@@ -271,12 +278,11 @@ def termination(cfg: Mapping[str, Any], max_env_step: Optional[int], max_train_i
 def ddp(cfg: Mapping[str, Any], policy: Policy) -> DDPMiddleware:
     """The ddp middleware with the config's communication settings (``ddp.bucket_cap_mb``, ``static_graph``,
     ``gradient_as_bucket_view``, ``comm_hook``, ``powersgd_rank``; docs/distributed.md)."""
-    settings = cfg.ddp
+    settings = DDPParams.of(cfg["ddp"], "ddp")
     try:
-        return DDPMiddleware(policy.learn_mode, bucket_cap_mb=float(settings.bucket_cap_mb),
-                             static_graph=bool(settings.static_graph),
-                             gradient_as_bucket_view=bool(settings.gradient_as_bucket_view),
-                             comm_hook=str(settings.comm_hook), powersgd_rank=int(settings.powersgd_rank))
+        return DDPMiddleware(policy.learn_mode, bucket_cap_mb=settings.bucket_cap_mb, static_graph=settings.static_graph,
+                             gradient_as_bucket_view=settings.gradient_as_bucket_view, comm_hook=settings.comm_hook,
+                             powersgd_rank=settings.powersgd_rank)
     except DistributedError as err:
         if "ddp.comm_hook" in str(err):
             raise ConfigError(str(err)) from None

@@ -69,7 +69,7 @@ CONFIG_VALUES = [
     ("discount above 1", _value("policy.discount_factor", 1.5), ConfigError, r"discount_factor' is 1.5.*\[0, 1\]"),
     ("lambda above 1", _value("policy.collect.gae_lambda", 2.0, "cartpole_ppo"), ConfigError, r"gae_lambda"),
     ("negative save_freq", _value("ckpt.save_freq", -1), ConfigError, r"'ckpt.save_freq' is -1: it must be >= 0"),
-    ("unknown backend", _value("ddp.backend", "mpi"), ConfigError, r"'ddp.backend' is 'mpi'.*'gloo'"),
+    ("unknown backend", _value("ddp.backend", "mpi"), ConfigError, r"ddp.backend='mpi' is not one of 'auto', 'nccl', 'gloo'"),
     ("unknown compile mode", _value("policy.compile", "cudagraphs"), ConfigError,
      r"policy.compile='cudagraphs' is not one of.*did you mean 'cudagraph'"),
     ("unknown amp", _value("policy.amp", "fp16"), ConfigError, r"policy.amp='fp16' is not one of 'none', 'bf16'"),

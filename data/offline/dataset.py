@@ -38,7 +38,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-__all__ = ["Episode", "OfflineDataset", "open_dataset", "write_dataset", "dataset_root", "DatasetError",
+from engine.params import Params, param
+from engine.registry import CONFIG_SECTIONS
+
+from .shard import SPLITS
+
+__all__ = ["DatasetParams", "Episode", "OfflineDataset", "open_dataset", "write_dataset", "dataset_root", "DatasetError",
            "DatasetNotFoundError", "DatasetSpaceError", "MAKE_HINT"]
 
 #: how to make a dataset, named in every "not found" error
@@ -82,6 +87,22 @@ class Episode:
             raise DatasetError(f"episode {self.id}: {n} rewards need {n + 1} observations and {n} actions, "
                                f"terminations and truncations; got {len(self.observations)} observations and "
                                f"{lengths}")
+
+
+@dataclass
+class DatasetParams(Params):
+    """The config's ``dataset`` section: the dataset offline policies train from (docs/offline.md); online
+    policies ignore it."""
+
+    name: str = param("")
+    """A Minari dataset id, e.g. "cartpole/expert-v0"."""
+    root: str = param("")
+    """The dataset root; "": ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets`` (``dataset_root``)."""
+    split: str = param("shard", choices=SPLITS)
+    """Under DDP: "shard" (each rank its own episodes) or "replicate" (all, each rank in its own order)."""
+
+
+CONFIG_SECTIONS.register("dataset", DatasetParams)
 
 
 def dataset_root(root: Optional[str] = None) -> str:

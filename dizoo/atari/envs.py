@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from typing import Any, Dict, Mapping
 
 import numpy as np
 
+from data.envs import GymEnvParams
+from engine.params import param
 from engine.registry import ENV_REGISTRY
 
-__all__ = ["AtariEnvType", "game_name", "UnknownGameError"]
+__all__ = ["AtariParams", "AtariEnvType", "game_name", "UnknownGameError"]
 
 
 class UnknownGameError(ValueError):
@@ -55,12 +58,33 @@ def game_name(env_id: str) -> str:
     return name
 
 
+@dataclass
+class AtariParams(GymEnvParams):
+    """The ``env`` section of the ``atari`` env type."""
+
+    env_id: str = param("PongNoFrameskip-v4")
+    """A ``...NoFrameskip-v4`` id of a game ale-py ships (``game_name``)."""
+    evaluator_env_num: int = param(8, rule="at_least_one")
+    """Envs the evaluator steps together."""
+    n_evaluator_episode: int = param(8, rule="at_least_one")
+    """Episodes per evaluation; their mean return is the evaluation's."""
+    stop_value: float = param(20.0)
+    """Training stops when an evaluation's mean return reaches it (Pong: 21 is a perfect game)."""
+    frame_stack: int = param(4, rule="at_least_one")
+    """The last N frames make one observation."""
+    num_threads: int = param(0, rule="not_negative")
+    """ale-py's threads stepping the collector's envs; 0: its own choice."""
+
+
 class AtariEnvType:
     """The ``atari`` env type (``create_config.env.type='atari'``)."""
 
+    #: the keys of its ``env`` section
+    Params = AtariParams
+
     def default_config(self) -> Dict[str, Any]:
-        return dict(env_id="PongNoFrameskip-v4", collector_env_num=8, evaluator_env_num=8, n_evaluator_episode=8,
-                    stop_value=20.0, frame_stack=4, num_threads=0, max_episode_steps=None, env_kwargs={})
+        """Its ``env`` section's defaults."""
+        return AtariParams.defaults()
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool) -> Any:
         _import_ale()

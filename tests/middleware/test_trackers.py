@@ -13,7 +13,7 @@ import pytest
 
 import middleware.trackers as trackers
 from middleware.progress_csv import read_progress
-from middleware.trackers import Tracker, start_trackers
+from middleware.trackers import MlflowParams, Tracker, WandbParams, start_trackers
 from commands.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,7 +25,7 @@ def test_start_trackers_without_the_package_names_the_extra(monkeypatch, caplog,
     real = trackers.importlib.util.find_spec
     monkeypatch.setattr(trackers.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     with caplog.at_level(logging.WARNING):
-        assert start_trackers({"wandb": {"enable": True}}, str(tmp_path), {}) == []
+        assert start_trackers({"wandb": WandbParams(enable=True)}, str(tmp_path), {}) == []
     assert 'log.wandb.enable=True, but wandb is not installed: pip install -c constraints.txt -e ".[wandb]"' in caplog.text
     assert "the run goes on without it" in caplog.text
 
@@ -65,7 +65,7 @@ def test_a_tracker_that_cannot_start_is_a_warning_and_the_run_trains(monkeypatch
 
 def test_a_tracker_that_fails_later_warns_once_and_stops_sending(monkeypatch, caplog, tmp_path):
     monkeypatch.setitem(trackers.TRACKERS, "mlflow", (_FailsLater, "json", "mlflow"))
-    (started,) = start_trackers({"mlflow": {"enable": True}}, str(tmp_path), {})
+    (started,) = start_trackers({"mlflow": MlflowParams(enable=True)}, str(tmp_path), {})
     with caplog.at_level(logging.WARNING):
         for step in range(3):
             started.log_scalars({"train/loss": 1.0}, step)
