@@ -61,23 +61,22 @@ COMPILE_MODES = ("none", "compile", "cudagraph")
 AMP_MODES = ("none", "bf16")
 
 
-def accel_modes(cfg: Mapping[str, Any]) -> Tuple[str, str]:
-    """``(policy.compile, policy.amp)`` of a policy config, checked (missing keys: ``none``).
+def accel_modes(compile: Optional[str] = "none", amp: Optional[str] = "none") -> Tuple[str, str]:
+    """``(policy.compile, policy.amp)``, checked (None: ``none``).
 
     Raises:
         ConfigError: a value that is not one of the modes, naming the key, the choices and a close one.
 
     Examples:
-        >>> accel_modes({"compile": "cudagraph"})
+        >>> accel_modes(compile="cudagraph")
         ('cudagraph', 'none')
-        >>> accel_modes({"amp": "fp16"})
+        >>> accel_modes(amp="fp16")
         Traceback (most recent call last):
         ...
         engine.config.ConfigError: policy.amp='fp16' is not one of 'none', 'bf16' (did you mean 'bf16'?)
     """
     modes = []
-    for key, choices in (("compile", COMPILE_MODES), ("amp", AMP_MODES)):
-        value = cfg.get(key, "none")
+    for key, value, choices in (("compile", compile, COMPILE_MODES), ("amp", amp, AMP_MODES)):
         value = "none" if value is None else value
         if value not in choices:
             raise ConfigError(not_one_of(f"policy.{key}", value, choices))

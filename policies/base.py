@@ -37,16 +37,16 @@ of each env and returns the next one (``next_state``). The env loop that steps t
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type
 
 import gymnasium as gym
 import torch
 
-from engine.config_rules import ValueRules
 
 from .accel import HotPaths, accel_modes
 from .checks import DeviceMismatchError, NonFiniteLossError, check_finite
-from .defaults import check_policy_section, common_config, evaluator_config, refuse_recurrent_keys
+from .defaults import (EvalParams, OnlineEvalParams, PolicyParams, check_policy_section,
+                       refuse_recurrent_keys)
 from .modes import CollectMode, EvalMode, LearnMode
 from .noisy import set_noise as _set_noise
 from .normalisation import OBS_NORM_PREFIX, Normalisation
@@ -56,21 +56,23 @@ from .placement import Placement, host_state
 from .spaces import SpaceMismatchError, resolve_shape, space_dims
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DeviceMismatchError", "ObsNormMismatchError", "common_config", "evaluator_config",
+           "DeviceMismatchError", "ObsNormMismatchError", "PolicyParams", "EvalParams", "OnlineEvalParams",
            "check_finite", "make_adam", "space_dims", "resolve_shape", "OBS_NORM_PREFIX"]
 
 
 class Policy:
     """Base class of algorithms.
 
-    A subclass implements ``default_config``, the three ``_forward_*`` (and ``_value`` for an actor-critic), and
+    A subclass declares its ``policy`` section as ``Params`` (a dataclass deriving from ``PolicyParams``, one
+    docstring per key; ``self.params`` is the typed section it reads), implements the three ``_forward_*`` (and ``_value`` for an actor-critic), and
     in its ``__init__``, after this one: ``self.model = self.placement.build(factory)`` (the learner's model,
     on ``self.device``; acting copies are built with ``factory`` too) and ``self.optimizer_step =
     OptimizerStep.adam(...)``. It declares its hot paths with ``@hot_path(mode)``, what a checkpoint holds
     with ``_checkpointed``, and acts with ``self.placement.actor(mode)`` on ``self.mode_devices[mode]``.
 
     Args:
-        cfg: the compiled ``policy`` section of a config.
+        cfg: the ``policy`` section of a config (keys it lacks take their defaults; an unknown key or a wrong
+            type is a ``ConfigError``); read through ``self.params``.
         observation_space, action_space: the env's single-env spaces; the model shapes are checked
             against them at construction (filled in from them when the config leaves them None).
         device: the learner's device, overriding ``policy.device.learn`` and ``cfg.cuda`` (the ddp runtime
@@ -95,23 +97,26 @@ class Policy:
     eager_acting: Optional[str] = None
     #: what a checkpoint holds besides the optimizer and the update count: (state key, module attribute)
     _checkpointed: Tuple[Tuple[str, str], ...] = (("model", "model"),)
-    #: the ranges and words of the algorithm's own ``policy.*`` keys, checked at compile time beside those
-    #: every policy has (``policies.defaults.POLICY_RULES``)
-    config_rules: ValueRules = ValueRules()
+    #: its ``policy`` section: each key's type, default, rule and meaning, declared once (``engine.params``);
+    #: an algorithm derives its own from ``PolicyParams`` and reads ``self.params``
+    Params: ClassVar[Type[PolicyParams]] = PolicyParams
 
     @classmethod
     def default_config(cls) -> Dict[str, Any]:
-        raise NotImplementedError
+        """The ``policy`` section's defaults, as a config file would hold them (from ``Params``)."""
+        defaults = cls.Params.defaults()
+        defaults.pop("type", None)
+        return defaults
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """The compiled config's ``policy`` section, at compile time, before any env starts (``config_rules``
-        and the rules of every policy). A subclass with checks of its own calls this first.
+        """The compiled config's ``policy`` section, at compile time, before any env starts (the rules its
+        ``Params`` declare, and the checks every policy has). A subclass with checks of its own calls this first.
 
         Raises:
             engine.config.ConfigError: naming the key and the fix.
         """
-        check_policy_section(cfg, cls.config_rules)
+        check_policy_section(cfg, cls.Params.rules("policy"))
 
     @classmethod
     def check_user_keys(cls, policy_type: str, user_policy: Mapping[str, Any]) -> None:
@@ -122,16 +127,17 @@ class Policy:
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         self.cfg = cfg
+        self.params = params = self.Params.of(cfg, "policy")
         self.observation_space = observation_space
         self.action_space = action_space
-        self.placement = Placement(cfg, device)
+        self.placement = Placement(params.device, params.cuda, device)
         self.device = self.placement.device
         self.mode_devices: Dict[str, torch.device] = self.placement.mode_devices
-        self.check_device = bool(cfg.get("check_device", False))
-        self.compile_mode, self.amp = accel_modes(cfg)  # policy.compile / policy.amp, checked here at start
+        self.check_device = params.check_device
+        self.compile_mode, self.amp = accel_modes(params.compile, params.amp)  # checked here at start
         self.hot_paths = HotPaths(type(self).__name__, self.compile_mode, self.amp,
                                   {"learn": self.device, **self.mode_devices}, self.eager_acting)
-        self.normalisation = Normalisation.from_config(cfg, observation_space, type(self), self.device)
+        self.normalisation = Normalisation.from_config(params, observation_space, type(self), self.device)
         self.optimizer_step: OptimizerStep  # built by the algorithm over its parameters
         self.model: torch.nn.Module        # built by the algorithm: self.placement.build(factory)
         self._learn_wrapper: Optional[torch.nn.Module] = None  # learn_mode.model's wrapper (DDP), if any

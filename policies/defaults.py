@@ -1,38 +1,92 @@
-"""The config keys every policy has, and their rules: ``common_config()`` is merged into each
-``default_config``, ``evaluator_config(eval_freq)`` is the ``policy.eval`` section, and
-``check_policy_section`` is what ``Policy.check_config`` checks at compile time for every algorithm (with the
-algorithm's own ``config_rules``)."""
+"""The config keys every policy has: ``PolicyParams``, the base of each algorithm's ``Params`` (its ``policy``
+section), the evaluation sections (``EvalParams``, ``OnlineEvalParams``), and ``check_policy_section``, what
+``Policy.check_config`` checks at compile time for every algorithm (the rules its ``Params`` declare, and the
+checks that span keys)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
 
 from engine.config import ConfigError
 from engine.config_rules import ValueRules, lookup
+from engine.params import Params, param, section
 
 from .accel import accel_modes
+from .placement import DeviceParams
 
-__all__ = ["common_config", "evaluator_config", "POLICY_RULES", "check_policy_section", "RECURRENT_KEYS",
-           "refuse_recurrent_keys"]
+__all__ = ["PolicyParams", "EvaluatorParams", "OnlineEvaluatorParams", "EvalParams", "OnlineEvalParams",
+           "check_policy_section", "RECURRENT_KEYS", "refuse_recurrent_keys"]
 
-#: the keys every policy (or most) has: values that would train nothing or fail deep inside a run
-POLICY_RULES = ValueRules(
-    at_least_one=("policy.nstep", "policy.collect.n_sample", "policy.learn.batch_size",
-                  "policy.learn.update_per_collect", "policy.eval.evaluator.eval_freq",
-                  "policy.other.replay_buffer.replay_buffer_size", "policy.device.refresh_every"),
-    positive=("policy.learn.learning_rate",),
-    not_negative=("policy.random_collect_size",),
-    unit_interval=("policy.discount_factor",),
-)
+
+@dataclass
+class PolicyParams(Params):
+    """The keys of every policy's ``policy`` section; an algorithm's ``Params`` derives from it and adds its
+    ``model``, ``learn``, ``collect``, ``eval`` and ``other`` sections."""
+
+    type: str = param("")
+    """The registered policy type (``create_config.policy.type``)."""
+    cuda: bool = param(False)
+    """Shorthand: learn, collect and evaluate on this process's GPU."""
+    multi_gpu: bool = param(False)
+    """DI-engine's DDP switch, kept for its configs; a launcher decides (docs/distributed.md)."""
+    device: DeviceParams = section(DeviceParams)
+    """Where it learns and acts (``policies.placement.DeviceParams``)."""
+    check_device: bool = param(False)
+    """Check every tensor in and out of each mode (debugging; off: free)."""
+    compile: str = param("none")
+    """"none", "compile" or "cudagraph" (CUDA): the acting forward and the learner's update compiled
+    (``policies.accel``, docs/performance.md)."""
+    amp: str = param("none")
+    """"none" or "bf16": autocast the acting forward and the learner's forward and loss."""
+    obs_norm: bool = param(False)
+    """Normalise observations by their running mean and variance, updated from collected ones, checkpointed,
+    merged across DDP ranks (``policies.obs_norm``)."""
+    obs_norm_clip: float = param(10.0, rule="positive")
+    """Normalised observations are clipped to [-clip, clip]."""
+
+
+@dataclass
+class EvaluatorParams(Params):
+    """``policy.eval.evaluator`` of a policy learning offline: how often it is evaluated, and when it stops."""
+
+    eval_freq: int = param(100, rule="at_least_one")
+    """Learner updates between evaluations."""
+    patience: int = param(0, rule="not_negative")
+    """Stop after this many evaluations in a row without a new best; 0: never."""
+
+
+@dataclass
+class OnlineEvaluatorParams(EvaluatorParams):
+    """``policy.eval.evaluator`` of a policy learning from its own collection."""
+
+    background: bool = param(False)
+    """Evaluate a snapshot in another process while training goes on (docs/middleware.md)."""
+
+
+@dataclass
+class EvalParams(Params):
+    """A policy's ``eval`` section (offline)."""
+
+    evaluator: EvaluatorParams = section(EvaluatorParams)
+    """The evaluator's settings."""
+
+
+@dataclass
+class OnlineEvalParams(Params):
+    """A policy's ``eval`` section (online)."""
+
+    evaluator: OnlineEvaluatorParams = section(OnlineEvaluatorParams)
+    """The evaluator's settings."""
 
 
 def check_policy_section(cfg: Mapping[str, Any], rules: ValueRules) -> None:
-    """The ``policy`` section of a compiled config against ``POLICY_RULES`` and an algorithm's ``rules``, the
+    """The ``policy`` section of a compiled config against ``rules`` (those its ``Params`` declare), the
     acceleration switches, the encoder's layers and a replay buffer that holds a batch.
 
     Raises:
         ConfigError: naming the key and the fix (e.g. ``policy.learn.batch_size=0``, a buffer below the batch).
     """
-    (POLICY_RULES + rules).check(cfg)
+    rules.check(cfg)
     if lookup(cfg, "policy.model.encoder_hidden_size_list") == []:
         raise ConfigError("config key 'policy.model.encoder_hidden_size_list' is []: name at least one layer, "
                           "e.g. [64, 64]")
@@ -43,7 +97,7 @@ def check_policy_section(cfg: Mapping[str, Any], rules: ValueRules) -> None:
                 raise ConfigError(f"config key 'policy.model.{key}' is {list(sizes)!r}: each layer's width must be "
                                   f"a whole number >= 1 (not {bad[0]!r}), e.g. [64, 64]")
     if isinstance(cfg.get("policy"), Mapping):
-        accel_modes(cfg["policy"])
+        accel_modes(lookup(cfg, "policy.compile"), lookup(cfg, "policy.amp"))
     size = lookup(cfg, "policy.other.replay_buffer.replay_buffer_size")
     batch = lookup(cfg, "policy.learn.batch_size")
     if size is not None and batch is not None and lookup(cfg, "policy.learn.update_per_collect") is not None \
@@ -75,33 +129,3 @@ def refuse_recurrent_keys(policy_cls: type, policy_type: str, user_policy: Mappi
             raise ConfigError(f"policy.{path} asks for a recurrent policy, but policy {policy_type!r} is not "
                               f"recurrent ({why}): for recurrent PPO set policy.type='ppo_lstm' (baton train --algo "
                               f"ppo_lstm), or remove policy.{path}")
-
-
-def common_config() -> Dict[str, Any]:
-    """Config keys every policy has, merged into each ``default_config``."""
-    return dict(
-        cuda=False,                 # shorthand: learn, collect and evaluate on this process's GPU
-        multi_gpu=False,            # DI-engine's DDP switch; a launcher decides (docs/distributed.md)
-        device=dict(
-            learn=None,             # e.g. "cuda:0"; None: the process's device (cuda=True: its GPU)
-            collect=None,           # e.g. "cpu" or "cuda:1": acts through its own copy; None: the learner's model
-            eval=None,              # likewise for evaluation
-            refresh_every=1,        # iterations between copies of the learner's weights to the others
-        ),
-        check_device=False,         # check every tensor in and out of each mode (debugging; off: free)
-        compile="none",             # "none" | "compile" | "cudagraph" (CUDA): the acting forward and the learner's
-                                    # update compiled; docs/performance.md
-        amp="none",                 # "none" | "bf16": autocast the acting forward and the learner's forward/loss
-        obs_norm=False,             # normalise observations by their running mean and variance, updated from
-                                    # collected ones, checkpointed, merged across DDP ranks (policies.obs_norm)
-        obs_norm_clip=10.0,         # normalised observations are clipped to [-clip, clip]
-    )
-
-
-def evaluator_config(eval_freq: int) -> Dict[str, Any]:
-    """The ``policy.eval`` section every policy has, with its own ``eval_freq``."""
-    return dict(evaluator=dict(
-        eval_freq=eval_freq,        # learner updates between evaluations
-        background=False,           # evaluate a snapshot in another process while training goes on (docs/middleware.md)
-        patience=0,                 # stop after this many evaluations in a row without a new best (0: never)
-    ))

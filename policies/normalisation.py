@@ -44,14 +44,15 @@ class Normalisation:
         self.reward_norm: Optional[RunningObsNorm] = None
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], observation_space: gym.Space, policy_cls: type,
+    def from_config(cls, settings: Any, observation_space: gym.Space, policy_cls: type,
                     device: torch.device) -> "Normalisation":
-        """With ``obs_norm`` on ``device`` when ``cfg.obs_norm`` is on.
+        """With ``obs_norm`` on ``device`` when ``settings.obs_norm`` is on (``settings``: the policy's
+        ``policies.defaults.PolicyParams``).
 
         Raises:
             ValueError: the policy does not normalise, learns offline, or the observations are not flat floats.
         """
-        if not cfg.get("obs_norm", False):
+        if not settings.obs_norm:
             return cls()
         name = policy_cls.__name__
         if policy_cls.pipeline == "offline":
@@ -65,7 +66,7 @@ class Normalisation:
         if not isinstance(observation_space, gym.spaces.Box) or len(shape) != 1:
             raise ValueError(f"policy.obs_norm=True needs flat Box observations (a vector per step), got "
                              f"{observation_space}; set policy.obs_norm=False")
-        return cls(RunningObsNorm(shape, cfg.get("obs_norm_clip", 10.0)).to(device))
+        return cls(RunningObsNorm(shape, settings.obs_norm_clip).to(device))
 
     # ---- observations --------------------------------------------------------------------------------
     def norm_obs(self, obs: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ A policy composes one ``Placement`` (``policy.placement``) and builds its model 
     model = self.placement.actor("collect")                      # what the collect mode acts with
 
 Examples:
-    >>> placement = Placement({"device": {"collect": "cpu"}})
+    >>> placement = Placement(DeviceParams(collect="cpu"))
     >>> model = placement.build(lambda: torch.nn.Linear(2, 1))
     >>> placement.separate, placement.actor("collect") is model, placement.actor("eval") is model
     (True, False, True)
@@ -19,14 +19,17 @@ Examples:
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
 
+from engine.params import Params, param
+
 from .noisy import set_noise
 
-__all__ = ["Placement", "DeviceGenerators", "PerDevice", "host_state"]
+__all__ = ["DeviceParams", "Placement", "DeviceGenerators", "PerDevice", "host_state"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +37,28 @@ logger = logging.getLogger(__name__)
 ACTING_MODES = ("collect", "eval")
 
 
+@dataclass
+class DeviceParams(Params):
+    """A policy's ``device`` section: where it learns and where each acting mode runs (docs/distributed.md,
+    "One device setting": under a launcher each rank's device is given, and these are derived)."""
+
+    learn: Optional[str] = param(None)
+    """The learner's device, e.g. "cuda:0"; None: the process's device (``policy.cuda=True``: its GPU)."""
+    collect: Optional[str] = param(None)
+    """e.g. "cpu" or "cuda:1": collection acts through its own copy of the model; None: the learner's model."""
+    eval: Optional[str] = param(None)
+    """Likewise for evaluation."""
+    refresh_every: int = param(1, rule="at_least_one")
+    """Iterations between copies of the learner's weights to the acting copies."""
+
+
 class Placement:
     """The learner's device, each acting mode's device, and the acting copies of the model.
 
     Args:
-        cfg: the policy section (reads ``cuda`` and ``device``).
-        device: the learner's device, overriding ``policy.device.learn`` and ``cfg.cuda`` (the ddp runtime
+        settings: the policy's ``device`` section.
+        cuda: ``policy.cuda``: learn on this process's GPU (where ``settings.learn`` names none).
+        device: the learner's device, overriding ``policy.device.learn`` and ``policy.cuda`` (the ddp runtime
             passes each rank's device).
 
     Attributes:
@@ -49,11 +68,10 @@ class Placement:
         noise: whether noisy layers of acting copies built from now on draw noise (``Policy.set_noise``).
     """
 
-    def __init__(self, cfg: Mapping[str, Any], device: Optional[str | torch.device] = None) -> None:
+    def __init__(self, settings: DeviceParams, cuda: bool = False, device: Optional[str | torch.device] = None) -> None:
         from engine.devices import parse_device
 
-        dev_cfg = dict(cfg.get("device") or {})
-        learn = dev_cfg.get("learn")
+        learn = settings.learn
         if device is not None:
             self.device = _indexed(torch.device(device))
             if learn is not None and torch.device(parse_device(learn, "policy.device.learn")) != self.device:
@@ -62,12 +80,12 @@ class Placement:
         elif learn is not None:
             self.device = _indexed(torch.device(parse_device(learn, "policy.device.learn")))
         else:
-            self.device = _indexed(_device_from_cfg(cfg))
+            self.device = _indexed(_process_device(cuda))
         # a mode given its own device acts through its own copy of the model (even on the learner's device:
         # then refresh_every > 1 acts with weights that lag the learner's, by choice)
-        self._copied_modes = {mode for mode in ACTING_MODES if dev_cfg.get(mode) is not None}
+        self._copied_modes = {mode for mode in ACTING_MODES if getattr(settings, mode) is not None}
         self.mode_devices: Dict[str, torch.device] = {
-            mode: _indexed(torch.device(parse_device(dev_cfg[mode], f"policy.device.{mode}")))
+            mode: _indexed(torch.device(parse_device(getattr(settings, mode), f"policy.device.{mode}")))
             if mode in self._copied_modes else self.device for mode in ACTING_MODES}
         self.model: torch.nn.Module
         self.noise = True
@@ -182,8 +200,8 @@ def _indexed(device: torch.device) -> torch.device:
     return device
 
 
-def _device_from_cfg(cfg: Mapping[str, Any]) -> torch.device:
-    if cfg.get("cuda", False):
+def _process_device(cuda: bool) -> torch.device:
+    if cuda:
         if torch.cuda.is_available():
             return torch.device("cuda")
         logger.warning("policy.cuda=True but CUDA is not available: running on the CPU")

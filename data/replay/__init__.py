@@ -1,12 +1,12 @@
 """Replay: preallocated ring storage, frame-stack storage (one frame per transition), uniform and
 prioritized (sum tree) samplers, and the buffer that composes a storage with a sampler; on the host or on
 the learner's device (``data.replay.device``)."""
-from .buffer import ReplayBuffer
+from .buffer import PrioritizedReplayParams, ReplayBuffer, ReplayBufferParams
 from .device import ReplayMemoryError
 from .frame_storage import FrameStackStorage
 from .samplers import PrioritizedSampler, Sampler, UniformSampler
 from .storage import RingStorage
 from .sumtree import DeviceSumTree, SumTree
 
-__all__ = ["ReplayBuffer", "Sampler", "UniformSampler", "PrioritizedSampler", "RingStorage", "SumTree",
+__all__ = ["ReplayBuffer", "ReplayBufferParams", "PrioritizedReplayParams", "Sampler", "UniformSampler", "PrioritizedSampler", "RingStorage", "SumTree",
            "DeviceSumTree", "FrameStackStorage", "ReplayMemoryError"]

@@ -1,10 +1,12 @@
 """The replay buffer: a storage plus a sampler; batches in, batches out (``data.batch``)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 import torch
 
+from engine.params import Params, param
 from engine.protocols import Batch, Storage, require
 
 from ..batch import make_batch
@@ -12,7 +14,29 @@ from .device import as_device
 from .samplers import Sampler, UniformSampler
 from .storage import RingStorage
 
-__all__ = ["ReplayBuffer"]
+__all__ = ["ReplayBuffer", "ReplayBufferParams", "PrioritizedReplayParams"]
+
+
+@dataclass
+class ReplayBufferParams(Params):
+    """A policy's ``other.replay_buffer`` section: the buffer's size and where it lives
+    (``pipelines.stages.replay_buffer`` builds it)."""
+
+    replay_buffer_size: int = param(100_000, rule="at_least_one")
+    """Transitions held; the oldest are overwritten."""
+    device: Optional[str] = param(None)
+    """None or "cpu": host memory; "learn": the learner's device; "cuda" or "cuda:N" (``data.replay.device``,
+    docs/performance.md)."""
+
+
+@dataclass
+class PrioritizedReplayParams(ReplayBufferParams):
+    """``other.replay_buffer`` of a policy that can sample by priority (``policy.priority``)."""
+
+    alpha: float = param(0.6, rule="not_negative")
+    """How strongly priorities shape sampling: 0 uniform, 1 proportional to the TD error."""
+    beta: float = param(0.4, rule="unit_interval")
+    """The importance-sampling correction's exponent (``policy.priority_IS_weight``)."""
 
 
 class ReplayBuffer:
