@@ -6,6 +6,7 @@ Usage::
                 [--max-train-iter N] [--exp-name NAME] [--resume] [--no-progress] [--gpus all|N | --nproc N]
                 [--nnodes N --node-rank n (--master-addr HOST0 --master-port PORT | --rendezvous file:///shared/path)]
     baton train --list-algos | --list-envs
+    baton train -c CONFIG --explain KEY       # what a config key means (its reader's declaration)
     baton check-ddp -c CONFIG [--nproc 2] [--tolerance 1e-5] [KEY=VALUE ...]
     baton tune -c CONFIG --trials N [--jobs K] [--study-dir DIR] --max-env-step N KEY=DIST ... [KEY=VALUE ...]
     baton record -c CONFIG --ckpt PATH --episodes N --dataset NAME [--eps E] [--root DIR]
@@ -81,6 +82,9 @@ def _parser(command: Optional[str] = None) -> argparse.ArgumentParser:
                                                                      "ALE/Pong-v5 (--list-envs)")
     train.add_argument("--list-algos", action="store_true", help="print the algorithms and the actions they take")
     train.add_argument("--list-envs", action="store_true", help="print the env families and known ids")
+    train.add_argument("--explain", default=None, metavar="KEY", help="print what a config key (or every key of a "
+                       "section, e.g. policy.learn) means, its type, default, rule and value in this config; "
+                       "trains nothing")
     add_train_options(train)
     check = sub.add_parser("check-ddp", help="one learner update data-parallel against the same update in one "
                                              "process: can this model be trusted under DDP?")
@@ -132,6 +136,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (FileNotFoundError, ValueError, UnknownTypeError) as err:
         print_user_error(err)  # after its traceback under --debug
         return 2
+    if args.command == "train" and args.explain is not None:
+        from .explain import explain_main
+
+        try:
+            return explain_main(args.explain, input_cfg)
+        except ValueError as err:  # ConfigError: an unknown key, or the config's own
+            print_user_error(err)
+            return 2
     if args.command == "record":
         from .record import record_main
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Type
 
 from easydict import EasyDict
 
@@ -25,7 +25,7 @@ from .fileio import atomic_write_json
 from .params import Params, param
 from .registry import CONFIG_SECTIONS, ENV_REGISTRY, POLICY_REGISTRY
 
-__all__ = ["ConfigError", "compile_config", "check_values", "run_rules", "RunParams", "ValueRules", "plain",
+__all__ = ["ConfigError", "compile_config", "check_values", "config_sections", "run_rules", "RunParams", "ValueRules", "plain",
            "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
 
 CONFIG_FILE = "config.json"
@@ -46,20 +46,32 @@ class RunParams(Params):
 def base_config() -> Dict[str, Any]:
     """The defaults of every section beside ``env`` and ``policy``, and of the run's own keys."""
     defaults = RunParams.defaults()
-    for name in CONFIG_SECTIONS.names():
-        defaults[name] = CONFIG_SECTIONS.get(name).defaults()
+    for name, params_cls in config_sections().items():
+        if name:
+            defaults[name] = params_cls.defaults()
     return defaults
+
+
+def config_sections(policy_cls: Any = None, env_cls: Any = None) -> Dict[str, Type[Params]]:
+    """Each part of a config and the ``Params`` class its reader declares: ``""`` (the run's own keys), every
+    registered section, and ``env`` / ``policy`` where ``env_cls`` / ``policy_cls`` declare theirs
+    (``baton train --explain``)."""
+    found: Dict[str, Type[Params]] = {"": RunParams}
+    for name in CONFIG_SECTIONS.names():
+        found[name] = CONFIG_SECTIONS.get(name)
+    for name, owner in (("env", env_cls), ("policy", policy_cls)):
+        declared = getattr(owner, "Params", None)
+        if isinstance(declared, type) and issubclass(declared, Params):
+            found[name] = declared
+    return found
 
 
 def run_rules(env_cls: Any = None) -> ValueRules:
     """The value rules of the run's keys, of every registered section and of ``env_cls``'s ``env`` section (the
     ``policy`` section's are the policy class's)."""
-    rules = RunParams.rules("")
-    for name in CONFIG_SECTIONS.names():
-        rules = rules + CONFIG_SECTIONS.get(name).rules(name)
-    env_params = getattr(env_cls, "Params", None)
-    if isinstance(env_params, type) and issubclass(env_params, Params):
-        rules = rules + env_params.rules("env")
+    rules = ValueRules()
+    for name, params_cls in config_sections(env_cls=env_cls).items():
+        rules = rules + params_cls.rules(name)
     return rules
 
 

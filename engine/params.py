@@ -29,17 +29,32 @@ import dataclasses
 import inspect
 import textwrap
 import typing
-from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from .config_merge import deep_merge, plain
 from .config_rules import ValueRules
 
-__all__ = ["Params", "param", "section", "RULES"]
+__all__ = ["Params", "FieldInfo", "param", "section", "RULES"]
 
 #: the rules a field can carry (``engine.config_rules.ValueRules``' words)
 RULES = ("at_least_one", "positive", "not_negative", "unit_interval")
 
 P = TypeVar("P", bound="Params")
+
+#: how each rule reads in ``FieldInfo`` (``baton train --explain``)
+RULE_WORDS = {"at_least_one": ">= 1", "positive": "> 0", "not_negative": ">= 0", "unit_interval": "in [0, 1]"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldInfo:
+    """One key of a section as its reader declared it (``Params.fields_info``): what ``--explain`` prints."""
+
+    path: str
+    type: str
+    default: Any
+    rule: str
+    doc: str
+    section: bool = False
 
 
 def param(default: Any, *, rule: Optional[str] = None, choices: Optional[Tuple[str, ...]] = None) -> Any:
@@ -76,13 +91,18 @@ class Params:
     @classmethod
     def of(cls: Type[P], values: Optional[Mapping[str, Any]] = None, path: str = "") -> P:
         """The typed section for ``values`` (a config's section: dict or EasyDict), its absent keys at their
-        defaults.
+        defaults, checked against its rules; ``path``: where the section sits in a config (``"policy"``), for
+        the messages.
 
         Raises:
-            engine.config.ConfigError: an unknown key (naming ``path``'s key and the closest valid one) or a
-                value of the wrong type.
+            engine.config.ConfigError: an unknown key (naming ``path``'s key and the closest valid one), a
+                value of the wrong type, or one its rule refuses.
         """
         merged = deep_merge(cls.defaults(), plain(dict(values or {})), path)
+        tree: Dict[str, Any] = merged
+        for part in reversed(path.split(".") if path else []):
+            tree = {part: tree}
+        cls.rules(path).check(tree)
         return cls._from_plain(merged)
 
     @classmethod
@@ -125,18 +145,22 @@ class Params:
         return ValueRules(**{rule: tuple(paths) for rule, paths in found.items()}, choices=choices)
 
     @classmethod
+    def fields_info(cls, prefix: str = "") -> List[FieldInfo]:
+        """Every key of this section and of its nested sections, in declaration order: path, type, default,
+        rule and docstring (a nested section is an entry too, ``section=True``)."""
+        return _fields_info(cls, prefix, cls())
+
+    @classmethod
     def field_docs(cls, prefix: str = "") -> Dict[str, str]:
-        """Each field's docstring (the string written under it) at its dotted path, nested sections included;
-        a field without one maps to ""."""
-        docs: Dict[str, str] = {}
-        written = _attribute_docstrings(cls)
-        for field in dataclasses.fields(cls):
-            path = f"{prefix}.{field.name}" if prefix else field.name
-            sub = _sections(cls)[field.name]
-            docs[path] = written.get(field.name, "")
-            if sub is not None:
-                docs.update(sub.field_docs(path))
-        return docs
+        """Each key's docstring at its dotted path, nested sections included; a key without one maps to ""."""
+        return {info.path: info.doc for info in cls.fields_info(prefix)}
+
+
+def _type_name(hint: Any) -> str:
+    """``int``, ``Optional[str]``, ``List[int]``: a type hint as a reader would write it."""
+    if inspect.isclass(hint) and not typing.get_args(hint):
+        return hint.__name__
+    return str(hint).replace("typing.", "").replace("NoneType", "None")
 
 
 def _sections(cls: type) -> Dict[str, Optional[Type[Params]]]:
@@ -150,6 +174,26 @@ def _sections(cls: type) -> Dict[str, Optional[Type[Params]]]:
             cached[field.name] = hint if inspect.isclass(hint) and issubclass(hint, Params) else None
         cls._section_types = cached  # type: ignore[attr-defined]
     return cached
+
+
+def _fields_info(cls: Type[Params], prefix: str, instance: Params) -> List[FieldInfo]:
+    hints = typing.get_type_hints(cls)
+    docs = _attribute_docstrings(cls)
+    found: List[FieldInfo] = []
+    for field in dataclasses.fields(cls):
+        path = f"{prefix}.{field.name}" if prefix else field.name
+        value = getattr(instance, field.name)
+        sub = _sections(cls)[field.name]
+        if sub is not None:
+            found.append(FieldInfo(path, sub.__name__, None, "", docs.get(field.name, ""), section=True))
+            found.extend(_fields_info(sub, path, value))
+            continue
+        words = [RULE_WORDS[field.metadata["rule"]]] if "rule" in field.metadata else []
+        if "choices" in field.metadata:
+            words.append("one of " + ", ".join(map(repr, field.metadata["choices"])))
+        found.append(FieldInfo(path, _type_name(hints[field.name]), copy.deepcopy(value), "; ".join(words),
+                               docs.get(field.name, "")))
+    return found
 
 
 def _attribute_docstrings(cls: type) -> Dict[str, str]:

@@ -168,16 +168,17 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     policy_cls = POLICY_REGISTRY.get(cfg.policy.type)
     shape = _shape_of(policy_cls, cfg.policy.type, shapes)
     context = _context_class(request.context, shape)
-    size_torch_threads(RunParams.pick(cfg).torch_threads)  # this process's share of the cores, unless OMP_NUM_THREADS says
+    size_torch_threads(RunParams.pick(cfg).torch_threads)  # this process's share of the cores (or OMP_NUM_THREADS)
     run = Run(request, cfg, ddp_ctx.rank, ddp_ctx.world_size, rank_seed(cfg.seed, ddp_ctx.rank), resources,
               ENV_REGISTRY.get(cfg.env.type))
     _seed_everything(run.seed)
     observation_space, action_space = shape.open(run)
-    background = shape.background_eval and bool(cfg.policy.eval.evaluator.get("background", False))
+    evaluator_params = policy_cls.Params.of(cfg.policy, "policy").eval.evaluator  # before the policy is built
+    background = shape.background_eval and getattr(evaluator_params, "background", False)
     evaluator_env = None
     if run.main and not background:  # a background evaluator's process builds its own
-        evaluator_env = make_vector_env(run.env_type, cfg.env, cfg.env.evaluator_env_num, cfg.seed, manager="sync",
-                                        training=False)
+        evaluator_env = make_vector_env(run.env_type, cfg.env, stages.env_params(cfg).evaluator_env_num, cfg.seed,
+                                        manager="sync", training=False)
         resources.callback(evaluator_env.close)
     run.policy = policy = _build_policy(policy_cls, cfg, observation_space, action_space, ddp_ctx)
     buffer = shape.prepare(run)
@@ -220,12 +221,12 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     if policy.keeps_statistics:  # every rank, every iteration: under DDP a collective
         pipeline.append(statistics_merger(policy.merge_statistics), name="statistics")
     if policy.separate_actors:  # collection or evaluation acts on its own device: keep its copy current
-        pipeline.append(actor_refresher(policy.refresh_actors, cfg.policy.device.refresh_every), name="refresh")
+        pipeline.append(actor_refresher(policy.refresh_actors, policy.params.device.refresh_every), name="refresh")
     pipeline.append(saver, name="checkpoint", main_only=True)
     if stages.logs(cfg):
         pipeline.append(stages.logger(cfg, ctx if resume else None, resources, clock=clock, profile=profile)
                         if run.main else None, name="logger", main_only=True)
-    pipeline.append(stages.termination(cfg, request.max_env_step, request.max_train_iter, run.main,
+    pipeline.append(stages.termination(cfg, policy, request.max_env_step, request.max_train_iter, run.main,
                                        offline=shape.offline), name="termination")
     if not background:  # the run's last weights evaluated once where a budget ends it (middleware.evaluator)
         pipeline.append(final_evaluation(evaluator) if run.main else None, name="final_evaluation", main_only=True)

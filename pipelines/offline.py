@@ -81,7 +81,7 @@ class OfflineShape(Shape):
         if run.main or run.world_size == 1:
             logger.info("dataset %r, %s", self.settings.name,
                         self.plan.describe(run.rank, self.dataset.episode_lengths))
-        learn = run.cfg.policy.learn
+        learn = run.policy.params.learn
         self.fetcher = OfflineDataFetcher(lambda: self.dataset.transitions(self.episodes), self.buffer,
                                           batch_size=learn.batch_size, update_per_iter=learn.update_per_iter,
                                           describe=f"rank {run.rank}")

@@ -35,7 +35,8 @@ class _OnlineShape(Shape):
     context = OnlineRLContext
 
     def open(self, run: Run) -> Tuple[gym.Space, gym.Space]:
-        self.collector_env = make_vector_env(run.env_type, run.cfg.env, run.cfg.env.collector_env_num, run.seed)
+        self.collector_env = make_vector_env(run.env_type, run.cfg.env, stages.env_params(run.cfg).collector_env_num,
+                                             run.seed)
         run.resources.callback(self.collector_env.close)
         return self.collector_env.single_observation_space, self.collector_env.single_action_space
 
@@ -44,12 +45,13 @@ class _OnlineShape(Shape):
         return None
 
     def _collect(self, run: Run, pipeline: Pipeline, on_policy: bool) -> None:
-        cfg = run.cfg
-        if "eps" in cfg.policy.other:
-            pipeline.append(stages.exploration(cfg), name="exploration")
-        if cfg.policy.get("random_collect_size", 0) > 0:
-            pipeline.append(stages.random_collect(cfg), name="random_collect")
-        pipeline.append(stages.collector(cfg, run.policy, self.collector_env, run.seed, on_policy), name="collector")
+        params = run.policy.params
+        if hasattr(params, "other") and hasattr(params.other, "eps"):  # an epsilon-greedy policy (DQN's EpsilonParams)
+            pipeline.append(stages.exploration(run.policy), name="exploration")
+        if getattr(params, "random_collect_size", 0) > 0:
+            pipeline.append(stages.random_collect(run.policy), name="random_collect")
+        pipeline.append(stages.collector(run.cfg, run.policy, self.collector_env, run.seed, on_policy),
+                        name="collector")
 
 
 class OffPolicyShape(_OnlineShape):
@@ -66,13 +68,14 @@ class OffPolicyShape(_OnlineShape):
     def empty_buffer(self, run: Run, seed: Optional[int] = None) -> ReplayBuffer:
         cfg = run.cfg
         images = len(self.collector_env.single_observation_space.shape) == 3
-        return stages.replay_buffer(cfg.policy, seed=seed, frame_stack=cfg.env.get("frame_stack") if images else None,
-                                    num_envs=cfg.env.collector_env_num, learn_device=run.policy.device)
+        env = stages.env_params(cfg)
+        return stages.replay_buffer(cfg.policy, seed=seed, frame_stack=getattr(env, "frame_stack", None) if images
+                                    else None, num_envs=env.collector_env_num, learn_device=run.policy.device)
 
     def middle(self, run: Run, pipeline: Pipeline, buffer: Optional[ReplayBuffer]) -> None:
         self._collect(run, pipeline, on_policy=False)
         pipeline.append(data_pusher(buffer), name="pusher")
-        pipeline.append(stages.off_policy_learner(run.cfg, run.policy, buffer), name="learner")
+        pipeline.append(stages.off_policy_learner(run.policy, buffer), name="learner")
 
 
 class OnPolicyShape(_OnlineShape):
@@ -80,5 +83,5 @@ class OnPolicyShape(_OnlineShape):
 
     def middle(self, run: Run, pipeline: Pipeline, buffer: Any) -> None:
         self._collect(run, pipeline, on_policy=True)
-        pipeline.append(stages.gae(run.cfg, run.policy), name="gae")
-        pipeline.append(stages.on_policy_learner(run.cfg, run.policy), name="learner")
+        pipeline.append(stages.gae(run.policy), name="gae")
+        pipeline.append(stages.on_policy_learner(run.policy), name="learner")

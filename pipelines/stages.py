@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
-from data.envs import make_vector_env
-from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, RingStorage, Sampler, UniformSampler
+from data.envs import EnvParams, make_vector_env
+from data.replay import FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer, RingStorage, Sampler, UniformSampler
 from data.replay.device import resolve_replay_device
 from engine.config import ConfigError, RunParams, plain
 from engine.distributed import DistributedError, default_timeout
@@ -38,14 +38,23 @@ from middleware.summary import RunClock
 from middleware.trackers import start_trackers
 from policies.base import Policy
 
-__all__ = ["replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration", "random_collect",
-           "off_policy_learner", "on_policy_learner", "gae", "sequence_length", "checkpoint_saver", "shard_saver",
+__all__ = ["env_params", "replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration",
+           "random_collect", "off_policy_learner", "on_policy_learner", "gae", "sequence_length", "checkpoint_saver", "shard_saver",
            "logs", "logger", "preemption", "termination", "ddp", "OFFLINE_DEFAULT_UPDATES"]
 
 logger_ = logging.getLogger(__name__)
 
 #: the update budget of an offline run given none (it also stops when its evaluations stop improving)
 OFFLINE_DEFAULT_UPDATES = 100_000
+
+
+def env_params(cfg: Mapping[str, Any]) -> EnvParams:
+    """The config's ``env`` section, typed by its env type's declaration (``data.envs.EnvParams`` and the
+    type's own keys); an env type that declares none: the keys every env has."""
+    declared = getattr(ENV_REGISTRY.get(cfg["env"]["type"]), "Params", None)
+    if isinstance(declared, type) and issubclass(declared, EnvParams):
+        return declared.of(cfg["env"], "env")
+    return EnvParams.pick(cfg["env"])
 
 
 def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, frame_stack: Optional[int] = None,
@@ -58,18 +67,18 @@ def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, fra
     On a GPU the memory check runs here when the frames' size is known from ``policy.model.obs_shape``
     (a policy fills it from the env when it is built), so an oversized buffer fails before the first env
     step; otherwise, and for the exact size, at the first push, before the first update."""
-    rb = policy_cfg["other"]["replay_buffer"]
-    capacity = int(rb["replay_buffer_size"])
-    device = resolve_replay_device(rb.get("device"), learn_device)
+    rb = PrioritizedReplayParams.of(policy_cfg["other"]["replay_buffer"], "policy.other.replay_buffer")
+    capacity = rb.replay_buffer_size
+    device = resolve_replay_device(rb.device, learn_device)
     if frame_stack:
-        obs_shape = (policy_cfg.get("model") or {}).get("obs_shape")
+        obs_shape = (policy_cfg.get("model") or {}).get("obs_shape")  # filled by the policy from its env
         known = isinstance(obs_shape, (list, tuple)) and len(obs_shape) == 3 and int(obs_shape[0]) == frame_stack
         storage = FrameStackStorage(capacity, num_envs, frame_stack, device=device,
                                     frame_shape=[int(x) for x in obs_shape[1:]] if known else None)
     else:
         storage = RingStorage(capacity, device)
     if policy_cfg.get("priority", False):
-        sampler: Sampler = PrioritizedSampler(capacity, alpha=rb["alpha"], beta=rb["beta"], seed=seed, device=device)
+        sampler: Sampler = PrioritizedSampler(capacity, alpha=rb.alpha, beta=rb.beta, seed=seed, device=device)
     else:
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         sampler = UniformSampler(generator, device=device)
@@ -79,10 +88,10 @@ def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, fra
 def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int, on_policy: bool) -> StepCollector:
     """``StepCollector`` on the collector's envs: gymnasium's, in groups (``env.manager.overlap``), or batched
     torch envs, whose transitions stay on their device (``data.torch_env``)."""
-    pcfg = cfg["policy"]
-    return StepCollector(policy.collect_mode, env, pcfg["collect"]["n_sample"], nstep=pcfg.get("nstep", 1),
-                         gamma=pcfg["discount_factor"], seed=seed, time_major=on_policy,
-                         env_id=cfg["env"].get("env_id"))
+    params = policy.params
+    return StepCollector(policy.collect_mode, env, params.collect.n_sample, nstep=getattr(params, "nstep", 1),
+                         gamma=params.discount_factor, seed=seed, time_major=on_policy,
+                         env_id=env_params(cfg).env_id)
 
 
 def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], saver: Optional[CkptSaver] = None,
@@ -93,9 +102,9 @@ def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], 
     checkpoint ``saver`` takes from the evaluated snapshot. Under DDP the last iteration waits for a
     running evaluation at most half the collective timeout, while the other ranks wait in theirs. The
     process is forked, or spawned where it acts on a GPU (``middleware.eval_worker``)."""
-    ecfg = cfg["policy"]["eval"]["evaluator"]
-    kwargs = dict(eval_freq=ecfg["eval_freq"], n_episode=cfg["env"]["n_evaluator_episode"],
-                  stop_value=cfg["env"]["stop_value"], seed=cfg["seed"])
+    env = env_params(cfg)
+    kwargs = dict(eval_freq=policy.params.eval.evaluator.eval_freq, n_episode=env.n_evaluator_episode,
+                  stop_value=env.stop_value, seed=RunParams.pick(cfg).seed)
     if not background:
         return InteractionEvaluator(policy.eval_mode, env, **kwargs)
     if not callable(getattr(policy, "acting_weights", None)):
@@ -133,7 +142,7 @@ class EvalSide:
     def of(cls, cfg: Mapping[str, Any], policy: Policy) -> "EvalSide":
         return cls(type(policy), plain(cfg["policy"]), policy.observation_space, policy.action_space,
                    str(policy.mode_devices["eval"]), ENV_REGISTRY.get(cfg["env"]["type"]), plain(cfg["env"]),
-                   cfg["env"]["evaluator_env_num"], cfg["seed"])
+                   env_params(cfg).evaluator_env_num, RunParams.pick(cfg).seed)
 
     def __call__(self) -> Tuple[Any, Callable[[Any], None], VectorEnv]:
         env = make_vector_env(self.env_type, self.env_cfg, self.num_envs, self.seed, manager="sync", training=False)
@@ -146,42 +155,44 @@ def evaluator_report(evaluator: Any) -> Dict[str, Any]:
     return {"background_eval": evaluator.finish_report()} if isinstance(evaluator, BackgroundEvaluator) else {}
 
 
-def exploration(cfg: Mapping[str, Any]) -> Any:
-    eps = cfg["policy"]["other"]["eps"]
-    return eps_greedy_handler(epsilon_schedule(eps["type"], eps["start"], eps["end"], eps["decay"]))
+def exploration(policy: Policy) -> Any:
+    """Epsilon-greedy by the policy's ``other.eps`` schedule (``policies.dqn.EpsilonParams``)."""
+    eps = policy.params.other.eps
+    return eps_greedy_handler(epsilon_schedule(eps.type, eps.start, eps.end, eps.decay))
 
 
-def random_collect(cfg: Mapping[str, Any]) -> Any:
-    return random_collect_handler(cfg["policy"]["random_collect_size"])
+def random_collect(policy: Policy) -> Any:
+    return random_collect_handler(policy.params.random_collect_size)
 
 
-def off_policy_learner(cfg: Mapping[str, Any], policy: Policy, buffer: ReplayBuffer) -> OffPolicyLearner:
-    pcfg = cfg["policy"]
-    return OffPolicyLearner(policy.learn_mode, buffer, batch_size=pcfg["learn"]["batch_size"],
-                            update_per_collect=pcfg["learn"]["update_per_collect"],
-                            warmup=pcfg.get("random_collect_size", 0), priority=pcfg.get("priority", False))
+def off_policy_learner(policy: Policy, buffer: ReplayBuffer) -> OffPolicyLearner:
+    params = policy.params
+    return OffPolicyLearner(policy.learn_mode, buffer, batch_size=params.learn.batch_size,
+                            update_per_collect=params.learn.update_per_collect,
+                            warmup=getattr(params, "random_collect_size", 0),
+                            priority=getattr(params, "priority", False))
 
 
-def on_policy_learner(cfg: Mapping[str, Any], policy: Policy) -> OnPolicyLearner:
+def on_policy_learner(policy: Policy) -> OnPolicyLearner:
     """Epochs of minibatches of ``policy.learn.batch_size`` transitions: rows of the flattened rollout, or
     for a recurrent policy ``batch_size / seq_len`` whole sequences (``data.sequences``)."""
-    learn = cfg["policy"]["learn"]
-    seq_len = sequence_length(cfg, policy)
-    rows = learn["batch_size"] if seq_len is None else max(1, learn["batch_size"] // seq_len)
-    return OnPolicyLearner(policy.learn_mode, epochs=learn["epoch_per_collect"], batch_size=rows)
+    learn = policy.params.learn
+    seq_len = sequence_length(policy)
+    rows = learn.batch_size if seq_len is None else max(1, learn.batch_size // seq_len)
+    return OnPolicyLearner(policy.learn_mode, epochs=learn.epoch_per_collect, batch_size=rows)
 
 
-def gae(cfg: Mapping[str, Any], policy: Policy) -> Any:
-    pcfg = cfg["policy"]
-    return gae_estimator(policy.collect_mode, gamma=pcfg["discount_factor"], lam=pcfg["collect"]["gae_lambda"],
-                         seq_len=sequence_length(cfg, policy),
+def gae(policy: Policy) -> Any:
+    params = policy.params
+    return gae_estimator(policy.collect_mode, gamma=params.discount_factor, lam=params.collect.gae_lambda,
+                         seq_len=sequence_length(policy),
                          reward_scale=policy.scale_rewards if getattr(policy, "scales_rewards", False) else None)
 
 
-def sequence_length(cfg: Mapping[str, Any], policy: Policy) -> Optional[int]:
+def sequence_length(policy: Policy) -> Optional[int]:
     """A recurrent policy's ``policy.learn.seq_len``; None for a feed-forward policy. ``compile_config`` has
     checked it against the steps per env of a collect already (``PPOLSTMPolicy.check_config``)."""
-    return int(cfg["policy"]["learn"]["seq_len"]) if getattr(policy, "recurrent", False) else None
+    return policy.params.learn.seq_len if getattr(policy, "recurrent", False) else None
 
 
 def checkpoint_saver(cfg: Mapping[str, Any], policy: Policy, buffer: Optional[ReplayBuffer],
@@ -202,7 +213,8 @@ def shard_saver(cfg: Mapping[str, Any], rank: int, buffer: Optional[ReplayBuffer
 
 def checkpoint_meta(cfg: Mapping[str, Any]) -> Dict[str, Any]:
     """What wrote a checkpoint, checked when a run resumes from it."""
-    return {"policy_type": cfg["policy"]["type"], "env_type": cfg["env"]["type"], "env_id": cfg["env"].get("env_id")}
+    env = env_params(cfg)
+    return {"policy_type": cfg["policy"]["type"], "env_type": env.type, "env_id": env.env_id}
 
 
 def logs(cfg: Mapping[str, Any]) -> bool:
@@ -249,14 +261,14 @@ def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: An
     return PreemptionStop(guard)
 
 
-def termination(cfg: Mapping[str, Any], max_env_step: Optional[int], max_train_iter: Optional[int], main: bool,
+def termination(cfg: Mapping[str, Any], policy: Policy, max_env_step: Optional[int], max_train_iter: Optional[int], main: bool,
                 offline: bool = False) -> Callable[[Any], None]:
     """The termination stage: the budgets given, ``policy.eval.evaluator.patience``, and no run without an
     end that does not say so. An offline run given no budget stops at ``OFFLINE_DEFAULT_UPDATES`` updates
     (a dataset's policy may never reach ``env.stop_value``); an online run with no budget, no reachable stop
     value and no patience says on rank 0 that it runs until stopped."""
-    patience = int(cfg.policy.eval.evaluator.get("patience", 0))
-    stop_value = cfg.env.get("stop_value")
+    patience = policy.params.eval.evaluator.patience
+    stop_value = env_params(cfg).stop_value
     if max_env_step is None and max_train_iter is None:
         if offline:
             max_train_iter = OFFLINE_DEFAULT_UPDATES

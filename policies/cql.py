@@ -17,23 +17,24 @@ Only ``terminated`` cuts the bootstrap: a transition the recording truncated boo
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from engine.config_rules import ValueRules
+from engine.params import param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import common_config, resolve_shape, space_dims
-from .dqn import EpsilonDraws, QValuePolicy
+from .base import EvalParams, PolicyParams, resolve_shape, space_dims
+from .dqn import EpsilonDraws, QLearnParams, QModelParams, QValuePolicy
 from .models import QNetwork
 from .optim import OptimizerStep
 from .placement import DeviceGenerators
 
-__all__ = ["DiscreteCQLPolicy", "cql_penalty"]
+__all__ = ["DiscreteCQLPolicy", "CQLParams", "cql_penalty"]
 
 
 def cql_penalty(q_all: torch.Tensor, q_taken: torch.Tensor) -> torch.Tensor:
@@ -47,6 +48,33 @@ def cql_penalty(q_all: torch.Tensor, q_taken: torch.Tensor) -> torch.Tensor:
     return (torch.logsumexp(q_all, dim=1) - q_taken).mean()
 
 
+@dataclass
+class CQLLearnParams(QLearnParams):
+    """``policy.learn`` of CQL: DQN's update on a dataset, with the conservative penalty."""
+
+    batch_size: int = param(256, rule="at_least_one")
+    learning_rate: float = param(5e-4, rule="positive")
+    target_update_freq: int = param(200, rule="at_least_one")
+    update_per_iter: int = param(10, rule="at_least_one")
+    """Updates per loop iteration (the ranks agree once per iteration)."""
+    cql_alpha: float = param(1.0, rule="not_negative")
+    """The conservative penalty's weight (0: plain offline DQN)."""
+
+
+@dataclass
+class CQLParams(PolicyParams):
+    """CQL's ``policy`` section."""
+
+    discount_factor: float = param(0.99, rule="unit_interval")
+    """gamma, the discount of future rewards."""
+    model: QModelParams = section(QModelParams, encoder_hidden_size_list=[128, 128])
+    """The Q network (DQN's, without the Rainbow pieces)."""
+    learn: CQLLearnParams = section(CQLLearnParams)
+    """The update."""
+    eval: EvalParams = section(EvalParams, evaluator=dict(eval_freq=500, patience=10))
+    """Evaluation: every 500 updates, stopping after 10 evaluations without a new best."""
+
+
 @POLICY_REGISTRY.register("cql")
 class DiscreteCQLPolicy(QValuePolicy):
     """Conservative Q-learning for discrete actions (``create_config.policy.type='cql'``): DQN's network,
@@ -54,58 +82,29 @@ class DiscreteCQLPolicy(QValuePolicy):
 
     pipeline = "offline"
     default_env_steps = None
-    config_rules = QValuePolicy.config_rules + ValueRules(not_negative=("policy.learn.cql_alpha",))
-
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        return dict(
-            **common_config(),
-            discount_factor=0.99,
-            model=dict(
-                obs_shape=None,         # None: taken from the env's observation space
-                action_shape=None,      # None: taken from the env's action space
-                encoder_hidden_size_list=[128, 128],
-                dueling=True,
-            ),
-            learn=dict(
-                batch_size=256,
-                update_per_iter=10,      # updates per loop iteration (ranks agree once per iteration)
-                learning_rate=5e-4,
-                cql_alpha=1.0,           # weight of the conservative penalty
-                target_update_freq=200,  # hard update every N updates (when target_theta == 0)
-                target_theta=0.0,        # > 0: soft (Polyak) update with this rate after every update
-                double_q=True,
-                td_loss="huber",         # "huber" or "mse"
-                grad_clip_norm=0.0,      # > 0: clip the gradient norm
-                weight_decay=0.0,
-            ),
-            eval=dict(evaluator=dict(eval_freq=500, patience=10)),  # patience: evaluations without a new best
-        )
+    Params = CQLParams
+    params: CQLParams
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         space_dims(observation_space, action_space, "cql", continuous=False)
-        model_cfg, learn = cfg["model"], cfg["learn"]
-        obs_shape = resolve_shape(model_cfg, "obs_shape", observation_space.shape, "cql",
+        learn = self.params.learn
+        obs_shape = resolve_shape(cfg["model"], "obs_shape", observation_space.shape, "cql",
                                   f"observation shape {observation_space.shape}")
-        action_dim = int(resolve_shape(model_cfg, "action_shape", int(action_space.n), "cql",
+        action_dim = int(resolve_shape(cfg["model"], "action_shape", int(action_space.n), "cql",
                                        f"action space {action_space}"))
-        hidden, dueling = model_cfg["encoder_hidden_size_list"], model_cfg["dueling"]
+        hidden, dueling = self.params.model.encoder_hidden_size_list, self.params.model.dueling
         self.model = self.placement.build(lambda: QNetwork(obs_shape, action_dim, hidden, dueling))
         self._target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), "CQL")
-        if learn["td_loss"] not in ("huber", "mse"):
-            raise ValueError(f"policy.learn.td_loss must be 'huber' or 'mse', got {learn['td_loss']!r}")
-        if learn["cql_alpha"] < 0:
-            raise ValueError(f"policy.learn.cql_alpha must be >= 0 (0 is plain DQN), got {learn['cql_alpha']}")
-        self._td_loss = F.smooth_l1_loss if learn["td_loss"] == "huber" else F.mse_loss
-        self._gamma = float(cfg["discount_factor"])
-        self._alpha = float(learn["cql_alpha"])
-        self._double_q = bool(learn["double_q"])
-        self._target_update_freq = int(learn["target_update_freq"])
-        self._target_theta = float(learn["target_theta"])
-        self._grad_clip = float(learn["grad_clip_norm"])
+        self._td_loss = F.smooth_l1_loss if learn.td_loss == "huber" else F.mse_loss
+        self._gamma = float(self.params.discount_factor)
+        self._alpha = float(learn.cql_alpha)
+        self._double_q = learn.double_q
+        self._target_update_freq = learn.target_update_freq
+        self._target_theta = float(learn.target_theta)
+        self._grad_clip = float(learn.grad_clip_norm)
         self._action_dim = action_dim
         self._eps_draws = EpsilonDraws(DeviceGenerators(), action_dim)
 

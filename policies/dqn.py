@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
 import gymnasium as gym
@@ -36,12 +37,13 @@ import torch
 import torch.nn.functional as F
 
 from data.obs import to_device
+from data.replay import PrioritizedReplayParams
 from engine.config import ConfigError
-from engine.config_rules import ValueRules
+from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path, warn_once
-from .base import Policy, common_config, evaluator_config, resolve_shape, space_dims
+from .base import OnlineEvalParams, Policy, PolicyParams, resolve_shape, space_dims
 from .distributional import categorical_projection, quantile_huber_loss, support
 from .greedy import GreedyActor
 from .models import Q_DISTRIBUTIONS, QNetwork
@@ -49,7 +51,8 @@ from .noisy import noise_off
 from .optim import OptimizerStep
 from .placement import DeviceGenerators
 
-__all__ = ["DQNPolicy", "EpsilonDraws", "check_q_head", "check_exploration"]
+__all__ = ["DQNPolicy", "DQNParams", "QModelParams", "QLearnParams", "EpsilonParams", "EpsilonDraws", "check_q_head",
+           "check_exploration"]
 
 
 class EpsilonDraws:
@@ -99,6 +102,132 @@ class EpsilonDraws:
         return rows
 
 
+@dataclass
+class QModelParams(Params):
+    """``policy.model`` of a Q-learning policy: the Q network (``policies.models.QNetwork``)."""
+
+    obs_shape: Optional[Any] = param(None)
+    """The observation's shape; None: taken from the env's observation space (and recorded in the run's config)."""
+    action_shape: Optional[Any] = param(None)
+    """The number of actions; None: taken from the env's action space."""
+    encoder_hidden_size_list: List[int] = param([128, 128, 64])
+    """The widths of the MLP encoder's layers (image observations: the CNN's features, then these)."""
+    dueling: bool = param(True)
+    """A dueling head: Q = V + A - mean(A), which learns the state's value apart from each action's advantage."""
+
+
+@dataclass
+class DQNModelParams(QModelParams):
+    """``policy.model`` of DQN: the Q network and the Rainbow pieces it can switch on."""
+
+    distribution: str = param("none", choices=Q_DISTRIBUTIONS)
+    """"none": one value per action; "categorical": C51's distribution over a fixed support; "quantile":
+    QR-DQN's quantiles."""
+    n_atoms: int = param(51)
+    """The atoms (categorical) or quantiles (quantile) per action; at least 2 (``check_q_head``)."""
+    v_min: float = param(-10.0)
+    """The lower end of the categorical support (quantile: unused); the support must cover the returns."""
+    v_max: float = param(10.0)
+    """The upper end of the categorical support."""
+    noisy: bool = param(False)
+    """Noisy linear layers explore instead of epsilon (then ``other.eps`` must be 0: ``check_exploration``)."""
+    noise_sigma0: float = param(0.5, rule="positive")
+    """The noisy layers' initial noise scale (Fortunato et al.'s 0.5)."""
+
+
+@dataclass
+class QLearnParams(Params):
+    """``policy.learn`` of a Q-learning policy, online or offline: the update and the target network."""
+
+    batch_size: int = param(64, rule="at_least_one")
+    """Transitions per update."""
+    learning_rate: float = param(1e-3, rule="positive")
+    """Adam's learning rate."""
+    target_update_freq: int = param(100, rule="at_least_one")
+    """Hard update of the target network every N learner updates (when ``target_theta`` is 0)."""
+    target_theta: float = param(0.0, rule="unit_interval")
+    """> 0: a soft (Polyak) update of the target network with this rate after every update instead."""
+    double_q: bool = param(True)
+    """Double Q: the online network picks the next action, the target network rates it (less overestimation)."""
+    td_loss: str = param("huber", choices=("huber", "mse"))
+    """The loss of the TD error for a scalar head: "huber" or "mse" (a distributional head has its own)."""
+    grad_clip_norm: float = param(0.0, rule="not_negative")
+    """> 0: clip the gradient's norm to this."""
+    weight_decay: float = param(0.0, rule="not_negative")
+    """Adam's weight decay."""
+
+
+@dataclass
+class DQNLearnParams(QLearnParams):
+    """``policy.learn`` of DQN."""
+
+    update_per_collect: int = param(3, rule="at_least_one")
+    """Learner updates after each collection of ``collect.n_sample`` transitions."""
+    ignore_done: bool = param(False)
+    """Treat termination as truncation: bootstrap anyway (for envs whose time limit ends episodes as a
+    termination)."""
+    quantile_kappa: float = param(1.0, rule="not_negative")
+    """The quantile Huber loss's threshold (distribution "quantile"; 0: the plain quantile loss)."""
+
+
+@dataclass
+class DQNCollectParams(Params):
+    """``policy.collect`` of DQN."""
+
+    n_sample: int = param(96, rule="at_least_one")
+    """Transitions collected per iteration, over all the collector's envs."""
+
+
+@dataclass
+class EpsilonParams(Params):
+    """``policy.other.eps``: the epsilon-greedy schedule over collected env steps (``middleware.exploration``)."""
+
+    type: str = param("exp", choices=("exp", "linear"))
+    """"exp": exponential decay from start to end; "linear": a straight line reaching end after ``decay``."""
+    start: float = param(0.95, rule="unit_interval")
+    """Epsilon at the first step."""
+    end: float = param(0.05, rule="unit_interval")
+    """Epsilon it decays to."""
+    decay: int = param(10_000, rule="at_least_one")
+    """The decay's length in env steps (exp: its time constant)."""
+
+
+@dataclass
+class DQNOtherParams(Params):
+    """``policy.other`` of DQN: exploration and the replay buffer."""
+
+    eps: EpsilonParams = section(EpsilonParams)
+    """The epsilon-greedy schedule."""
+    replay_buffer: PrioritizedReplayParams = section(PrioritizedReplayParams)
+    """The replay buffer (``data.replay.PrioritizedReplayParams``)."""
+
+
+@dataclass
+class DQNParams(PolicyParams):
+    """DQN's ``policy`` section."""
+
+    priority: bool = param(False)
+    """Prioritized replay: sample transitions by their TD error (a sum tree)."""
+    priority_IS_weight: bool = param(False)
+    """Weight the loss by importance weights, correcting the bias of prioritized sampling."""
+    discount_factor: float = param(0.99, rule="unit_interval")
+    """gamma, the discount of future rewards."""
+    nstep: int = param(1, rule="at_least_one")
+    """n-step returns: rewards summed over n steps before bootstrapping."""
+    random_collect_size: int = param(0, rule="not_negative")
+    """Transitions collected with uniformly random actions before the first update."""
+    model: DQNModelParams = section(DQNModelParams)
+    """The Q network."""
+    learn: DQNLearnParams = section(DQNLearnParams)
+    """The update."""
+    collect: DQNCollectParams = section(DQNCollectParams)
+    """Collection."""
+    eval: OnlineEvalParams = section(OnlineEvalParams, evaluator=dict(eval_freq=100))
+    """Evaluation."""
+    other: DQNOtherParams = section(DQNOtherParams)
+    """Exploration and replay."""
+
+
 class QValuePolicy(Policy):
     """What a discrete Q-learning policy shares, online (DQN) or offline (CQL): an online and a target
     Q network, greedy acting, the target update, and the learn state. A subclass builds ``_model``,
@@ -107,9 +236,6 @@ class QValuePolicy(Policy):
 
     eager_acting = "through an MLP's lean forward on the CPU (faster than the module at a few rows)"
     action_spaces = ("discrete",)
-    config_rules = ValueRules(at_least_one=("policy.learn.target_update_freq",),
-                              unit_interval=("policy.learn.target_theta",),
-                              choices={"policy.learn.td_loss": ("huber", "mse")})
 
     def _step(self, loss: torch.Tensor) -> None:
         """After the loss: its check, backward, gradient clipping (``grad_clip_norm`` > 0), the optimizer step,
@@ -166,8 +292,8 @@ class QValuePolicy(Policy):
 
     def optimizer_settings(self) -> List[Dict[str, float]]:
         """The config's settings of the one parameter group (``policies.optim``)."""
-        learn = self.cfg["learn"]
-        return [dict(lr=learn["learning_rate"], weight_decay=learn["weight_decay"])]
+        learn = self.params.learn
+        return [dict(lr=learn.learning_rate, weight_decay=learn.weight_decay)]
 
 
 @POLICY_REGISTRY.register("dqn")
@@ -176,82 +302,37 @@ class DQNPolicy(QValuePolicy):
 
     pipeline = "off_policy"
     default_env_steps = 500_000
-    config_rules = QValuePolicy.config_rules + ValueRules(
-        at_least_one=("policy.other.eps.decay",), unit_interval=("policy.other.eps.start", "policy.other.eps.end"),
-        choices={"policy.other.eps.type": ("exp", "linear"), "policy.model.distribution": Q_DISTRIBUTIONS})
-
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        return dict(
-            **common_config(),
-            priority=False,             # prioritized replay (sum tree)
-            priority_IS_weight=False,   # weight the loss by importance weights
-            discount_factor=0.99,
-            nstep=1,
-            random_collect_size=0,      # transitions collected before the first update
-            model=dict(
-                obs_shape=None,         # None: taken from the env's observation space
-                action_shape=None,      # None: taken from the env's action space
-                encoder_hidden_size_list=[128, 128, 64],
-                dueling=True,
-                distribution="none",    # "none" | "categorical" (C51) | "quantile" (QR-DQN)
-                n_atoms=51,             # atoms (categorical) or quantiles (quantile); >= 2
-                v_min=-10.0,            # the categorical support's ends (quantile: unused)
-                v_max=10.0,
-                noisy=False,            # noisy linear layers explore (then other.eps must be 0: see check_exploration)
-                noise_sigma0=0.5,       # their initial noise scale (Fortunato et al.'s 0.5)
-            ),
-            learn=dict(
-                update_per_collect=3,
-                batch_size=64,
-                learning_rate=1e-3,
-                target_update_freq=100,  # hard update every N learner updates (when target_theta == 0)
-                target_theta=0.0,        # > 0: soft (Polyak) update with this rate after every update
-                double_q=True,
-                ignore_done=False,       # treat termination as truncation (bootstrap anyway)
-                td_loss="huber",         # "huber" or "mse" (distribution "none"; categorical: cross-entropy)
-                quantile_kappa=1.0,      # the quantile Huber loss's threshold (distribution "quantile")
-                grad_clip_norm=0.0,      # > 0: clip the gradient norm
-                weight_decay=0.0,
-            ),
-            collect=dict(n_sample=96),
-            eval=evaluator_config(eval_freq=100),
-            other=dict(
-                eps=dict(type="exp", start=0.95, end=0.05, decay=10000),
-                replay_buffer=dict(replay_buffer_size=100000, alpha=0.6, beta=0.4,
-                                   device=None),  # None/"cpu", "learn", "cuda[:N]" (docs/performance.md)
-            ),
-        )
+    Params = DQNParams
+    params: DQNParams
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         space_dims(observation_space, action_space, self._name, continuous=False, images=True)
-        model_cfg = cfg["model"]
-        learn = cfg["learn"]
-        check_q_head(model_cfg, learn)
-        check_exploration(model_cfg, cfg.get("other", {}).get("eps"))
-        obs_shape = resolve_shape(model_cfg, "obs_shape", observation_space.shape, self._name,
+        model, learn = self.params.model, self.params.learn
+        check_q_head(model, learn)
+        check_exploration(model, self.params.other.eps)
+        obs_shape = resolve_shape(cfg["model"], "obs_shape", observation_space.shape, self._name,
                                   f"observation shape {observation_space.shape}")
-        action_shape = resolve_shape(model_cfg, "action_shape", int(action_space.n), self._name,
+        action_shape = resolve_shape(cfg["model"], "action_shape", int(action_space.n), self._name,
                                      f"action space {action_space}")
         action_dim = int(action_shape if not isinstance(action_shape, list) else action_shape[0])
-        self._distribution = model_cfg["distribution"]
-        self._v_min, self._v_max = float(model_cfg["v_min"]), float(model_cfg["v_max"])
+        self._distribution = model.distribution
+        self._v_min, self._v_max = float(model.v_min), float(model.v_max)
         self.model = self.placement.build(lambda: QNetwork(
-            obs_shape, action_dim, model_cfg["encoder_hidden_size_list"], model_cfg["dueling"],
-            distribution=model_cfg["distribution"], n_atoms=int(model_cfg["n_atoms"]), v_min=self._v_min,
-            v_max=self._v_max, noisy=bool(model_cfg["noisy"]), sigma0=float(model_cfg["noise_sigma0"])))
+            obs_shape, action_dim, model.encoder_hidden_size_list, model.dueling, distribution=model.distribution,
+            n_atoms=model.n_atoms, v_min=self._v_min, v_max=self._v_max, noisy=model.noisy,
+            sigma0=float(model.noise_sigma0)))
         self._target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self._name)
-        self._target_update_freq = int(learn["target_update_freq"])
-        self._target_theta = float(learn["target_theta"])
-        self._double_q = bool(learn["double_q"])
-        self._ignore_done = bool(learn["ignore_done"])
-        self._use_weight = bool(cfg["priority"] and cfg["priority_IS_weight"])
-        self._grad_clip = float(learn["grad_clip_norm"])
-        self._td_loss = F.smooth_l1_loss if learn["td_loss"] == "huber" else F.mse_loss
-        self._kappa = float(learn["quantile_kappa"])
+        self._target_update_freq = learn.target_update_freq
+        self._target_theta = float(learn.target_theta)
+        self._double_q = learn.double_q
+        self._ignore_done = learn.ignore_done
+        self._use_weight = self.params.priority and self.params.priority_IS_weight
+        self._grad_clip = float(learn.grad_clip_norm)
+        self._td_loss = F.smooth_l1_loss if learn.td_loss == "huber" else F.mse_loss
+        self._kappa = float(learn.quantile_kappa)
         self._action_dim = action_dim
         # its exploration draws come from torch's RNG, so torch.manual_seed still makes collection reproducible
         self._eps_draws = EpsilonDraws(DeviceGenerators(), action_dim)
@@ -266,9 +347,9 @@ class DQNPolicy(QValuePolicy):
         """At compile time, before any env starts: the Q head and the exploration (``check_q_head``,
         ``check_exploration``); the policy checks them again when it is built from a config of its own."""
         super().check_config(cfg)
-        policy = cfg["policy"]
-        check_q_head(policy["model"], policy["learn"])
-        check_exploration(policy["model"], policy.get("other", {}).get("eps"))
+        params = cls.Params.of(cfg["policy"], "policy")
+        check_q_head(params.model, params.learn)
+        check_exploration(params.model, params.other.eps)
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
@@ -332,41 +413,32 @@ class DQNPolicy(QValuePolicy):
         return elementwise.mean(), q, target, priority
 
 
-def check_q_head(model: Mapping[str, Any], learn: Mapping[str, Any]) -> None:
-    """Refuse a Q head the config cannot mean, naming the key and the fix.
+def check_q_head(model: DQNModelParams, learn: DQNLearnParams) -> None:
+    """Refuse a Q head the config cannot mean, naming the key and the fix (what no single key's rule sees).
 
     Raises:
-        ConfigError: an unknown ``distribution``; fewer than 2 atoms; ``v_min >= v_max`` (categorical);
-            a ``td_loss`` other than huber/mse, or ``mse`` with a distributional head (its loss is the
-            cross-entropy or the quantile Huber loss, so the setting would be silently ignored);
-            a negative ``quantile_kappa``.
+        ConfigError: fewer than 2 atoms; ``v_min >= v_max`` (categorical); ``td_loss='mse'`` with a
+            distributional head (its loss is the cross-entropy or the quantile Huber loss, so the setting would
+            be silently ignored).
     """
-    distribution = model.get("distribution", "none")
-    if distribution not in Q_DISTRIBUTIONS:
-        raise ConfigError(f"policy.model.distribution={distribution!r} is not one of {', '.join(Q_DISTRIBUTIONS)}")
-    if learn["td_loss"] not in ("huber", "mse"):
-        raise ConfigError(f"policy.learn.td_loss must be 'huber' or 'mse', got {learn['td_loss']!r}")
+    distribution = model.distribution
     if distribution == "none":
         return
-    n_atoms = int(model["n_atoms"])
-    if n_atoms < 2:
-        raise ConfigError(f"policy.model.n_atoms={n_atoms}: a {distribution} head needs at least 2 atoms to describe a "
-                          f"distribution (51 is C51's and Rainbow's; QR-DQN uses 200); for one value per action set "
-                          f"policy.model.distribution='none'")
-    if distribution == "categorical" and not float(model["v_min"]) < float(model["v_max"]):
-        raise ConfigError(f"policy.model.v_min={model['v_min']} must be below policy.model.v_max={model['v_max']}: "
+    if model.n_atoms < 2:
+        raise ConfigError(f"policy.model.n_atoms={model.n_atoms}: a {distribution} head needs at least 2 atoms to "
+                          f"describe a distribution (51 is C51's and Rainbow's; QR-DQN uses 200); for one value per "
+                          f"action set policy.model.distribution='none'")
+    if distribution == "categorical" and not model.v_min < model.v_max:
+        raise ConfigError(f"policy.model.v_min={model.v_min} must be below policy.model.v_max={model.v_max}: "
                           f"they are the ends of the categorical head's support, which must cover the returns "
                           f"(e.g. -10 and 10 for clipped Atari rewards)")
-    if learn["td_loss"] == "mse":
+    if learn.td_loss == "mse":
         raise ConfigError(f"policy.learn.td_loss='mse' applies to a scalar Q head; a {distribution} head learns "
                           f"with {'the cross-entropy' if distribution == 'categorical' else 'the quantile Huber loss'}"
                           f": drop td_loss (or set it to 'huber'), or set policy.model.distribution='none'")
-    if float(learn["quantile_kappa"]) < 0:
-        raise ConfigError(f"policy.learn.quantile_kappa={learn['quantile_kappa']} must be >= 0 (1.0: QR-DQN's; 0: "
-                          f"the plain quantile loss)")
 
 
-def check_exploration(model: Mapping[str, Any], eps: Optional[Mapping[str, Any]]) -> None:
+def check_exploration(model: DQNModelParams, eps: EpsilonParams) -> None:
     """Noisy layers explore on their own: refuse an epsilon-greedy schedule next to them.
 
     Why refuse rather than pick a winner: both at once would add random actions the network cannot learn
@@ -377,14 +449,12 @@ def check_exploration(model: Mapping[str, Any], eps: Optional[Mapping[str, Any]]
     Raises:
         ConfigError: ``model.noisy`` with ``other.eps.start`` or ``other.eps.end`` above 0.
     """
-    if eps is None:
-        return
-    start, end = float(eps.get("start", 0.0)), float(eps.get("end", 0.0))
-    if model.get("noisy", False) and (start > 0 or end > 0):
+    start, end = eps.start, eps.end
+    if model.noisy and (start > 0 or end > 0):
         raise ConfigError(f"policy.model.noisy=True explores through its noisy layers, and an epsilon-greedy schedule "
                           f"on top (policy.other.eps start={start}, end={end}) is refused: set policy.other.eps.start=0 "
                           f"and policy.other.eps.end=0 (the rainbow algo's defaults), or policy.model.noisy=False "
                           f"to explore by epsilon alone")
-    if not model.get("noisy", False) and start == 0 and end == 0:
+    if not model.noisy and start == 0 and end == 0:
         warn_once("policy.other.eps is 0 throughout and policy.model.noisy is off: nothing explores but the random "
                   "actions of policy.random_collect_size")

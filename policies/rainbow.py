@@ -21,33 +21,34 @@ settings are DQN's small-env defaults (Adam at 1e-3, batches of 64).
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from dataclasses import dataclass
 
-from engine.config import deep_merge
+from engine.params import param, section
 from engine.registry import POLICY_REGISTRY
 
-from .dqn import DQNPolicy
+from .dqn import DQNModelParams, DQNOtherParams, DQNParams, DQNPolicy
 
-__all__ = ["RainbowPolicy"]
+__all__ = ["RainbowPolicy", "RainbowParams"]
+
+
+@dataclass
+class RainbowParams(DQNParams):
+    """Rainbow's ``policy`` section: DQN's keys with every improvement on."""
+
+    priority: bool = param(True)
+    priority_IS_weight: bool = param(True)
+    nstep: int = param(3, rule="at_least_one")
+    model: DQNModelParams = section(DQNModelParams, distribution="categorical", v_min=-100.0, v_max=100.0, noisy=True)
+    other: DQNOtherParams = section(DQNOtherParams, eps=dict(type="linear", start=0.0, end=0.0, decay=1),
+                                    replay_buffer=dict(alpha=0.5))
+    """Noisy layers explore, so the epsilon schedule is zero; priorities with alpha 0.5 (the paper's)."""
 
 
 @POLICY_REGISTRY.register("rainbow")
 class RainbowPolicy(DQNPolicy):
     """Rainbow for discrete actions (``create_config.policy.type='rainbow'``): DQN with Rainbow's defaults."""
 
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        return deep_merge(DQNPolicy.default_config(), dict(
-            priority=True,
-            priority_IS_weight=True,
-            nstep=3,
-            model=dict(dueling=True, distribution="categorical", n_atoms=51, v_min=-100.0, v_max=100.0, noisy=True),
-            learn=dict(double_q=True),
-            other=dict(
-                eps=dict(type="linear", start=0.0, end=0.0, decay=1),  # noisy layers explore instead
-                replay_buffer=dict(alpha=0.5, beta=0.4),
-            ),
-        ))
+    Params = RainbowParams
 
     @property
     def _name(self) -> str:

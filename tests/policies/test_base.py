@@ -10,12 +10,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from easydict import EasyDict
 
 import policies.normalisation
 import policies.placement
 from policies.accel import HotPath, hot_path
-from policies.base import Policy, common_config
+from policies.base import Policy, PolicyParams
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: the modules of the pieces the base composes, not algorithms
@@ -74,7 +73,7 @@ class Tiny(Policy):
 
 
 def test_a_declared_hot_path_is_built_once_per_mode_and_kept_under_its_name():
-    policy = Tiny(EasyDict(common_config()))
+    policy = Tiny({})
     loss = policy._loss
     assert isinstance(loss, HotPath) and policy._loss is loss and policy.hot_paths[("learn", "loss")] is loss
     collect, evaluate = policy._greedy["collect"], policy._greedy["eval"]
@@ -84,7 +83,7 @@ def test_a_declared_hot_path_is_built_once_per_mode_and_kept_under_its_name():
 
 
 def test_a_new_learn_model_rebuilds_the_learn_hot_paths():
-    policy = Tiny(EasyDict(common_config()))
+    policy = Tiny({})
     before = policy._loss
     policy.learn_mode.model = torch.nn.Sequential(policy.model)
     assert policy._loss is not before and policy.learn_mode.model is not policy.model

@@ -28,7 +28,7 @@ from engine.config import ConfigError, deep_merge
 from policies import A2CPolicy, DQNPolicy, PPOPolicy, SACPolicy
 from policies import accel
 from policies.accel import HotPath
-from policies.base import Policy, common_config
+from policies.base import Policy, PolicyParams
 from policies.bc import BCPolicy
 from policies.cql import DiscreteCQLPolicy
 from policies.td3 import TD3Policy
@@ -124,8 +124,8 @@ def _learn_path(policy):
 
 
 # ---- config ----------------------------------------------------------------------------------------
-def test_common_config_has_both_switches_off_by_default():
-    assert common_config()["compile"] == "none" and common_config()["amp"] == "none"
+def test_policy_params_have_both_switches_off_by_default():
+    assert PolicyParams.defaults()["compile"] == "none" and PolicyParams.defaults()["amp"] == "none"
     for cls in (DQNPolicy, PPOPolicy, A2CPolicy, SACPolicy, BCPolicy, DiscreteCQLPolicy, TD3BCPolicy, TD3Policy):
         cfg = cls.default_config()
         assert (cfg["compile"], cfg["amp"]) == ("none", "none"), cls
@@ -388,7 +388,7 @@ def test_a_policy_without_hot_paths_says_the_switch_does_not_apply(monkeypatch, 
         def _forward_eval(self, obs):
             return {"action": self.model(torch.as_tensor(obs)).argmax(1).numpy()}
 
-    policy = Plain(EasyDict(dict(common_config(), compile="compile")))
+    policy = Plain({"compile": "compile"})
     with caplog.at_level(logging.WARNING, logger="policies.accel"):
         policy.eval_mode.forward(torch.zeros(2, 4))
         policy.eval_mode.forward(torch.zeros(2, 4))

@@ -7,16 +7,71 @@ tests/policies/test_adding_an_algorithm.py trains it with the standard pipeline.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List
 
 import torch
 import torch.nn.functional as F
 
-from engine.config_rules import ValueRules
+from data.replay import ReplayBufferParams
+from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 from policies.accel import hot_path
-from policies.base import Policy, common_config, evaluator_config, space_dims
+from policies.base import OnlineEvalParams, Policy, PolicyParams, space_dims
+from policies.dqn import EpsilonParams
 from policies.optim import OptimizerStep
+
+
+@dataclass
+class TinyQModel(Params):
+    hidden: int = param(64, rule="at_least_one")
+    """The hidden layer's width."""
+
+
+@dataclass
+class TinyQLearn(Params):
+    update_per_collect: int = param(4, rule="at_least_one")
+    """Updates after each collection."""
+    batch_size: int = param(64, rule="at_least_one")
+    """Transitions per update."""
+    learning_rate: float = param(1e-3, rule="positive")
+    """Adam's learning rate."""
+    grad_clip: float = param(10.0, rule="not_negative")
+    """The gradient norm's clip."""
+
+
+@dataclass
+class TinyQCollect(Params):
+    n_sample: int = param(64, rule="at_least_one")
+    """Transitions per collection."""
+
+
+@dataclass
+class TinyQOther(Params):
+    eps: EpsilonParams = section(EpsilonParams, type="linear", start=1.0, end=0.05, decay=3000)
+    """Epsilon-greedy exploration (DQN's schedule, so the pipeline's exploration stage drives it)."""
+    replay_buffer: ReplayBufferParams = section(ReplayBufferParams, replay_buffer_size=20000)
+    """The replay buffer."""
+
+
+@dataclass
+class TinyQParams(PolicyParams):
+    """The ``policy`` section of tiny_q: each key's default, rule and meaning in one place."""
+
+    discount_factor: float = param(0.99, rule="unit_interval")
+    """gamma."""
+    nstep: int = param(1, rule="at_least_one")
+    """n-step returns."""
+    model: TinyQModel = section(TinyQModel)
+    """The Q network."""
+    learn: TinyQLearn = section(TinyQLearn)
+    """The update."""
+    collect: TinyQCollect = section(TinyQCollect)
+    """Collection."""
+    eval: OnlineEvalParams = section(OnlineEvalParams, evaluator=dict(eval_freq=50))
+    """Evaluation."""
+    other: TinyQOther = section(TinyQOther)
+    """Exploration and replay."""
 
 
 @POLICY_REGISTRY.register("tiny_q")
@@ -25,35 +80,21 @@ class TinyQPolicy(Policy):
 
     pipeline = "off_policy"
     action_spaces = ("discrete",)
-    config_rules = ValueRules(at_least_one=("policy.model.hidden",), not_negative=("policy.learn.grad_clip",))
-
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        return dict(
-            **common_config(),
-            discount_factor=0.99,
-            nstep=1,
-            model=dict(hidden=64),
-            learn=dict(update_per_collect=4, batch_size=64, learning_rate=1e-3, grad_clip=10.0),
-            collect=dict(n_sample=64),
-            eval=evaluator_config(eval_freq=50),
-            other=dict(eps=dict(type="linear", start=1.0, end=0.05, decay=3000),
-                       replay_buffer=dict(replay_buffer_size=20000)),
-        )
+    Params = TinyQParams
 
     def __init__(self, cfg: Any, observation_space: Any, action_space: Any, device: Any = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         (obs_dim,), n_actions, _ = space_dims(observation_space, action_space, "tiny_q", continuous=False)
-        hidden = int(cfg["model"]["hidden"])
+        hidden = self.params.model.hidden
         self.model = self.placement.build(lambda: torch.nn.Sequential(
             torch.nn.Linear(obs_dim, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, n_actions)))
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), "tiny_q")
-        self._gamma = float(cfg["discount_factor"])
-        self._grad_clip = float(cfg["learn"]["grad_clip"])
+        self._gamma = self.params.discount_factor
+        self._grad_clip = self.params.learn.grad_clip
         self._n_actions = n_actions
 
     def optimizer_settings(self) -> List[Dict[str, float]]:
-        return [dict(lr=self.cfg["learn"]["learning_rate"])]
+        return [dict(lr=self.params.learn.learning_rate)]
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
