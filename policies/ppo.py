@@ -35,26 +35,121 @@ Pong config learns with CleanRL's constant 2.5e-4 and more, smaller minibatches 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import gymnasium as gym
 import torch
 from torch.distributions import Categorical, Normal
 
-from engine.config import ConfigError
 from engine.distributed import allreduce_data, is_distributed
-from engine.config_rules import ValueRules
+from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import Policy, common_config, evaluator_config, resolve_shape, space_dims
+from .base import Policy, resolve_shape, space_dims
+from .defaults import OnlineEvalParams, PolicyParams
 from .greedy import ActorOut, GreedyActor
 from .models import ActorCritic
 from .obs_norm import RunningObsNorm
 from .optim import OptimizerStep
 from .placement import PerDevice
 
-__all__ = ["PPOPolicy", "A2CPolicy", "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
+__all__ = ["PPOPolicy", "A2CPolicy", "PPOParams", "PPOModelParams", "PPOLearnParams", "PPOCollectParams",
+           "A2CParams", "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
+
+
+#: ``policy.learn.lr_schedule``'s choices
+LR_SCHEDULES = ("constant", "adaptive")
+
+
+@dataclass
+class PPOModelParams(Params):
+    """PPO's ``model`` section: the actor-critic (``policies.models.ActorCritic``)."""
+
+    obs_shape: Optional[Union[int, List[int]]] = param(None)
+    """The observation's shape: its size for vectors, ``[C, H, W]`` for image stacks (a Nature CNN torso shared by
+    actor and critic). None: taken from the env at construction; a value given is checked against the env."""
+    action_shape: Optional[Union[int, List[int]]] = param(None)
+    """The number of actions (discrete), or the action vector's size (continuous); None: as ``obs_shape``."""
+    actor_head_hidden_size_list: List[int] = param([64, 64])
+    """The actor MLP's layer widths before its output layer (tanh; ReLU on image features; ``ppo_lstm``: after
+    the recurrent layer); []: a linear output layer."""
+    critic_head_hidden_size_list: List[int] = param([64, 64])
+    """Likewise for the critic, a network of its own (only an image torso is shared)."""
+    init_log_std: float = param(0.0)
+    """Continuous actions: the Gaussian's initial log standard deviation (learned, one per action dimension)."""
+
+
+@dataclass
+class PPOLearnParams(Params):
+    """PPO's ``learn`` section: the epochs over each collect and the loss (module docstring)."""
+
+    epoch_per_collect: int = param(10, rule="at_least_one")
+    """Passes over each collect's transitions, each in freshly shuffled minibatches of ``batch_size``."""
+    batch_size: int = param(64, rule="at_least_one")
+    """Transitions per minibatch: one ``learn_mode.forward``, one gradient step (``ppo_lstm``: ``batch_size /
+    seq_len`` whole sequences)."""
+    learning_rate: float = param(3e-4, rule="positive")
+    """Adam's learning rate (eps 1e-5); with ``lr_schedule='adaptive'``, the rate it starts from."""
+    clip_ratio: float = param(0.2)
+    """eps of the clipped surrogate: the probability ratio is clipped to [1 - eps, 1 + eps]; also the range of
+    ``value_clip``. A2C's policy gradient does not clip."""
+    value_weight: float = param(0.5)
+    """Weight of the value loss (half the squared error to the returns) in the total loss."""
+    entropy_weight: float = param(0.0)
+    """Weight of the entropy bonus taken off the loss; above 0 it keeps the policy from collapsing early."""
+    adv_norm: bool = param(True)
+    """Normalise each minibatch's advantages; under DDP with the mean and standard deviation of all ranks'
+    minibatches (one small all-reduce), so data-parallel PPO is single-process PPO on the joined batch."""
+    value_clip: bool = param(False)
+    """Clip the value update around the collected value (PPO2's variant); the range is ``clip_ratio`` in
+    return units: for returns of order 1 only (e.g. with ``reward_norm``)."""
+    grad_clip_value: float = param(0.5)
+    """The largest gradient norm an update applies (all parameters together); 0 disables clipping."""
+    lr_schedule: str = param("constant", choices=LR_SCHEDULES)
+    """"constant", or "adaptive": steer the rate by each epoch's mean approximate KL (module docstring: how, and
+    how it failed on Pong)."""
+    kl_threshold: float = param(0.008, rule="positive")
+    """``lr_schedule='adaptive'``: the mean approximate KL per epoch aimed at (rl_games' default; its configs use
+    0.008 to 0.016)."""
+
+
+@dataclass
+class PPOCollectParams(Params):
+    """PPO's ``collect`` section: the rollout of each iteration and its advantages."""
+
+    n_sample: int = param(2048, rule="at_least_one")
+    """Transitions per collect, over all collector envs: ``ceil(n_sample / env.collector_env_num)`` steps of each
+    env, learned from and then dropped."""
+    gae_lambda: float = param(0.95, rule="unit_interval")
+    """GAE's lambda: 0 is the one-step TD error (low variance, biased by the critic), 1 the discounted rewards up
+    to the rollout's end, bootstrapped there, less the value (high variance)."""
+
+
+@dataclass
+class PPOParams(PolicyParams):
+    """PPO's ``policy`` section (``PPOPolicy``; A2C and PPO-LSTM change some of its defaults)."""
+
+    discount_factor: float = param(0.99, rule="unit_interval")
+    """gamma: the discount of future rewards in the advantages and value targets (GAE), and in the running
+    return that ``reward_norm`` scales by."""
+    model: PPOModelParams = section(PPOModelParams)
+    """The actor-critic."""
+    learn: PPOLearnParams = section(PPOLearnParams)
+    """The updates on each collect."""
+    collect: PPOCollectParams = section(PPOCollectParams)
+    """The rollout each iteration learns from."""
+    reward_norm: bool = param(False)
+    """Scale rewards by the running standard deviation of each env's discounted return (SB3's
+    ``VecNormalize(norm_reward=True)``; module docstring), so that the critic learns returns of order 1."""
+    reward_norm_clip: float = param(10.0)
+    """``reward_norm``: scaled rewards are clipped to [-clip, clip]."""
+    eval: OnlineEvalParams = section(OnlineEvalParams)
+    """How often the policy is evaluated, and when a run stops for want of progress."""
+    other: Dict[str, Any] = param({})
+    """Free-form; PPO keeps nothing here (it has no replay buffer and no exploration schedule, what DI-engine
+    configs keep under ``other``): declared so that DI-engine-style configs with an ``other`` section load."""
 
 
 @POLICY_REGISTRY.register("ppo")
@@ -65,48 +160,14 @@ class PPOPolicy(Policy):
     action_spaces = ("discrete", "continuous")
     algo = "PPO"
     supports_obs_norm = True
-    config_rules = ValueRules(at_least_one=("policy.learn.epoch_per_collect",),
-                              unit_interval=("policy.collect.gae_lambda",))
-
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        return dict(
-            **common_config(),
-            discount_factor=0.99,
-            model=dict(
-                obs_shape=None,
-                action_shape=None,
-                actor_head_hidden_size_list=[64, 64],
-                critic_head_hidden_size_list=[64, 64],
-                init_log_std=0.0,       # continuous actions: initial log standard deviation
-            ),
-            learn=dict(
-                epoch_per_collect=10,
-                batch_size=64,
-                learning_rate=3e-4,
-                clip_ratio=0.2,
-                value_weight=0.5,
-                entropy_weight=0.0,
-                adv_norm=True,          # normalise each minibatch's advantages; under DDP with the mean and
-                                        # standard deviation of all ranks' minibatches (one small all-reduce),
-                                        # so data-parallel PPO is single-process PPO on the joined batch
-                value_clip=False,       # clip the value update around the collected value (PPO2's variant); the range
-                                        # is clip_ratio in return units: for returns of order 1 only
-                grad_clip_value=0.5,    # max gradient norm; 0 disables clipping
-                lr_schedule="constant",  # or "adaptive": steer the rate by each epoch's KL (module docstring)
-                kl_threshold=0.008,     # adaptive: the KL per epoch aimed at (rl_games' default)
-            ),
-            collect=dict(n_sample=2048, gae_lambda=0.95),
-            reward_norm=False,          # scale rewards by the running std of the discounted return (docstring)
-            reward_norm_clip=10.0,      # scaled rewards are clipped to [-clip, clip]
-            eval=evaluator_config(eval_freq=100),
-            other=dict(),
-        )
+    Params = PPOParams
+    params: PPOParams
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
-        obs_shape, action_dim, self.continuous = space_dims(observation_space, action_space, cfg.get("type", "ppo"),
+        params = self.params
+        obs_shape, action_dim, self.continuous = space_dims(observation_space, action_space, params.type or "ppo",
                                                             images=True)
         self._image = len(obs_shape) == 3
         model_cfg = cfg["model"]
@@ -114,44 +175,33 @@ class PPOPolicy(Policy):
                       f"{observation_space.shape}")
         resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
         self.model = self.placement.build(lambda: self._make_model(obs_shape, action_dim))
-        learn = cfg["learn"]
+        learn = params.learn
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self.algo,
                                                  eps=1e-5)
-        self._clip = float(learn["clip_ratio"])
-        self._value_weight = float(learn["value_weight"])
-        self._entropy_weight = float(learn["entropy_weight"])
-        self._adv_norm = bool(learn["adv_norm"])
-        self._value_clip = bool(learn["value_clip"])
-        self._grad_clip = float(learn["grad_clip_value"])
-        self._adaptive_lr = learn.get("lr_schedule", "constant") == "adaptive"
-        self._kl_threshold = float(learn.get("kl_threshold", 0.008))
+        self._clip = float(learn.clip_ratio)
+        self._value_weight = float(learn.value_weight)
+        self._entropy_weight = float(learn.entropy_weight)
+        self._adv_norm = learn.adv_norm
+        self._value_clip = learn.value_clip
+        self._grad_clip = float(learn.grad_clip_value)
+        self._adaptive_lr = learn.lr_schedule == "adaptive"
+        self._kl_threshold = float(learn.kl_threshold)
         self._epoch_kls: List[torch.Tensor] = []  # adaptive: this epoch's approx_kl, left on the device
         if self.continuous:
             self._low, self._high = action_space.low, action_space.high
-            self._bounds = PerDevice.copies(*(torch.as_tensor(b, dtype=torch.float32) for b in (self._low, self._high)))
-        self._gamma = float(cfg["discount_factor"])
-        if cfg.get("reward_norm", False):
-            self.normalisation.reward_norm = RunningObsNorm((), cfg.get("reward_norm_clip", 10.0),
+            self._bounds = PerDevice.copies(*(torch.as_tensor(b, dtype=torch.float32)
+                                              for b in (self._low, self._high)))
+        self._gamma = float(params.discount_factor)
+        if params.reward_norm:
+            self.normalisation.reward_norm = RunningObsNorm((), params.reward_norm_clip,
                                                             name="policy.reward_norm_clip").to(self.device)
         self._running_return: Optional[torch.Tensor] = None  # each env's discounted return so far (reward_norm)
 
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """At compile time: the learning-rate schedule's settings."""
-        super().check_config(cfg)
-        learn = cfg["policy"]["learn"]
-        if learn.get("lr_schedule", "constant") not in LR_SCHEDULES:
-            raise ConfigError(f"policy.learn.lr_schedule={learn['lr_schedule']!r} is not a schedule baton has: "
-                              f"choose one of {', '.join(repr(s) for s in LR_SCHEDULES)}")
-        if not float(learn.get("kl_threshold", 0.008)) > 0:
-            raise ConfigError(f"policy.learn.kl_threshold={learn['kl_threshold']!r}: the KL per epoch that "
-                              f"lr_schedule='adaptive' aims at must be > 0 (rl_games uses 0.008 to 0.016)")
-
     def _make_model(self, obs_shape: tuple, action_dim: int) -> torch.nn.Module:
         """The actor-critic of ``policy.model`` (a recurrent one for ``ppo_lstm``)."""
-        model_cfg = self.cfg["model"]
-        return ActorCritic(obs_shape, action_dim, model_cfg["actor_head_hidden_size_list"],
-                           model_cfg["critic_head_hidden_size_list"], self.continuous, model_cfg["init_log_std"])
+        model = self.params.model
+        return ActorCritic(obs_shape, action_dim, model.actor_head_hidden_size_list,
+                           model.critic_head_hidden_size_list, self.continuous, model.init_log_std)
 
     # ---- distributions ---------------------------------------------------------------------------
     def _dist(self, head: Any) -> torch.distributions.Distribution:
@@ -340,11 +390,7 @@ class PPOPolicy(Policy):
     # ---- state -----------------------------------------------------------------------------------
     def optimizer_settings(self) -> List[Dict[str, float]]:
         """The config's settings of the one parameter group (``policies.optim``)."""
-        return [dict(lr=self.cfg["learn"]["learning_rate"])]
-
-
-#: ``policy.learn.lr_schedule``'s choices
-LR_SCHEDULES = ("constant", "adaptive")
+        return [dict(lr=self.params.learn.learning_rate)]
 
 
 def adaptive_lr(lr: float, kl: float, threshold: float, factor: float = 1.5, low: float = 1e-6,
@@ -378,18 +424,25 @@ def normalise_advantages(adv: torch.Tensor) -> torch.Tensor:
     return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + 1e-8)
 
 
+@dataclass
+class A2CParams(PPOParams):
+    """A2C's ``policy`` section: PPO's, with one pass over each collect as one minibatch."""
+
+    learn: PPOLearnParams = section(PPOLearnParams, epoch_per_collect=1, batch_size=80, learning_rate=7e-4,
+                                    entropy_weight=0.01)
+    """One epoch over each collect in one minibatch (``batch_size`` = ``collect.n_sample``), at 7e-4 and with an
+    entropy bonus of 0.01; ``clip_ratio`` serves ``value_clip`` only."""
+    collect: PPOCollectParams = section(PPOCollectParams, n_sample=80, gae_lambda=1.0)
+    """Short rollouts (80 transitions per collect, over all collector envs), advantages from the rewards to each
+    rollout's end (``gae_lambda=1``: A2C's n-step returns)."""
+
+
 @POLICY_REGISTRY.register("a2c")
 class A2CPolicy(PPOPolicy):
     """Advantage actor-critic (``type='a2c'``): the unclipped policy gradient, one pass per collect."""
 
     algo = "A2C"
-
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        cfg = super().default_config()
-        cfg["learn"].update(epoch_per_collect=1, batch_size=80, learning_rate=7e-4, entropy_weight=0.01)
-        cfg["collect"].update(n_sample=80, gae_lambda=1.0)
-        return cfg
+    Params = A2CParams
 
     def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor) -> tuple:
         return -(logp * adv).mean(), {}

@@ -25,20 +25,58 @@ envs' episodes (an env's state is not in a checkpoint either), and an episode st
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
 
 from data.sequences import SequenceError, check_seq_len
 from engine.config import ConfigError
+from engine.params import param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .greedy import NotExportableError
 from .models import RNN_TYPES, RecurrentActorCritic
-from .ppo import PPOPolicy
+from .ppo import PPOLearnParams, PPOModelParams, PPOParams, PPOPolicy
 
-__all__ = ["PPOLSTMPolicy", "check_sequences"]
+__all__ = ["PPOLSTMPolicy", "PPOLSTMParams", "PPOLSTMModelParams", "PPOLSTMLearnParams", "check_sequences"]
+
+
+@dataclass
+class PPOLSTMModelParams(PPOModelParams):
+    """PPO-LSTM's ``model`` section: PPO's heads after a recurrent core (``policies.models.RecurrentActorCritic``)."""
+
+    encoder_hidden_size_list: List[int] = param([64])
+    """The MLP (a Nature CNN and an MLP for image observations) before the recurrent layer."""
+    rnn_type: str = param("lstm", choices=RNN_TYPES)
+    """The recurrent cell: "lstm" or "gru"."""
+    hidden_size: int = param(64)
+    """The recurrent layer's width, and so the memory carried per env (at least 1)."""
+    shared_core: bool = param(False)
+    """One encoder and recurrent layer for actor and critic (CleanRL); False: one each (SB3-contrib's default),
+    so that the value loss cannot drown the policy gradient in their common clipped gradient norm."""
+
+
+@dataclass
+class PPOLSTMLearnParams(PPOLearnParams):
+    """PPO-LSTM's ``learn`` section: PPO's, replayed as sequences (module docstring)."""
+
+    seq_len: int = param(32)
+    """Steps per learning sequence, unrolled from the memory stored before its first step (at least 1): it must
+    divide the steps per env of a collect (``collect.n_sample / env.collector_env_num``), and ``batch_size``
+    must be a multiple of it."""
+
+
+@dataclass
+class PPOLSTMParams(PPOParams):
+    """PPO-LSTM's ``policy`` section: PPO's, with a recurrent model and sequences to learn from."""
+
+    model: PPOLSTMModelParams = section(PPOLSTMModelParams, actor_head_hidden_size_list=[64],
+                                        critic_head_hidden_size_list=[64])
+    """The recurrent actor-critic: encoder, recurrent layer, then one hidden layer per head."""
+    learn: PPOLSTMLearnParams = section(PPOLSTMLearnParams, batch_size=256)
+    """PPO's updates, on minibatches of whole sequences (256 transitions: 8 sequences of 32 steps)."""
 
 
 @POLICY_REGISTRY.register("ppo_lstm")
@@ -48,46 +86,31 @@ class PPOLSTMPolicy(PPOPolicy):
     algo = "PPO-LSTM"
     recurrent = True
 
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        cfg = PPOPolicy.default_config()
-        cfg["model"].update(
-            encoder_hidden_size_list=[64],   # MLP (or Nature CNN + MLP for images) before the recurrent layer
-            rnn_type="lstm",                 # "lstm" or "gru"
-            hidden_size=64,                  # the recurrent layer's size
-            shared_core=False,               # one encoder + recurrent layer for actor and critic (CleanRL); False:
-                                             # one each (SB3-contrib's default), so the value loss cannot drown
-                                             # the policy gradient in their common clipped gradient norm
-            actor_head_hidden_size_list=[64],
-            critic_head_hidden_size_list=[64],
-        )
-        cfg["learn"].update(
-            batch_size=256,                  # transitions per minibatch: batch_size / seq_len whole sequences
-            seq_len=32,                      # steps per learning sequence; must divide the steps per env of a
-                                             # collect (n_sample / env.collector_env_num)
-        )
-        return cfg
+    Params = PPOLSTMParams
+    params: PPOLSTMParams
 
     def __init__(self, cfg: Any, observation_space: Any, action_space: Any,
                  device: Optional[str | torch.device] = None) -> None:
-        check_sequences(cfg["model"], cfg["learn"])
+        params = self.Params.of(cfg, "policy")  # the sequences checked before anything is built
+        check_sequences(params.model.to_dict(), params.learn.to_dict())
         super().__init__(cfg, observation_space, action_space, device)
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """At compile time, before any env starts: the recurrent model and the sequences, which must fit the steps
-        per env of a collect (``check_sequences``), and PPO's own settings."""
+        """At compile time, before any env starts: the rules ``PPOLSTMParams`` declare (PPO's, and the recurrent
+        cell's choices), then the recurrent model and the sequences, which must fit the steps per env of a collect
+        (``check_sequences``)."""
         super().check_config(cfg)
         policy = cfg["policy"]
         envs = int(cfg["env"]["collector_env_num"])
         check_sequences(policy["model"], policy["learn"], math.ceil(int(policy["collect"]["n_sample"]) / envs), envs)
 
     def _make_model(self, obs_shape: tuple, action_dim: int) -> torch.nn.Module:
-        model_cfg = self.cfg["model"]
-        return RecurrentActorCritic(obs_shape, action_dim, model_cfg["encoder_hidden_size_list"], model_cfg["rnn_type"],
-                                    model_cfg["hidden_size"], model_cfg["actor_head_hidden_size_list"],
-                                    model_cfg["critic_head_hidden_size_list"], self.continuous,
-                                    model_cfg["init_log_std"], bool(model_cfg["shared_core"]))
+        model = self.params.model
+        return RecurrentActorCritic(obs_shape, action_dim, model.encoder_hidden_size_list, model.rnn_type,
+                                    model.hidden_size, model.actor_head_hidden_size_list,
+                                    model.critic_head_hidden_size_list, self.continuous, model.init_log_std,
+                                    model.shared_core)
 
     # ---- memory --------------------------------------------------------------------------------------
     def initial_state_on(self, mode: str) -> Callable[[int], torch.Tensor]:
@@ -165,16 +188,14 @@ class PPOLSTMPolicy(PPOPolicy):
 def check_sequences(model: Mapping[str, Any], learn: Mapping[str, Any], steps: Optional[int] = None,
                     envs: Optional[int] = None) -> None:
     """The recurrent model and the learning sequences of a ``ppo_lstm`` config; with ``steps`` per env of a
-    collect of ``envs`` envs, also that a sequence fits them (``data.sequences.check_seq_len``).
+    collect of ``envs`` envs, also that a sequence fits them (``data.sequences.check_seq_len``). (An unknown
+    ``model.rnn_type`` is refused by the choices ``PPOLSTMModelParams`` declares.)
 
     Raises:
-        ConfigError: an unknown ``model.rnn_type``, ``model.hidden_size`` or ``learn.seq_len`` below 1, a
-            ``seq_len`` that does not divide ``steps``, or a ``learn.batch_size`` that is not a whole number of
-            sequences (names the nearest one that is).
+        ConfigError: ``model.hidden_size`` or ``learn.seq_len`` below 1, a ``seq_len`` that does not divide
+            ``steps``, or a ``learn.batch_size`` that is not a whole number of sequences (names the nearest one
+            that is).
     """
-    if model["rnn_type"] not in RNN_TYPES:
-        raise ConfigError(f"policy.model.rnn_type={model['rnn_type']!r} is not one of "
-                          f"{', '.join(map(repr, RNN_TYPES))}")
     if int(model["hidden_size"]) < 1:
         raise ConfigError(f"policy.model.hidden_size={model['hidden_size']} must be at least 1")
     seq_len, batch_size = int(learn["seq_len"]), int(learn["batch_size"])

@@ -146,8 +146,8 @@ def test_lr_schedule_settings_are_checked_at_compile_time():
     from engine.config import ConfigError, compile_config
     base = dict(exp_name="x", env=dict(), policy=dict())
     create = dict(env=dict(type="cartpole"), policy=dict(type="ppo"))
-    with pytest.raises(ConfigError, match="lr_schedule='linear' is not a schedule.*'constant', 'adaptive'"):
+    with pytest.raises(ConfigError, match="lr_schedule='linear' is not one of 'constant', 'adaptive'"):
         compile_config(deep_merge(base, dict(policy=dict(learn=dict(lr_schedule="linear")))), create, save=False)
-    with pytest.raises(ConfigError, match="kl_threshold=0.0.*must be > 0"):
+    with pytest.raises(ConfigError, match="'policy.learn.kl_threshold' is 0.0: it must be > 0"):
         compile_config(deep_merge(base, dict(policy=dict(learn=dict(lr_schedule="adaptive", kl_threshold=0.0)))),
                        create, save=False)
