@@ -11,23 +11,69 @@ Offline (``pipeline = "offline"``): it trains from ``dataset.name``, never from 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import Policy, common_config, resolve_shape, space_dims
+from .base import Policy, resolve_shape, space_dims
+from .defaults import EvalParams, PolicyParams
 from .greedy import GreedyActor
 from .models import DeterministicActor, QNetwork
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
 
-__all__ = ["BCPolicy"]
+__all__ = ["BCPolicy", "BCParams", "BCModelParams", "BCLearnParams"]
+
+
+@dataclass
+class BCModelParams(Params):
+    """BC's ``policy.model``: one MLP from the observation to the action (continuous) or its logits (discrete)."""
+
+    obs_shape: Optional[Union[int, List[int]]] = param(None)
+    """None: taken from the env's observation space (and recorded in the run's config); given: checked
+    against it at start."""
+    action_shape: Optional[Union[int, List[int]]] = param(None)
+    """None: taken from the env's action space (its dimension, or its number of actions); given: checked
+    against it at start."""
+    hidden_size_list: List[int] = param([256, 256])
+    """Widths of the MLP's hidden layers."""
+
+
+@dataclass
+class BCLearnParams(Params):
+    """BC's ``policy.learn``: supervised updates on the dataset's batches."""
+
+    batch_size: int = param(256, rule="at_least_one")
+    """Transitions per update."""
+    update_per_iter: int = param(10)
+    """Updates per loop iteration (the DDP ranks agree once per iteration)."""
+    learning_rate: float = param(1e-3, rule="positive")
+    """Adam's learning rate."""
+    weight_decay: float = param(0.0)
+    """Adam's L2 penalty on the weights; 0: none."""
+    grad_clip_norm: float = param(0.0)
+    """> 0: clip the gradient's norm to this before each step; 0: no clipping."""
+
+
+@dataclass
+class BCParams(PolicyParams):
+    """BC's ``policy`` section (``BCPolicy``): learning from a dataset, no collection and no replay buffer of its
+    own."""
+
+    model: BCModelParams = section(BCModelParams)
+    """The network."""
+    learn: BCLearnParams = section(BCLearnParams)
+    """The update."""
+    eval: EvalParams = section(EvalParams, evaluator=dict(eval_freq=500, patience=10))
+    """Evaluation, every 500 learner updates; the run stops after 10 evaluations in a row without a new best."""
 
 
 @POLICY_REGISTRY.register("bc")
@@ -39,34 +85,16 @@ class BCPolicy(Policy):
     default_env_steps = None
     eager_acting = "through an MLP's lean forward on the CPU (faster than the module at a few rows)"  # discrete
 
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        return dict(
-            **common_config(),
-            model=dict(
-                obs_shape=None,         # None: taken from the env's observation space
-                action_shape=None,      # None: taken from the env's action space
-                hidden_size_list=[256, 256],
-            ),
-            learn=dict(
-                batch_size=256,
-                update_per_iter=10,     # updates per loop iteration (ranks agree once per iteration)
-                learning_rate=1e-3,
-                weight_decay=0.0,
-                grad_clip_norm=0.0,     # > 0: clip the gradient norm
-            ),
-            eval=dict(evaluator=dict(eval_freq=500, patience=10)),  # patience: evaluations without a new best
-        )
+    Params = BCParams
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         (obs_dim,), action_dim, continuous = space_dims(observation_space, action_space, "bc")
-        model_cfg, learn = cfg["model"], cfg["learn"]
-        resolve_shape(model_cfg, "obs_shape", observation_space.shape, "bc",
+        resolve_shape(cfg["model"], "obs_shape", observation_space.shape, "bc",
                       f"observation shape {observation_space.shape}")
-        resolve_shape(model_cfg, "action_shape", action_dim, "bc", f"action space {action_space}")
-        hidden = model_cfg["hidden_size_list"]
+        resolve_shape(cfg["model"], "action_shape", action_dim, "bc", f"action space {action_space}")
+        hidden = self.params.model.hidden_size_list
         self._continuous = continuous
         if continuous:
             if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
@@ -78,7 +106,7 @@ class BCPolicy(Policy):
         else:  # logits through an MLP with a plain head (argmax through its lean forward on the CPU)
             self.model = self.placement.build(lambda: QNetwork(obs_dim, action_dim, hidden, dueling=False))
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), "BC")
-        self._grad_clip = float(learn["grad_clip_norm"])
+        self._grad_clip = float(self.params.learn.grad_clip_norm)
         self._action_dim = action_dim
         self._generators = DeviceGenerators()  # eps's draws, on the collect device
 
@@ -155,5 +183,5 @@ class BCPolicy(Policy):
     # ---- state -----------------------------------------------------------------------------------
     def optimizer_settings(self) -> List[Dict[str, float]]:
         """The config's settings of the one parameter group (``policies.optim``)."""
-        learn = self.cfg["learn"]
-        return [dict(lr=learn["learning_rate"], weight_decay=learn["weight_decay"])]
+        learn = self.params.learn
+        return [dict(lr=learn.learning_rate, weight_decay=learn.weight_decay)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
 import gymnasium as gym
@@ -28,17 +29,20 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from engine.config_rules import ValueRules
+from data.replay import PrioritizedReplayParams
+from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import Policy, common_config, evaluator_config, resolve_shape, space_dims
+from .base import Policy, resolve_shape, space_dims
+from .defaults import OnlineEvalParams
 from .greedy import GreedyActor, TanhMean
 from .models import SquashedGaussianActor, TwinQ
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
+from .td3 import ActorCriticModelParams, OffPolicyParams
 
-__all__ = ["SACPolicy", "SACModel", "sac_target"]
+__all__ = ["SACPolicy", "SACModel", "sac_target", "SACParams", "SACLearnParams", "SACCollectParams", "SACOtherParams"]
 
 
 def sac_target(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor, q1_next: torch.Tensor,
@@ -79,6 +83,72 @@ class SACModel(nn.Module):
         return q1, q2, new_logp, torch.min(q1_new, q2_new), next_action, next_logp
 
 
+@dataclass
+class SACLearnParams(Params):
+    """SAC's ``policy.learn``: the update (module docstring) and its entropy temperature."""
+
+    update_per_collect: int = param(1, rule="at_least_one")
+    """Updates after each collect of ``collect.n_sample`` transitions (both 1: one update per env step)."""
+    batch_size: int = param(256, rule="at_least_one")
+    """Transitions per update."""
+    learning_rate_q: float = param(1e-3, rule="positive")
+    """Adam's learning rate of the critics."""
+    learning_rate_policy: float = param(1e-3, rule="positive")
+    """Adam's learning rate of the actor."""
+    learning_rate_alpha: float = param(3e-4, rule="positive")
+    """Adam's learning rate of the temperature's log (with ``auto_alpha``)."""
+    target_theta: float = param(0.005, rule="unit_interval")
+    """Polyak rate of the target critics, after every update: ``target += theta * (online - target)``;
+    1: they copy the online critics."""
+    alpha: float = param(0.2, rule="positive")
+    """The entropy temperature to start from (fixed without ``auto_alpha``): the weight of the entropy bonus
+    against Q. Kept as its log, so it must be > 0."""
+    auto_alpha: bool = param(True)
+    """Tune the temperature so that the policy's entropy tracks ``target_entropy`` (``alpha_loss``); False:
+    ``alpha`` stays fixed."""
+    target_entropy: Optional[float] = param(None)
+    """The entropy ``auto_alpha`` aims at; None: ``-action_dim`` (the paper's heuristic)."""
+
+
+@dataclass
+class SACCollectParams(Params):
+    """SAC's ``policy.collect``: it explores by sampling its own Gaussian, so only the amount per collect."""
+
+    n_sample: int = param(1, rule="at_least_one")
+    """Transitions per collect, across the collector's envs (rounded up to whole vector steps)."""
+
+
+@dataclass
+class SACOtherParams(Params):
+    """SAC's ``policy.other``."""
+
+    replay_buffer: PrioritizedReplayParams = section(PrioritizedReplayParams, replay_buffer_size=1_000_000)
+    """The replay buffer, sampled uniformly or, with ``priority``, by priority
+    (``data.replay.PrioritizedReplayParams``)."""
+
+
+@dataclass
+class SACParams(OffPolicyParams):
+    """SAC's ``policy`` section (``SACPolicy``; the update is in the module docstring)."""
+
+    priority: bool = param(False)
+    """Prioritized replay: sample transitions in proportion to their TD error (the mean over both critics,
+    written back after each update), shaped by ``other.replay_buffer.alpha``."""
+    priority_IS_weight: bool = param(False)
+    """With ``priority``: weight each transition's critic loss by its importance-sampling weight
+    (``other.replay_buffer.beta``), against the bias of prioritized sampling."""
+    model: ActorCriticModelParams = section(ActorCriticModelParams)
+    """The actor (a squashed Gaussian) and the two critics."""
+    learn: SACLearnParams = section(SACLearnParams)
+    """The update: batch, learning rates, targets, entropy temperature."""
+    collect: SACCollectParams = section(SACCollectParams)
+    """Collection."""
+    eval: OnlineEvalParams = section(OnlineEvalParams, evaluator=dict(eval_freq=1000))
+    """Evaluation, every 1000 learner updates by default."""
+    other: SACOtherParams = section(SACOtherParams)
+    """The replay buffer."""
+
+
 @POLICY_REGISTRY.register("sac")
 class SACPolicy(Policy):
     """Soft Actor-Critic for continuous actions (``create_config.policy.type='sac'``)."""
@@ -86,64 +156,29 @@ class SACPolicy(Policy):
     pipeline = "off_policy"
     action_spaces = ("continuous",)
     supports_obs_norm = True
-    config_rules = ValueRules(positive=("policy.learn.learning_rate_q", "policy.learn.learning_rate_policy",
-                                        "policy.learn.learning_rate_alpha"),
-                              unit_interval=("policy.learn.target_theta",))
-
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        return dict(
-            **common_config(),
-            priority=False,
-            priority_IS_weight=False,
-            discount_factor=0.99,
-            nstep=1,
-            random_collect_size=1000,   # uniform random actions for the first env steps
-            model=dict(
-                obs_shape=None,
-                action_shape=None,
-                actor_head_hidden_size_list=[256, 256],
-                critic_head_hidden_size_list=[256, 256],
-            ),
-            learn=dict(
-                update_per_collect=1,
-                batch_size=256,
-                learning_rate_q=1e-3,
-                learning_rate_policy=1e-3,
-                learning_rate_alpha=3e-4,
-                target_theta=0.005,
-                alpha=0.2,               # initial entropy temperature
-                auto_alpha=True,
-                target_entropy=None,     # None: -action_dim
-            ),
-            collect=dict(n_sample=1),
-            eval=evaluator_config(eval_freq=1000),
-            other=dict(replay_buffer=dict(replay_buffer_size=1000000, alpha=0.6, beta=0.4,
-                                          device=None)),  # None/"cpu", "learn", "cuda[:N]"
-        )
+    Params = SACParams
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         (obs_dim,), action_dim, _ = space_dims(observation_space, action_space, "sac", continuous=True)
-        model_cfg, learn = cfg["model"], cfg["learn"]
-        resolve_shape(model_cfg, "obs_shape", observation_space.shape, "sac",
+        model, learn = self.params.model, self.params.learn
+        resolve_shape(cfg["model"], "obs_shape", observation_space.shape, "sac",
                       f"observation shape {observation_space.shape}")
-        resolve_shape(model_cfg, "action_shape", action_dim, "sac", f"action space {action_space}")
+        resolve_shape(cfg["model"], "action_shape", action_dim, "sac", f"action space {action_space}")
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ValueError(f"policy 'sac' needs a bounded action space, got {action_space}")
         self.model = self.placement.build(lambda: SACModel(
-            obs_dim, action_dim, model_cfg["actor_head_hidden_size_list"], model_cfg["critic_head_hidden_size_list"],
-            float(learn["alpha"]), bool(learn["auto_alpha"])))
+            obs_dim, action_dim, model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
+            float(learn.alpha), bool(learn.auto_alpha)))
         self._target_critic = copy.deepcopy(self.model.critic).requires_grad_(False)
         # one group per setting: the temperature's only with auto_alpha (zip stops at the settings)
         params = [self.model.critic.parameters(), self.model.actor.parameters(), [self.model.log_alpha]]
         self.optimizer_step = OptimizerStep.adam(params, self.optimizer_settings(), "SAC")
-        self._auto_alpha = bool(learn["auto_alpha"])
-        self._target_entropy = float(learn["target_entropy"] if learn["target_entropy"] is not None
-                                     else -action_dim)
-        self._theta = float(learn["target_theta"])
-        self._use_weight = bool(cfg["priority"] and cfg["priority_IS_weight"])
+        self._auto_alpha = bool(learn.auto_alpha)
+        self._target_entropy = float(learn.target_entropy if learn.target_entropy is not None else -action_dim)
+        self._theta = float(learn.target_theta)
+        self._use_weight = bool(self.params.priority and self.params.priority_IS_weight)
         self._scale = torch.as_tensor((action_space.high - action_space.low) / 2.0, dtype=torch.float32)
         self._bias = torch.as_tensor((action_space.high + action_space.low) / 2.0, dtype=torch.float32)
         self._action_dim = action_dim
@@ -234,10 +269,10 @@ class SACPolicy(Policy):
     def optimizer_settings(self) -> List[Dict[str, float]]:
         """The config's settings per parameter group (``policies.optim``): critic, actor and, with
         ``auto_alpha``, the temperature."""
-        learn = self.cfg["learn"]
-        rates = [learn["learning_rate_q"], learn["learning_rate_policy"]]
-        if learn["auto_alpha"]:
-            rates.append(learn["learning_rate_alpha"])
+        learn = self.params.learn
+        rates = [learn.learning_rate_q, learn.learning_rate_policy]
+        if learn.auto_alpha:
+            rates.append(learn.learning_rate_alpha)
         return [dict(lr=lr) for lr in rates]
 
 

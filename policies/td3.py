@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -46,18 +47,22 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from data.replay import ReplayBufferParams
 from engine.distributed import get_rank, get_world_size
-from engine.config_rules import ValueRules
+from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import Policy, SpaceMismatchError, common_config, evaluator_config, resolve_shape, space_dims
+from .base import Policy, SpaceMismatchError, resolve_shape, space_dims
+from .defaults import OnlineEvalParams, PolicyParams
 from .greedy import GreedyActor
 from .models import DeterministicActor, SingleQ, TwinQ
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
 
-__all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise"]
+__all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise", "TD3Params", "DDPGParams", "OffPolicyParams",
+           "ActorCriticModelParams", "TD3ModelParams", "TD3UpdateParams", "TD3LearnParams", "TD3CollectParams",
+           "TD3OtherParams"]
 
 
 class TD3Model(nn.Module):
@@ -97,6 +102,126 @@ def smoothing_noise(generator: torch.Generator, rows: int, cols: int, std: float
     return (noise[rank * rows:(rank + 1) * rows] * std).clamp_(-clip, clip)
 
 
+@dataclass
+class OffPolicyParams(PolicyParams):
+    """The keys an actor-critic learning off-policy from its own collection (TD3, DDPG, SAC) has at the top of
+    its ``policy`` section: the discount of the collector's returns and the random warm-up."""
+
+    discount_factor: float = param(0.99, rule="unit_interval")
+    """gamma, the discount of future rewards: the collector's n-step transitions carry gamma^n as their
+    ``discount``, by which the TD target bootstraps."""
+    nstep: int = param(1, rule="at_least_one")
+    """Rewards summed into each stored transition before it bootstraps (n-step returns, ``data.nstep``);
+    1: one-step TD."""
+    random_collect_size: int = param(1000, rule="not_negative")
+    """Env steps acted uniformly at random over the action bounds before the policy acts (varied warm-up data);
+    the learner also waits until the buffer holds as many transitions (and at least a batch). 0: none."""
+
+
+@dataclass
+class ActorCriticModelParams(Params):
+    """``policy.model`` of an MLP actor and MLP critics: SAC's and TD3+BC's (two critics), and the base of TD3's
+    and DDPG's."""
+
+    obs_shape: Optional[Union[int, List[int]]] = param(None)
+    """None: taken from the env's observation space (and recorded in the run's config); given: checked
+    against it at start."""
+    action_shape: Optional[Union[int, List[int]]] = param(None)
+    """None: taken from the env's action space (its dimension); given: checked against it at start."""
+    actor_head_hidden_size_list: List[int] = param([256, 256])
+    """Widths of the actor's hidden layers (observation in; per action dimension out, the action before its
+    ``tanh`` (TD3) or the mean and log-std of the Gaussian it samples (SAC))."""
+    critic_head_hidden_size_list: List[int] = param([256, 256])
+    """Widths of each critic's hidden layers (observation and action in, their Q value out)."""
+
+
+@dataclass
+class TD3ModelParams(ActorCriticModelParams):
+    """TD3's and DDPG's ``policy.model``."""
+
+    twin_critic: bool = param(True)
+    """Two critics, the TD target bootstrapping from the smaller of their targets' values (TD3's clipped double
+    Q, against overestimation); False: one critic, whose target's value is used (DDPG)."""
+
+
+@dataclass
+class TD3UpdateParams(Params):
+    """The ``policy.learn`` keys of TD3's update, whether it learns from its own collection or from a dataset
+    (TD3's adds the updates per collect, TD3+BC's the updates per iteration and its cloning weight)."""
+
+    batch_size: int = param(256, rule="at_least_one")
+    """Transitions per update."""
+    learning_rate_q: float = param(3e-4, rule="positive")
+    """Adam's learning rate of the critics."""
+    learning_rate_policy: float = param(3e-4, rule="positive")
+    """Adam's learning rate of the actor."""
+    actor_update_freq: int = param(2, rule="at_least_one")
+    """The actor and the targets move every N-th update (TD3's policy delay: the critics settle between actor
+    steps); 1: every update (DDPG)."""
+    target_theta: float = param(0.005, rule="unit_interval")
+    """Polyak rate of the target actor and critics, on actor steps: ``target += theta * (online - target)``.
+    1: the targets copy the online nets; 0 is refused when the policy is built (they would never move)."""
+    policy_noise: float = param(0.2, rule="not_negative")
+    """Target policy smoothing: the std of the Gaussian noise added to ``pi_targ(s')`` in the TD target, in
+    units of half the action range, so that the critic cannot exploit a narrow peak of its own; 0: none."""
+    noise_clip: float = param(0.5, rule="not_negative")
+    """The smoothing noise is clipped to +-noise_clip (units of half the action range)."""
+
+
+@dataclass
+class TD3LearnParams(TD3UpdateParams):
+    """TD3's and DDPG's ``policy.learn``."""
+
+    update_per_collect: int = param(1, rule="at_least_one")
+    """Updates after each collect of ``collect.n_sample`` transitions (both 1: one update per env step)."""
+
+
+@dataclass
+class TD3CollectParams(Params):
+    """TD3's and DDPG's ``policy.collect``."""
+
+    n_sample: int = param(1, rule="at_least_one")
+    """Transitions per collect, across the collector's envs (rounded up to whole vector steps)."""
+    noise_sigma: float = param(0.1)
+    """Exploration: the std of the Gaussian noise added to ``pi(s)`` while collecting, in units of half the
+    action range (the action is then clipped to the bounds); 0: act with ``pi(s)`` alone. A negative value is
+    refused when the policy is built."""
+
+
+@dataclass
+class TD3OtherParams(Params):
+    """TD3's and DDPG's ``policy.other``."""
+
+    replay_buffer: ReplayBufferParams = section(ReplayBufferParams, replay_buffer_size=1_000_000)
+    """The replay buffer, sampled uniformly (``data.replay.ReplayBufferParams``)."""
+
+
+@dataclass
+class TD3Params(OffPolicyParams):
+    """TD3's ``policy`` section (``TD3Policy``; the update is in the module docstring)."""
+
+    model: TD3ModelParams = section(TD3ModelParams)
+    """The actor and the critics."""
+    learn: TD3LearnParams = section(TD3LearnParams)
+    """The update: batch, learning rates, policy delay, targets, target smoothing."""
+    collect: TD3CollectParams = section(TD3CollectParams)
+    """Collection and its exploration noise."""
+    eval: OnlineEvalParams = section(OnlineEvalParams, evaluator=dict(eval_freq=1000))
+    """Evaluation, every 1000 learner updates by default."""
+    other: TD3OtherParams = section(TD3OtherParams)
+    """The replay buffer."""
+
+
+@dataclass
+class DDPGParams(TD3Params):
+    """DDPG's ``policy`` section: TD3's with one critic, no policy delay and no target smoothing."""
+
+    model: TD3ModelParams = section(TD3ModelParams, twin_critic=False)
+    """The actor and one critic."""
+    learn: TD3LearnParams = section(TD3LearnParams, actor_update_freq=1, policy_noise=0.0)
+    """TD3's update with the actor moving on every update and no target smoothing."""
+
+
 @POLICY_REGISTRY.register("td3")
 class TD3Policy(Policy):
     """TD3 for continuous actions (``create_config.policy.type='td3'``)."""
@@ -106,70 +231,37 @@ class TD3Policy(Policy):
     supports_obs_norm = True
     #: the registered name and the label of messages (subclasses set their own)
     algo, label = "td3", "TD3"
-    config_rules = ValueRules(at_least_one=("policy.learn.actor_update_freq",),
-                              positive=("policy.learn.learning_rate_q", "policy.learn.learning_rate_policy"),
-                              not_negative=("policy.learn.policy_noise", "policy.learn.noise_clip"),
-                              unit_interval=("policy.learn.target_theta",))
-
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        return dict(
-            **common_config(),
-            discount_factor=0.99,
-            nstep=1,
-            random_collect_size=1000,   # uniform random actions for the first env steps
-            model=dict(
-                obs_shape=None,         # None: taken from the env's observation space
-                action_shape=None,      # None: taken from the env's action space
-                actor_head_hidden_size_list=[256, 256],
-                critic_head_hidden_size_list=[256, 256],
-                twin_critic=True,       # False: one critic, whose value is the target (DDPG)
-            ),
-            learn=dict(
-                update_per_collect=1,
-                batch_size=256,
-                learning_rate_q=3e-4,
-                learning_rate_policy=3e-4,
-                actor_update_freq=2,     # the actor and the targets move every N-th update (policy delay)
-                target_theta=0.005,      # Polyak rate of the target actor and critics
-                policy_noise=0.2,        # target policy smoothing: std of the noise on pi_targ(s') ...
-                noise_clip=0.5,          # ... clipped to +-noise_clip (both in units of half the action range)
-            ),
-            collect=dict(
-                n_sample=1,
-                noise_sigma=0.1,         # std of the exploration noise on pi(s) (units of half the action range)
-            ),
-            eval=evaluator_config(eval_freq=1000),
-            other=dict(replay_buffer=dict(replay_buffer_size=1000000,
-                                          device=None)),  # None/"cpu", "learn", "cuda[:N]"
-        )
+    Params = TD3Params
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         self._check_action_space(action_space)
         (obs_dim,), action_dim, _ = space_dims(observation_space, action_space, self.algo, continuous=True)
-        model_cfg, learn = cfg["model"], cfg["learn"]
-        resolve_shape(model_cfg, "obs_shape", observation_space.shape, self.algo,
+        model, learn = self.params.model, self.params.learn
+        resolve_shape(cfg["model"], "obs_shape", observation_space.shape, self.algo,
                       f"observation shape {observation_space.shape}")
-        resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
+        resolve_shape(cfg["model"], "action_shape", action_dim, self.algo, f"action space {action_space}")
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise SpaceMismatchError(f"policy {self.algo!r} needs a bounded action space (its actions are scaled "
                                      f"to the bounds), got {action_space}")
-        _check_learn_config(learn)
-        twin = bool(model_cfg.get("twin_critic", True))
-        actor_hidden, critic_hidden = model_cfg["actor_head_hidden_size_list"], model_cfg["critic_head_hidden_size_list"]
+        if learn.target_theta == 0:  # the rest of (0, 1] is the key's rule, checked at compile time
+            raise ValueError(f"policy.learn.target_theta must lie in (0, 1] (1: the targets copy the online nets), "
+                             f"got {learn.target_theta}")
+        twin = getattr(model, "twin_critic", True)  # TD3+BC's model has no such key: two critics
+        actor_hidden, critic_hidden = model.actor_head_hidden_size_list, model.critic_head_hidden_size_list
         self.model = self.placement.build(lambda: TD3Model(obs_dim, action_dim, actor_hidden, critic_hidden, twin))
         self._target_model = copy.deepcopy(self.model).requires_grad_(False)
         self._actor_params = list(self.model.actor.parameters())
         params = [self.model.critic.parameters(), self._actor_params]
         self.optimizer_step = OptimizerStep.adam(params, self.optimizer_settings(), self.label)
-        self._gamma = float(cfg["discount_factor"])
-        self._actor_every = int(learn["actor_update_freq"])
-        self._theta = float(learn["target_theta"])
-        self._policy_noise = float(learn["policy_noise"])
-        self._noise_clip = float(learn["noise_clip"])
-        self._explore_sigma = float((cfg.get("collect") or {}).get("noise_sigma", 0.0))
+        self._gamma = float(self.params.discount_factor)
+        self._actor_every = int(learn.actor_update_freq)
+        self._theta = float(learn.target_theta)
+        self._policy_noise = float(learn.policy_noise)
+        self._noise_clip = float(learn.noise_clip)
+        collect = getattr(self.params, "collect", None)  # TD3+BC's section has none: it never collects
+        self._explore_sigma = float(collect.noise_sigma) if collect is not None else 0.0
         if not self._explore_sigma >= 0:
             raise ValueError(f"policy.collect.noise_sigma must be >= 0 (0: act with pi(s) alone), got "
                              f"{self._explore_sigma}")
@@ -300,8 +392,8 @@ class TD3Policy(Policy):
 
     def optimizer_settings(self) -> List[Dict[str, float]]:
         """The config's settings per parameter group (``policies.optim``): critics, then actor."""
-        learn = self.cfg["learn"]
-        return [dict(lr=learn["learning_rate_q"]), dict(lr=learn["learning_rate_policy"])]
+        learn = self.params.learn
+        return [dict(lr=learn.learning_rate_q), dict(lr=learn.learning_rate_policy)]
 
 
 @POLICY_REGISTRY.register("ddpg")
@@ -310,23 +402,4 @@ class DDPGPolicy(TD3Policy):
     smoothing (its defaults; every TD3 key still applies)."""
 
     algo, label = "ddpg", "DDPG"
-
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        cfg = super().default_config()
-        cfg["model"]["twin_critic"] = False
-        cfg["learn"].update(actor_update_freq=1, policy_noise=0.0)
-        return cfg
-
-
-def _check_learn_config(learn: Mapping[str, Any]) -> None:
-    """The ``policy.learn`` values every TD3 variant shares, each error naming its key."""
-    if int(learn["actor_update_freq"]) < 1:
-        raise ValueError(f"policy.learn.actor_update_freq must be >= 1 (1: the actor moves every update), got "
-                         f"{learn['actor_update_freq']}")
-    for key in ("policy_noise", "noise_clip"):
-        if not learn[key] >= 0:
-            raise ValueError(f"policy.learn.{key} must be >= 0, got {learn[key]}")
-    if not 0.0 < learn["target_theta"] <= 1.0:
-        raise ValueError(f"policy.learn.target_theta must lie in (0, 1] (1: the targets copy the online nets), got "
-                         f"{learn['target_theta']}")
+    Params = DDPGParams

@@ -17,18 +17,21 @@ Offline (``pipeline = "offline"``): it trains from ``dataset.name``, never from 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Tuple
 
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
+from engine.params import param, section
 from engine.registry import POLICY_REGISTRY
 
-from .base import SpaceMismatchError, common_config
-from .td3 import TD3Policy
+from .base import SpaceMismatchError
+from .defaults import EvalParams, PolicyParams
+from .td3 import ActorCriticModelParams, TD3Policy, TD3UpdateParams
 
-__all__ = ["TD3BCPolicy", "td3bc_actor_loss"]
+__all__ = ["TD3BCPolicy", "TD3BCParams", "TD3BCLearnParams", "td3bc_actor_loss"]
 
 
 def td3bc_actor_loss(q_pi: torch.Tensor, pi: torch.Tensor, action: torch.Tensor,
@@ -47,6 +50,34 @@ def td3bc_actor_loss(q_pi: torch.Tensor, pi: torch.Tensor, action: torch.Tensor,
     return -lmbda * q_pi.mean() + F.mse_loss(pi, action), lmbda
 
 
+@dataclass
+class TD3BCLearnParams(TD3UpdateParams):
+    """TD3+BC's ``policy.learn``: TD3's update keys, the updates per iteration and the cloning weight."""
+
+    update_per_iter: int = param(10)
+    """Updates per loop iteration (the DDP ranks agree once per iteration)."""
+    alpha: float = param(2.5)
+    """The weight of Q against cloning: ``lambda = alpha / mean|Q(s, pi(s))|`` scales the Q term, so one value
+    fits every reward scale (the paper's 2.5); 0: pure cloning. A negative value is refused when the policy is
+    built."""
+
+
+@dataclass
+class TD3BCParams(PolicyParams):
+    """TD3+BC's ``policy`` section (``TD3BCPolicy``): TD3's model and update, learning from a dataset (no
+    collection, no replay buffer of its own, one-step transitions)."""
+
+    discount_factor: float = param(0.99, rule="unit_interval")
+    """gamma, the discount of future rewards: a dataset's transitions are one step each, so the TD target
+    bootstraps with gamma itself."""
+    model: ActorCriticModelParams = section(ActorCriticModelParams)
+    """The actor and the two critics."""
+    learn: TD3BCLearnParams = section(TD3BCLearnParams)
+    """The update."""
+    eval: EvalParams = section(EvalParams, evaluator=dict(eval_freq=500, patience=10))
+    """Evaluation, every 500 learner updates; the run stops after 10 evaluations in a row without a new best."""
+
+
 @POLICY_REGISTRY.register("td3bc")
 class TD3BCPolicy(TD3Policy):
     """TD3+BC for continuous actions (``create_config.policy.type='td3bc'``)."""
@@ -55,36 +86,13 @@ class TD3BCPolicy(TD3Policy):
     default_env_steps = None
     algo, label = "td3bc", "TD3+BC"
 
-    @classmethod
-    def default_config(cls) -> Dict[str, Any]:
-        return dict(
-            **common_config(),
-            discount_factor=0.99,
-            model=dict(
-                obs_shape=None,         # None: taken from the env's observation space
-                action_shape=None,      # None: taken from the env's action space
-                actor_head_hidden_size_list=[256, 256],
-                critic_head_hidden_size_list=[256, 256],
-            ),
-            learn=dict(
-                batch_size=256,
-                update_per_iter=10,      # updates per loop iteration (ranks agree once per iteration)
-                learning_rate_q=3e-4,
-                learning_rate_policy=3e-4,
-                alpha=2.5,               # weight of Q against cloning: lambda = alpha / mean|Q(s, pi(s))|
-                actor_update_freq=2,     # the actor and the targets move every N-th update (TD3's delay)
-                target_theta=0.005,      # Polyak rate of the target actor and critic
-                policy_noise=0.2,        # target policy smoothing: std of the noise on pi_targ(s') ...
-                noise_clip=0.5,          # ... clipped to +-noise_clip (both in units of half the action range)
-            ),
-            eval=dict(evaluator=dict(eval_freq=500, patience=10)),  # patience: evaluations without a new best
-        )
+    Params = TD3BCParams
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._alpha = float(self.cfg["learn"]["alpha"])
+        self._alpha = float(self.params.learn.alpha)
         if not self._alpha >= 0:
-            raise ValueError(f"policy.learn.alpha must be >= 0, got {self.cfg['learn']['alpha']}")
+            raise ValueError(f"policy.learn.alpha must be >= 0, got {self.params.learn.alpha}")
 
     def _check_action_space(self, action_space: gym.Space) -> None:
         if isinstance(action_space, gym.spaces.Discrete):  # before space_dims: its hint names online policies

@@ -10,7 +10,7 @@ import pytest
 import torch
 from easydict import EasyDict
 
-from engine.config import deep_merge
+from engine.config import ConfigError, deep_merge
 from data.batch import make_batch
 from policies import SACPolicy, SpaceMismatchError
 from policies.sac import sac_target
@@ -100,3 +100,15 @@ def test_sac_actions_within_bounds_and_random_warmup():
 def test_sac_rejects_discrete_env():
     with pytest.raises(SpaceMismatchError, match="'sac'.*continuous.*Discrete"):
         SACPolicy(EasyDict(SACPolicy.default_config()), OBS, gym.spaces.Discrete(2))
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("alpha", 0.0, r"'policy.learn.alpha' is 0.0: it must be > 0"),   # its log is the parameter
+    ("learning_rate_alpha", 0.0, r"'policy.learn.learning_rate_alpha' is 0.0: a learning rate must be > 0"),
+    ("target_theta", 1.5, r"'policy.learn.target_theta' is 1.5: it must lie in \[0, 1\]"),
+])
+def test_sac_value_out_of_its_rule_is_refused_at_compile_time(key, value, match):
+    """The rules ``SACParams`` declares, checked by ``check_config`` before any env starts."""
+    cfg = deep_merge(SACPolicy.default_config(), dict(learn={key: value}))
+    with pytest.raises(ConfigError, match=match):
+        SACPolicy.check_config({"policy": cfg})

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from easydict import EasyDict
 
 from data.batch import make_batch
-from engine.config import deep_merge
+from engine.config import ConfigError, deep_merge
 from policies import SpaceMismatchError
 from policies import td3 as td3_module
 from policies.td3 import DDPGPolicy, TD3Policy, smoothing_noise
@@ -193,13 +193,24 @@ def test_an_unbounded_action_space_is_refused():
         _policy(action_space=gym.spaces.Box(-np.inf, np.inf, (2,), np.float32))
 
 
+@pytest.mark.parametrize("key,value,match", [
+    ("actor_update_freq", 0, r"'policy.learn.actor_update_freq' is 0: it must be at least 1"),
+    ("target_theta", 1.5, r"'policy.learn.target_theta' is 1.5: it must lie in \[0, 1\]"),
+    ("noise_clip", -0.1, r"'policy.learn.noise_clip' is -0.1: it must be >= 0"),
+])
+def test_td3_value_out_of_its_rule_is_refused_at_compile_time(key, value, match):
+    """The rules ``TD3Params`` declares, checked by ``check_config`` before any env starts."""
+    cfg = deep_merge(TD3Policy.default_config(), dict(learn={key: value}))
+    with pytest.raises(ConfigError, match=match):
+        TD3Policy.check_config({"policy": cfg})
+
+
 @pytest.mark.parametrize("section,key,value,match", [
-    ("learn", "actor_update_freq", 0, r"actor_update_freq must be >= 1"),
-    ("learn", "target_theta", 1.5, r"target_theta must lie in \(0, 1\]"),
-    ("learn", "noise_clip", -0.1, r"noise_clip must be >= 0"),
+    ("learn", "target_theta", 0.0, r"target_theta must lie in \(0, 1\]"),
     ("collect", "noise_sigma", -0.1, r"collect.noise_sigma must be >= 0"),
 ])
 def test_td3_bad_config_value_names_the_key(section, key, value, match):
+    """Values no rule refuses, refused when the policy is built."""
     with pytest.raises(ValueError, match=match):
         _policy(**{key: value}) if section == "learn" else _policy(collect={key: value})
 

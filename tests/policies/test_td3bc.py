@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from easydict import EasyDict
 
 from data.batch import make_batch
-from engine.config import deep_merge
+from engine.config import ConfigError, deep_merge
 from policies import SpaceMismatchError
 from policies.td3bc import TD3BCPolicy
 
@@ -126,12 +126,22 @@ def test_td3bc_rejects_discrete_actions_naming_the_offline_alternatives():
 
 
 @pytest.mark.parametrize("key,value,match", [
-    ("actor_update_freq", 0, r"actor_update_freq must be >= 1"),
+    ("actor_update_freq", 0, r"'policy.learn.actor_update_freq' is 0: it must be at least 1"),
+    ("policy_noise", -0.1, r"'policy.learn.policy_noise' is -0.1: it must be >= 0"),
+])
+def test_td3bc_value_out_of_its_rule_is_refused_at_compile_time(key, value, match):
+    """The rules ``TD3BCParams`` declares, checked by ``check_config`` before any dataset is read."""
+    cfg = deep_merge(TD3BCPolicy.default_config(), dict(learn={key: value}))
+    with pytest.raises(ConfigError, match=match):
+        TD3BCPolicy.check_config({"policy": cfg})
+
+
+@pytest.mark.parametrize("key,value,match", [
     ("target_theta", 0.0, r"target_theta must lie in \(0, 1\]"),
     ("alpha", -1.0, r"alpha must be >= 0"),
-    ("policy_noise", -0.1, r"policy_noise must be >= 0"),
 ])
 def test_td3bc_bad_config_value_names_the_key(key, value, match):
+    """Values no rule refuses, refused when the policy is built."""
     with pytest.raises(ValueError, match=match):
         _policy(**{key: value})
 
