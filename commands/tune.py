@@ -47,7 +47,7 @@ from engine.overrides import apply_overrides, field_default
 from engine.registry import UnknownTypeError
 
 from pipelines.run_dir import RunDirError, RunLock
-from .search_space import FORMS, Distribution, SearchSpaceError, split_search_words, value_text
+from .search_space import FORMS, Distribution, split_search_words, value_text
 from .tune_store import (BEST_CONFIG, INSTALL, RECORD_ATTR, STUDY_FILE, STUDY_NAME, TuneError, check_record,
                          counted_trials, load_optuna, open_study, requeue_cut_short, study_storage, trial_dirs,
                          trial_overrides)

@@ -102,9 +102,9 @@ def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], 
     checkpoint ``saver`` takes from the evaluated snapshot. Under DDP the last iteration waits for a
     running evaluation at most half the collective timeout, while the other ranks wait in theirs. The
     process is forked, or spawned where it acts on a GPU (``middleware.eval_worker``)."""
-    env = env_params(cfg)
-    kwargs = dict(eval_freq=policy.params.eval.evaluator.eval_freq, n_episode=env.n_evaluator_episode,
-                  stop_value=env.stop_value, seed=RunParams.pick(cfg).seed)
+    env_settings = env_params(cfg)
+    kwargs = dict(eval_freq=policy.params.eval.evaluator.eval_freq, n_episode=env_settings.n_evaluator_episode,
+                  stop_value=env_settings.stop_value, seed=RunParams.pick(cfg).seed)
     if not background:
         return InteractionEvaluator(policy.eval_mode, env, **kwargs)
     if not callable(getattr(policy, "acting_weights", None)):

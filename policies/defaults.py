@@ -5,7 +5,7 @@ checks that span keys)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from engine.config import ConfigError
 from engine.config_rules import ValueRules, lookup

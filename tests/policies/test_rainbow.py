@@ -245,7 +245,7 @@ def test_every_combination_learns_acts_and_round_trips(distribution, noisy, duel
                                             r"set policy.other.eps.start=0 and policy.other.eps.end=0"),
     (dict(other=dict(eps=dict(end=0.01))), r"an epsilon-greedy schedule on top .* is refused"),
     (dict(learn=dict(td_loss="mse")), r"td_loss='mse' applies to a scalar Q head; a categorical head"),
-    (dict(model=dict(distribution="quantile"), learn=dict(quantile_kappa=-1.0)), r"quantile_kappa=-1.0 must be >= 0"),
+    (dict(model=dict(distribution="quantile"), learn=dict(quantile_kappa=-1.0)), r"'policy.learn.quantile_kappa' is -1.0: it must be >= 0"),
     (dict(model=dict(distribution="gaussian")), r"distribution='gaussian' is not one of"),
 ])
 def test_rainbow_refuses_what_it_cannot_mean(overrides, message):

@@ -80,7 +80,8 @@ def test_sac_losses_match_independent_computation():
 
 
 def test_sac_policy_loss_does_not_move_the_critic():
-    policy = _policy(learning_rate_q=0.0, auto_alpha=False)  # only the actor's loss could move the critic
+    policy = _policy(auto_alpha=False)
+    policy.optimizer_step.optimizer.param_groups[0]["lr"] = 0.0  # the critic's: only the actor's loss could move it
     critic_before = copy.deepcopy(policy.model.critic.state_dict())
     actor_before = copy.deepcopy(policy.model.actor.state_dict())
     policy.learn_mode.forward(_batch())

@@ -73,7 +73,8 @@ def test_td3bc_losses_match_independent_computation():
 
 
 def test_td3bc_actor_loss_does_not_move_the_critic():
-    policy = _policy(learning_rate_q=0.0, actor_update_freq=1)  # only the actor's loss could move the critic
+    policy = _policy(actor_update_freq=1)
+    policy.optimizer_step.optimizer.param_groups[0]["lr"] = 0.0  # the critic's: only the actor's loss could move it
     critic = _state(policy.model.critic)
     actor = _state(policy.model.actor)
     policy.learn_mode.forward(_batch())
