@@ -260,7 +260,9 @@ def throughput(args: argparse.Namespace) -> None:
           f"{', '.join(f'{o / s:.2f}' for o, s in zip(figures['overlapped'], figures['serial']))})")
 
     ctx = contexts["serial"]
-    buffer = stages.replay_buffer(cfg.policy, seed=0, frame_stack=4, num_envs=num_envs)
+    params = policy.params
+    buffer = stages.replay_buffer(params.other.replay_buffer, priority=params.priority, seed=0, frame_stack=4,
+                                  num_envs=num_envs)
     buffer.push(ctx.trajectories)
     per = buffer.storage.bytes_per_transition()
     full = 2 * 4 * 84 * 84

@@ -1,9 +1,8 @@
 """Value rules for config keys, declared by the code that reads the keys and checked at compile time.
 
-``compile_config`` checks the engine's own sections (``env`` counts, ``ckpt``, ``log``, ``ddp``, ``dataset``)
-with ``engine.config.ENGINE_RULES``; a policy class checks ``policy.*`` with the rules it declares
-(``Policy.config_rules``). The mechanism is here, so that every rule is worded alike; no key of an algorithm
-is named in ``engine``.
+A key's rule is declared on its field (``engine.params.param(64, rule="at_least_one")``); ``Params.rules``
+gathers them into ``ValueRules`` at the keys' dotted paths, which ``compile_config`` and ``Params.of`` check.
+The mechanism is here, so that every rule is worded alike.
 """
 from __future__ import annotations
 

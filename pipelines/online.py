@@ -68,9 +68,11 @@ class OffPolicyShape(_OnlineShape):
     def empty_buffer(self, run: Run, seed: Optional[int] = None) -> ReplayBuffer:
         cfg = run.cfg
         images = len(self.collector_env.single_observation_space.shape) == 3
-        env = stages.env_params(cfg)
-        return stages.replay_buffer(cfg.policy, seed=seed, frame_stack=getattr(env, "frame_stack", None) if images
-                                    else None, num_envs=env.collector_env_num, learn_device=run.policy.device)
+        env, params = stages.env_params(cfg), run.policy.params
+        return stages.replay_buffer(params.other.replay_buffer, priority=getattr(params, "priority", False),
+                                    obs_shape=run.policy.observation_space.shape, seed=seed,
+                                    frame_stack=getattr(env, "frame_stack", None) if images else None,
+                                    num_envs=env.collector_env_num, learn_device=run.policy.device)
 
     def middle(self, run: Run, pipeline: Pipeline, buffer: Optional[ReplayBuffer]) -> None:
         self._collect(run, pipeline, on_policy=False)

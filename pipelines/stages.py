@@ -10,12 +10,13 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
 from data.envs import EnvParams, make_vector_env
-from data.replay import FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer, RingStorage, Sampler, UniformSampler
+from data.replay import (FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer,
+                         ReplayBufferParams, RingStorage, Sampler, UniformSampler)
 from data.replay.device import resolve_replay_device
 from engine.config import ConfigError, RunParams, plain
 from engine.distributed import DistributedError, default_timeout
@@ -57,28 +58,32 @@ def env_params(cfg: Mapping[str, Any]) -> EnvParams:
     return EnvParams.pick(cfg["env"])
 
 
-def replay_buffer(policy_cfg: Mapping[str, Any], seed: Optional[int] = None, frame_stack: Optional[int] = None,
-                  num_envs: Optional[int] = None, learn_device: Optional[str | torch.device] = None) -> ReplayBuffer:
-    """The buffer a policy config asks for: ``other.replay_buffer`` sizes it and places it
-    (``device``: None or "cpu", "learn", "cuda[:N]"; ``data.replay.device``), ``priority`` picks the
-    sampler; ``frame_stack`` (with the collector's ``num_envs``) stores image stacks one frame per
-    transition. ``learn_device``: the policy's device, which "learn" names (``policy.device``).
+def replay_buffer(settings: ReplayBufferParams, *, priority: bool = False, obs_shape: Optional[Sequence[int]] = None,
+                  seed: Optional[int] = None, frame_stack: Optional[int] = None, num_envs: Optional[int] = None,
+                  learn_device: Optional[str | torch.device] = None) -> ReplayBuffer:
+    """The buffer a policy's ``other.replay_buffer`` section asks for: sized and placed by ``settings``
+    (``device``: None or "cpu", "learn", "cuda[:N]"; ``data.replay.device``); ``priority`` (``policy.priority``)
+    picks the prioritized sampler (``settings``' alpha and beta); ``frame_stack`` (with the collector's
+    ``num_envs``) stores image stacks one frame per transition. ``learn_device``: the policy's device, which
+    "learn" names (``policy.device``).
 
-    On a GPU the memory check runs here when the frames' size is known from ``policy.model.obs_shape``
-    (a policy fills it from the env when it is built), so an oversized buffer fails before the first env
-    step; otherwise, and for the exact size, at the first push, before the first update."""
-    rb = PrioritizedReplayParams.of(policy_cfg["other"]["replay_buffer"], "policy.other.replay_buffer")
-    capacity = rb.replay_buffer_size
-    device = resolve_replay_device(rb.device, learn_device)
+    On a GPU the memory check runs here when the frames' size is known from ``obs_shape`` (the policy's
+    observation shape), so an oversized buffer fails before the first env step; otherwise, and for the exact
+    size, at the first push, before the first update."""
+    capacity = settings.replay_buffer_size
+    device = resolve_replay_device(settings.device, learn_device)
     if frame_stack:
-        obs_shape = (policy_cfg.get("model") or {}).get("obs_shape")  # filled by the policy from its env
-        known = isinstance(obs_shape, (list, tuple)) and len(obs_shape) == 3 and int(obs_shape[0]) == frame_stack
+        known = obs_shape is not None and len(obs_shape) == 3 and int(obs_shape[0]) == frame_stack
         storage = FrameStackStorage(capacity, num_envs, frame_stack, device=device,
                                     frame_shape=[int(x) for x in obs_shape[1:]] if known else None)
     else:
         storage = RingStorage(capacity, device)
-    if policy_cfg.get("priority", False):
-        sampler: Sampler = PrioritizedSampler(capacity, alpha=rb.alpha, beta=rb.beta, seed=seed, device=device)
+    if priority:
+        if not isinstance(settings, PrioritizedReplayParams):
+            raise ConfigError(f"policy.priority=True needs a replay section with alpha and beta "
+                              f"(data.replay.PrioritizedReplayParams), got {type(settings).__name__}")
+        sampler: Sampler = PrioritizedSampler(capacity, alpha=settings.alpha, beta=settings.beta, seed=seed,
+                                              device=device)
     else:
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         sampler = UniformSampler(generator, device=device)

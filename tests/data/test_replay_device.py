@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import data.replay.device as placement
-from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, RingStorage, UniformSampler
+from data.replay import (FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer,
+                         ReplayBufferParams, RingStorage, UniformSampler)
 from data.replay.device import (DeferredCheck, PinnedStaging, ReplayMemoryError, ensure_fits, free_bytes,
                                 resolve_replay_device)
 from data.replay.reshard import load_shards
@@ -112,9 +113,9 @@ def test_replay_device_path_samples_what_the_host_path_samples(frames, prioritiz
 @pytest.mark.parametrize("spec", ["cpu", "learn"])
 def test_replay_buffer_stage_on_cpu_gives_the_default_samples(spec):
     def build(device):
-        cfg = {"priority": True, "model": {"obs_shape": [K, HW, HW]},
-               "other": {"replay_buffer": {"replay_buffer_size": 96, "alpha": 0.6, "beta": 0.4, "device": device}}}
-        return stages.replay_buffer(cfg, seed=5, frame_stack=K, num_envs=ENVS, learn_device="cpu")
+        settings = PrioritizedReplayParams(replay_buffer_size=96, alpha=0.6, beta=0.4, device=device)
+        return stages.replay_buffer(settings, priority=True, obs_shape=(K, HW, HW), seed=5, frame_stack=K,
+                                    num_envs=ENVS, learn_device="cpu")
 
     default = build(None)
     assert default.device == torch.device("cpu")
@@ -133,14 +134,11 @@ def test_resolve_replay_device():
 
 
 def test_replay_buffer_stage_learn_is_the_device_given():
-    def cfg(**policy):
-        return dict(policy, other={"replay_buffer": {"replay_buffer_size": 64, "alpha": 0.6, "beta": 0.4,
-                                                     "device": "learn"}})
-
-    assert stages.replay_buffer(cfg(), learn_device="meta").device == torch.device("meta")
-    assert stages.replay_buffer(cfg(), learn_device="cpu").device == torch.device("cpu")
+    settings = ReplayBufferParams(replay_buffer_size=64, device="learn")
+    assert stages.replay_buffer(settings, learn_device="meta").device == torch.device("meta")
+    assert stages.replay_buffer(settings, learn_device="cpu").device == torch.device("cpu")
     with pytest.raises(ValueError, match="pass the policy's device"):
-        stages.replay_buffer(cfg())
+        stages.replay_buffer(settings)
 
 
 def test_device_path_reads_nothing_back_and_mixes_no_host_tensor():
@@ -180,10 +178,9 @@ def test_ring_storage_too_large_for_the_device_fails_at_its_first_push(monkeypat
 
 def test_frame_storage_too_large_fails_at_construction_from_the_config_obs_shape(monkeypatch):
     monkeypatch.setattr(placement, "free_bytes", lambda device: 1 << 30)
-    cfg = {"model": {"obs_shape": [4, 84, 84]},
-           "other": {"replay_buffer": {"replay_buffer_size": 1_000_000, "alpha": 0.6, "beta": 0.4, "device": "cpu"}}}
+    settings = ReplayBufferParams(replay_buffer_size=1_000_000, device="cpu")
     with pytest.raises(ReplayMemoryError, match=r"needs 35,\d{3},\d{3},\d{3} bytes .* 1,073,741,824 bytes"):
-        stages.replay_buffer(cfg, seed=0, frame_stack=4, num_envs=8)
+        stages.replay_buffer(settings, obs_shape=(4, 84, 84), seed=0, frame_stack=4, num_envs=8)
     # without the obs shape the exact check runs at the first push, before anything is allocated
     storage = FrameStackStorage(96, ENVS, K)
     monkeypatch.setattr(placement, "free_bytes", lambda device: 1000)

@@ -174,10 +174,11 @@ def test_cuda_replay_larger_than_free_memory_fails_before_allocating():
     capacity = free // (84 * 84 * 5) + 100_000
     with pytest.raises(ReplayMemoryError, match=r"needs [\d,]+ bytes .* on cuda:\d, which has [\d,]+ bytes"):
         FrameStackStorage(capacity, 8, 4, device="cuda", frame_shape=(84, 84))
-    cfg = {"model": {"obs_shape": [4, 84, 84]},
-           "other": {"replay_buffer": {"replay_buffer_size": capacity, "alpha": 0.6, "beta": 0.4, "device": "cuda"}}}
+    from data.replay import ReplayBufferParams
+
+    settings = ReplayBufferParams(replay_buffer_size=capacity, device="cuda")
     with pytest.raises(ReplayMemoryError, match="replay_buffer_size smaller"):
-        stages.replay_buffer(cfg, frame_stack=4, num_envs=8)
+        stages.replay_buffer(settings, obs_shape=(4, 84, 84), frame_stack=4, num_envs=8)
     storage = RingStorage(free // 4000 + 100_000, "cuda")
     with pytest.raises(ReplayMemoryError):
         storage.extend({"obs": torch.zeros(2, 1000)})  # 4,000 bytes a transition
@@ -218,7 +219,7 @@ def test_dqn_trains_from_a_prioritized_replay_on_cuda():
     cfg.other.replay_buffer.replay_buffer_size = 5000
     cfg.other.replay_buffer["device"] = "learn"
     policy = DQNPolicy(cfg, env.single_observation_space, env.single_action_space)
-    buffer = stages.replay_buffer(cfg, seed=0, learn_device=policy.device)
+    buffer = stages.replay_buffer(policy.params.other.replay_buffer, priority=True, seed=0, learn_device=policy.device)
     assert buffer.device == policy.device
     task = Task()
     trained = []  # (batch, outputs) of each iteration that trained

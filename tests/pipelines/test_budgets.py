@@ -37,7 +37,7 @@ def test_a_bad_patience_is_a_config_error(tmp_path):
     from dizoo.classic_control.cartpole.config.cartpole_dqn_config import create_config, main_config
     main = copy.deepcopy(main_config)
     main.policy.eval.evaluator.patience = -1
-    with pytest.raises(ConfigError, match="patience must be a non-negative int"):
+    with pytest.raises(ConfigError, match=r"config key .policy.eval.evaluator.patience. is -1: it must be >= 0"):
         build_pipeline((main, create_config), exp_name=str(tmp_path / "run"))
 
 
