@@ -33,6 +33,7 @@ from data.env_loop import EnvLoop
 from data.envs import make_vector_env
 from engine.fileio import atomic_write_json
 from middleware.evaluator import evaluate_episodes
+from pipelines.stages import env_params
 
 from .saved_run import CKPT_CHOICES, load_saved_run
 
@@ -84,7 +85,7 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
     run = load_saved_run(run_dir, ckpt)
     cfg = run.cfg
     if num_envs is None:
-        num_envs = 1 if video is not None else min(episodes, int(cfg.env.evaluator_env_num))
+        num_envs = 1 if video is not None else min(episodes, env_params(cfg).evaluator_env_num)
     if num_envs < 1:
         raise ValueError(f"--num-envs must be >= 1, got {num_envs}")
     num_envs = min(num_envs, episodes)
@@ -109,7 +110,7 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
     returns = np.asarray(played["returns"], dtype=np.float64)
     ctx = run.state.get("ctx") or {}
     result = {"run_dir": run_dir, "ckpt": run.ckpt, "train_iter": ctx.get("train_iter"),
-              "env_step": ctx.get("env_step"), "env_id": cfg.env.get("env_id"), "seed": seed,
+              "env_step": ctx.get("env_step"), "env_id": env_params(cfg).env_id, "seed": seed,
               "episodes": int(returns.size), "mean": float(returns.mean()), "std": float(returns.std()),
               "min": float(returns.min()), "max": float(returns.max()), "returns": returns.tolist(),
               "lengths": [int(n) for n in played["lengths"]],

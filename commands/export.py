@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from engine.fileio import DiskFullError, atomic_write_path
+from pipelines.stages import env_params
 from policies.greedy import NotExportableError
 
 from .saved_run import CKPT_CHOICES, load_saved_run
@@ -211,7 +212,7 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
     space = run.policy.observation_space
     path = export_policy(run.policy, space, output or default_output(run_dir, run.ckpt, fmt), fmt)
     return {"path": path, "format": fmt, "ckpt": run.ckpt, "policy": run.cfg.policy.type,
-            "env_id": run.cfg.env.get("env_id"), "obs_shape": list(space.shape), "obs_dtype": str(space.dtype),
+            "env_id": env_params(run.cfg).env_id, "obs_shape": list(space.shape), "obs_dtype": str(space.dtype),
             "action_space": str(run.policy.action_space)}
 
 

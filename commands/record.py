@@ -26,6 +26,7 @@ from data.envs import make_vector_env
 from data.offline import Episode, write_dataset
 from engine.config import compile_config
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
+from pipelines.stages import env_params
 from middleware.checkpoint import CheckpointError, check_policy_type, load_checkpoint
 
 __all__ = ["record_dataset", "EpsGreedy"]
@@ -109,9 +110,9 @@ def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt:
         env.close()
     returns = np.array([float(np.sum(e.rewards)) for e in recorded])
     path = write_dataset(dataset, recorded, env.single_observation_space, env.single_action_space, root=root,
-                         env_id=cfg.env.get("env_id"), overwrite=overwrite, metadata={
+                         env_id=env_params(cfg).env_id, overwrite=overwrite, metadata={
                              "algorithm_name": f"{cfg.policy.type} checkpoint, eps-greedy eps={eps}",
-                             "description": f"{episodes} episodes of {ckpt} on {cfg.env.get('env_id')} (seed "
+                             "description": f"{episodes} episodes of {ckpt} on {env_params(cfg).env_id} (seed "
                                             f"{seed}, {num_envs} envs), recorded by baton record"})
     report = {"dataset": dataset, "path": path, "episodes": len(recorded),
               "transitions": int(sum(len(e) for e in recorded)), "return_mean": float(returns.mean()),

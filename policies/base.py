@@ -45,7 +45,7 @@ import torch
 
 from .accel import HotPaths, accel_modes
 from .checks import DeviceMismatchError, NonFiniteLossError, check_finite
-from .defaults import (EvalParams, OnlineEvalParams, PolicyParams, check_policy_section,
+from .defaults import (OfflineEvalParams, OnlineEvalParams, PolicyParams, check_policy_section,
                        refuse_recurrent_keys)
 from .modes import CollectMode, EvalMode, LearnMode
 from .noisy import set_noise as _set_noise
@@ -56,7 +56,7 @@ from .placement import Placement, host_state
 from .spaces import SpaceMismatchError, resolve_shape, space_dims
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
-           "DeviceMismatchError", "ObsNormMismatchError", "PolicyParams", "EvalParams", "OnlineEvalParams",
+           "DeviceMismatchError", "ObsNormMismatchError", "PolicyParams", "OfflineEvalParams", "OnlineEvalParams",
            "check_finite", "make_adam", "space_dims", "resolve_shape", "OBS_NORM_PREFIX"]
 
 

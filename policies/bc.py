@@ -24,7 +24,7 @@ from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .base import Policy, resolve_shape, space_dims
-from .defaults import EvalParams, PolicyParams
+from .defaults import OfflineEvalParams, PolicyParams
 from .greedy import GreedyActor
 from .models import DeterministicActor, QNetwork
 from .optim import OptimizerStep
@@ -72,8 +72,8 @@ class BCParams(PolicyParams):
     """The network."""
     learn: BCLearnParams = section(BCLearnParams)
     """The update."""
-    eval: EvalParams = section(EvalParams, evaluator=dict(eval_freq=500, patience=10))
-    """Evaluation, every 500 learner updates; the run stops after 10 evaluations in a row without a new best."""
+    eval: OfflineEvalParams = section(OfflineEvalParams)
+    """Evaluation (``OfflineEvalParams``)."""
 
 
 @POLICY_REGISTRY.register("bc")

@@ -28,7 +28,7 @@ from engine.params import param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import EvalParams, PolicyParams, resolve_shape, space_dims
+from .base import OfflineEvalParams, PolicyParams, resolve_shape, space_dims
 from .dqn import EpsilonDraws, QLearnParams, QModelParams, QValuePolicy
 from .models import QNetwork
 from .optim import OptimizerStep
@@ -71,8 +71,8 @@ class CQLParams(PolicyParams):
     """The Q network (DQN's, without the Rainbow pieces)."""
     learn: CQLLearnParams = section(CQLLearnParams)
     """The update."""
-    eval: EvalParams = section(EvalParams, evaluator=dict(eval_freq=500, patience=10))
-    """Evaluation: every 500 updates, stopping after 10 evaluations without a new best."""
+    eval: OfflineEvalParams = section(OfflineEvalParams)
+    """Evaluation (``OfflineEvalParams``)."""
 
 
 @POLICY_REGISTRY.register("cql")

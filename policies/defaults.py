@@ -1,5 +1,5 @@
 """The config keys every policy has: ``PolicyParams``, the base of each algorithm's ``Params`` (its ``policy``
-section), the evaluation sections (``EvalParams``, ``OnlineEvalParams``), and ``check_policy_section``, what
+section), the evaluation sections (``OnlineEvalParams``, ``OfflineEvalParams``), and ``check_policy_section``, what
 ``Policy.check_config`` checks at compile time for every algorithm (the rules its ``Params`` declare, and the
 checks that span keys)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from engine.params import Params, param, section
 from .accel import accel_modes
 from .placement import DeviceParams
 
-__all__ = ["PolicyParams", "EvaluatorParams", "OnlineEvaluatorParams", "EvalParams", "OnlineEvalParams",
+__all__ = ["PolicyParams", "EvaluatorParams", "OnlineEvaluatorParams", "OfflineEvalParams", "OnlineEvalParams",
            "check_policy_section", "RECURRENT_KEYS", "refuse_recurrent_keys"]
 
 
@@ -64,11 +64,12 @@ class OnlineEvaluatorParams(EvaluatorParams):
 
 
 @dataclass
-class EvalParams(Params):
-    """A policy's ``eval`` section (offline)."""
+class OfflineEvalParams(Params):
+    """The ``eval`` section of a policy learning from a dataset."""
 
-    evaluator: EvaluatorParams = section(EvaluatorParams)
-    """The evaluator's settings."""
+    evaluator: EvaluatorParams = section(EvaluatorParams, eval_freq=500, patience=10)
+    """Every 500 updates, stopping after 10 evaluations without a new best: a dataset's policy may never reach
+    ``env.stop_value``."""
 
 
 @dataclass

@@ -162,7 +162,7 @@ class DQNParams(PolicyParams):
     """The update."""
     collect: DQNCollectParams = section(DQNCollectParams)
     """Collection."""
-    eval: OnlineEvalParams = section(OnlineEvalParams, evaluator=dict(eval_freq=100))
+    eval: OnlineEvalParams = section(OnlineEvalParams)
     """Evaluation."""
     other: DQNOtherParams = section(DQNOtherParams)
     """Exploration and replay."""

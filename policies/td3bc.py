@@ -28,7 +28,7 @@ from engine.params import param, section
 from engine.registry import POLICY_REGISTRY
 
 from .base import SpaceMismatchError
-from .defaults import EvalParams, PolicyParams
+from .defaults import OfflineEvalParams, PolicyParams
 from .td3 import ActorCriticModelParams, TD3Policy, TD3UpdateParams
 
 __all__ = ["TD3BCPolicy", "TD3BCParams", "TD3BCLearnParams", "td3bc_actor_loss"]
@@ -74,8 +74,8 @@ class TD3BCParams(PolicyParams):
     """The actor and the two critics."""
     learn: TD3BCLearnParams = section(TD3BCLearnParams)
     """The update."""
-    eval: EvalParams = section(EvalParams, evaluator=dict(eval_freq=500, patience=10))
-    """Evaluation, every 500 learner updates; the run stops after 10 evaluations in a row without a new best."""
+    eval: OfflineEvalParams = section(OfflineEvalParams)
+    """Evaluation (``OfflineEvalParams``)."""
 
 
 @POLICY_REGISTRY.register("td3bc")
