@@ -8,6 +8,8 @@ import types
 
 import pytest
 
+from engine.registry import CONFIG_SECTIONS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [os.path.join(ROOT, "docs", name) for name in sorted(os.listdir(os.path.join(ROOT, "docs")))
         if name.endswith(".md")]
@@ -27,6 +29,10 @@ EXAMPLES = [(os.path.basename(p), i, code) for p in DOCS + [os.path.join(ROOT, "
 @pytest.mark.parametrize("name,index,code", EXAMPLES, ids=[f"{n}-{i}" for n, i, _ in EXAMPLES])
 def test_docs_example_runs(name, index, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # a config section an example registers (docs/middleware.md) stays the example's: later tests in this
+    # process compile configs without it
+    CONFIG_SECTIONS.names()  # the entry points loaded into the registry the example's copy starts from
+    monkeypatch.setattr(CONFIG_SECTIONS, "_items", dict(CONFIG_SECTIONS._items))
     module = types.ModuleType("__docs__")  # a real module: dataclasses defined in an example look theirs up
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(code, f"{name}[{index}]", "exec"), module.__dict__)

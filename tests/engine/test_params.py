@@ -96,6 +96,7 @@ def test_a_package_declares_a_section_of_its_own_and_the_config_checks_it(monkey
         every: int = param(10, rule="at_least_one")
         """Iterations between my middleware's actions."""
 
+    CONFIG_SECTIONS.names()  # the entry points loaded first: the test adds to the whole registry
     monkeypatch.setitem(CONFIG_SECTIONS._items, "mine", MyParams)
     assert base_config()["mine"] == {"every": 10}
     create = dict(env=dict(type="cartpole"), policy=dict(type="dqn"))
