@@ -52,9 +52,6 @@ def cql_penalty(q_all: torch.Tensor, q_taken: torch.Tensor) -> torch.Tensor:
 class CQLLearnParams(QLearnParams):
     """``policy.learn`` of CQL: DQN's update on a dataset, with the conservative penalty."""
 
-    batch_size: int = param(256, rule="at_least_one")
-    learning_rate: float = param(5e-4, rule="positive")
-    target_update_freq: int = param(200, rule="at_least_one")
     update_per_iter: int = param(10, rule="at_least_one")
     """Updates per loop iteration (the ranks agree once per iteration)."""
     cql_alpha: float = param(1.0, rule="not_negative")
@@ -69,7 +66,7 @@ class CQLParams(PolicyParams):
     """gamma, the discount of future rewards."""
     model: QModelParams = section(QModelParams, encoder_hidden_size_list=[128, 128])
     """The Q network (DQN's, without the Rainbow pieces)."""
-    learn: CQLLearnParams = section(CQLLearnParams)
+    learn: CQLLearnParams = section(CQLLearnParams, batch_size=256, learning_rate=5e-4, target_update_freq=200)
     """The update."""
     eval: OfflineEvalParams = section(OfflineEvalParams)
     """Evaluation (``OfflineEvalParams``)."""

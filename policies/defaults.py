@@ -14,7 +14,7 @@ from engine.params import Params, param, section
 from .accel import accel_modes
 from .placement import DeviceParams
 
-__all__ = ["PolicyParams", "EvaluatorParams", "OnlineEvaluatorParams", "OfflineEvalParams", "OnlineEvalParams",
+__all__ = ["PolicyParams", "OffPolicyParams", "CollectParams", "EvaluatorParams", "OnlineEvaluatorParams", "OfflineEvalParams", "OnlineEvalParams",
            "check_policy_section", "RECURRENT_KEYS", "refuse_recurrent_keys"]
 
 
@@ -43,6 +43,30 @@ class PolicyParams(Params):
     merged across DDP ranks (``policies.obs_norm``)."""
     obs_norm_clip: float = param(10.0, rule="positive")
     """Normalised observations are clipped to [-clip, clip]."""
+
+
+@dataclass
+class OffPolicyParams(PolicyParams):
+    """The keys a policy learning off-policy from its own collection (DQN, SAC, TD3, DDPG) has at the top of its
+    ``policy`` section: the discount of the collector's returns and the random warm-up."""
+
+    discount_factor: float = param(0.99, rule="unit_interval")
+    """gamma, the discount of future rewards: the collector's n-step transitions carry gamma^n as their
+    ``discount``, by which the TD target bootstraps."""
+    nstep: int = param(1, rule="at_least_one")
+    """Rewards summed into each stored transition before it bootstraps (n-step returns, ``data.nstep``);
+    1: one-step TD."""
+    random_collect_size: int = param(1000, rule="not_negative")
+    """Env steps acted uniformly at random (over the action bounds) before the policy acts (varied warm-up data);
+    the learner also waits until the buffer holds as many transitions (and at least a batch). 0: none."""
+
+
+@dataclass
+class CollectParams(Params):
+    """A policy's ``collect`` section: how much each iteration collects."""
+
+    n_sample: int = param(64, rule="at_least_one")
+    """Transitions per collect, over all the collector's envs (rounded up to whole vector steps)."""
 
 
 @dataclass

@@ -43,7 +43,8 @@ from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path, warn_once
-from .base import OnlineEvalParams, Policy, PolicyParams, resolve_shape, space_dims
+from .base import Policy, resolve_shape, space_dims
+from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .distributional import categorical_projection, quantile_huber_loss, support
 from .greedy import GreedyActor
 from .models import Q_DISTRIBUTIONS, QNetwork
@@ -125,14 +126,6 @@ class DQNLearnParams(QLearnParams):
 
 
 @dataclass
-class DQNCollectParams(Params):
-    """``policy.collect`` of DQN."""
-
-    n_sample: int = param(96, rule="at_least_one")
-    """Transitions collected per iteration, over all the collector's envs."""
-
-
-@dataclass
 class DQNOtherParams(Params):
     """``policy.other`` of DQN: exploration and the replay buffer."""
 
@@ -143,24 +136,19 @@ class DQNOtherParams(Params):
 
 
 @dataclass
-class DQNParams(PolicyParams):
+class DQNParams(OffPolicyParams):
     """DQN's ``policy`` section."""
 
     priority: bool = param(False)
     """Prioritized replay: sample transitions by their TD error (a sum tree)."""
     priority_IS_weight: bool = param(False)
     """Weight the loss by importance weights, correcting the bias of prioritized sampling."""
-    discount_factor: float = param(0.99, rule="unit_interval")
-    """gamma, the discount of future rewards."""
-    nstep: int = param(1, rule="at_least_one")
-    """n-step returns: rewards summed over n steps before bootstrapping."""
     random_collect_size: int = param(0, rule="not_negative")
-    """Transitions collected with uniformly random actions before the first update."""
     model: DQNModelParams = section(DQNModelParams)
     """The Q network."""
     learn: DQNLearnParams = section(DQNLearnParams)
     """The update."""
-    collect: DQNCollectParams = section(DQNCollectParams)
+    collect: CollectParams = section(CollectParams, n_sample=96)
     """Collection."""
     eval: OnlineEvalParams = section(OnlineEvalParams)
     """Evaluation."""

@@ -48,7 +48,7 @@ from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .base import Policy, resolve_shape, space_dims
-from .defaults import OnlineEvalParams, PolicyParams
+from .defaults import CollectParams, OnlineEvalParams, PolicyParams
 from .greedy import ActorOut, GreedyActor
 from .models import ActorCritic
 from .obs_norm import RunningObsNorm
@@ -116,7 +116,7 @@ class PPOLearnParams(Params):
 
 
 @dataclass
-class PPOCollectParams(Params):
+class PPOCollectParams(CollectParams):
     """PPO's ``collect`` section: the rollout of each iteration and its advantages."""
 
     n_sample: int = param(2048, rule="at_least_one")

@@ -35,14 +35,14 @@ from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .base import Policy, resolve_shape, space_dims
-from .defaults import OnlineEvalParams
+from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor, TanhMean
 from .models import SquashedGaussianActor, TwinQ
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
-from .td3 import ActorCriticModelParams, OffPolicyParams
+from .td3 import ActorCriticModelParams
 
-__all__ = ["SACPolicy", "SACModel", "sac_target", "SACParams", "SACLearnParams", "SACCollectParams", "SACOtherParams"]
+__all__ = ["SACPolicy", "SACModel", "sac_target", "SACParams", "SACLearnParams", "SACOtherParams"]
 
 
 def sac_target(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.Tensor, q1_next: torch.Tensor,
@@ -111,14 +111,6 @@ class SACLearnParams(Params):
 
 
 @dataclass
-class SACCollectParams(Params):
-    """SAC's ``policy.collect``: it explores by sampling its own Gaussian, so only the amount per collect."""
-
-    n_sample: int = param(1, rule="at_least_one")
-    """Transitions per collect, across the collector's envs (rounded up to whole vector steps)."""
-
-
-@dataclass
 class SACOtherParams(Params):
     """SAC's ``policy.other``."""
 
@@ -141,7 +133,7 @@ class SACParams(OffPolicyParams):
     """The actor (a squashed Gaussian) and the two critics."""
     learn: SACLearnParams = section(SACLearnParams)
     """The update: batch, learning rates, targets, entropy temperature."""
-    collect: SACCollectParams = section(SACCollectParams)
+    collect: CollectParams = section(CollectParams, n_sample=1)
     """Collection."""
     eval: OnlineEvalParams = section(OnlineEvalParams, evaluator=dict(eval_freq=1000))
     """Evaluation, every 1000 learner updates by default."""

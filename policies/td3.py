@@ -54,13 +54,13 @@ from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .base import Policy, SpaceMismatchError, resolve_shape, space_dims
-from .defaults import OnlineEvalParams, PolicyParams
+from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor
 from .models import DeterministicActor, SingleQ, TwinQ
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
 
-__all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise", "TD3Params", "DDPGParams", "OffPolicyParams",
+__all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise", "TD3Params", "DDPGParams",
            "ActorCriticModelParams", "TD3ModelParams", "TD3UpdateParams", "TD3LearnParams", "TD3CollectParams",
            "TD3OtherParams"]
 
@@ -100,22 +100,6 @@ def smoothing_noise(generator: torch.Generator, rows: int, cols: int, std: float
     """
     noise = torch.randn((rows * world_size, cols), generator=generator, device=generator.device)
     return (noise[rank * rows:(rank + 1) * rows] * std).clamp_(-clip, clip)
-
-
-@dataclass
-class OffPolicyParams(PolicyParams):
-    """The keys an actor-critic learning off-policy from its own collection (TD3, DDPG, SAC) has at the top of
-    its ``policy`` section: the discount of the collector's returns and the random warm-up."""
-
-    discount_factor: float = param(0.99, rule="unit_interval")
-    """gamma, the discount of future rewards: the collector's n-step transitions carry gamma^n as their
-    ``discount``, by which the TD target bootstraps."""
-    nstep: int = param(1, rule="at_least_one")
-    """Rewards summed into each stored transition before it bootstraps (n-step returns, ``data.nstep``);
-    1: one-step TD."""
-    random_collect_size: int = param(1000, rule="not_negative")
-    """Env steps acted uniformly at random over the action bounds before the policy acts (varied warm-up data);
-    the learner also waits until the buffer holds as many transitions (and at least a batch). 0: none."""
 
 
 @dataclass
@@ -177,11 +161,8 @@ class TD3LearnParams(TD3UpdateParams):
 
 
 @dataclass
-class TD3CollectParams(Params):
+class TD3CollectParams(CollectParams):
     """TD3's and DDPG's ``policy.collect``."""
-
-    n_sample: int = param(1, rule="at_least_one")
-    """Transitions per collect, across the collector's envs (rounded up to whole vector steps)."""
     noise_sigma: float = param(0.1)
     """Exploration: the std of the Gaussian noise added to ``pi(s)`` while collecting, in units of half the
     action range (the action is then clipped to the bounds); 0: act with ``pi(s)`` alone. A negative value is
@@ -204,7 +185,7 @@ class TD3Params(OffPolicyParams):
     """The actor and the critics."""
     learn: TD3LearnParams = section(TD3LearnParams)
     """The update: batch, learning rates, policy delay, targets, target smoothing."""
-    collect: TD3CollectParams = section(TD3CollectParams)
+    collect: TD3CollectParams = section(TD3CollectParams, n_sample=1)
     """Collection and its exploration noise."""
     eval: OnlineEvalParams = section(OnlineEvalParams, evaluator=dict(eval_freq=1000))
     """Evaluation, every 1000 learner updates by default."""

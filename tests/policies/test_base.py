@@ -14,7 +14,7 @@ import torch
 import policies.normalisation
 import policies.placement
 from policies.accel import HotPath, hot_path
-from policies.base import Policy, PolicyParams
+from policies.base import Policy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: the modules of the pieces the base composes, not algorithms

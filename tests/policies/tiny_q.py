@@ -18,6 +18,7 @@ from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 from policies.accel import hot_path
 from policies.base import OnlineEvalParams, Policy, PolicyParams, space_dims
+from policies.defaults import CollectParams
 from policies.dqn import EpsilonParams
 from policies.optim import OptimizerStep
 
@@ -41,12 +42,6 @@ class TinyQLearn(Params):
 
 
 @dataclass
-class TinyQCollect(Params):
-    n_sample: int = param(64, rule="at_least_one")
-    """Transitions per collection."""
-
-
-@dataclass
 class TinyQOther(Params):
     eps: EpsilonParams = section(EpsilonParams, type="linear", start=1.0, end=0.05, decay=3000)
     """Epsilon-greedy exploration (DQN's schedule, so the pipeline's exploration stage drives it)."""
@@ -66,7 +61,7 @@ class TinyQParams(PolicyParams):
     """The Q network."""
     learn: TinyQLearn = section(TinyQLearn)
     """The update."""
-    collect: TinyQCollect = section(TinyQCollect)
+    collect: CollectParams = section(CollectParams)
     """Collection."""
     eval: OnlineEvalParams = section(OnlineEvalParams, evaluator=dict(eval_freq=50))
     """Evaluation."""
