@@ -168,8 +168,9 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     policy_cls = POLICY_REGISTRY.get(cfg.policy.type)
     shape = _shape_of(policy_cls, cfg.policy.type, shapes)
     context = _context_class(request.context, shape)
-    size_torch_threads(RunParams.pick(cfg).torch_threads)  # this process's share of the cores (or OMP_NUM_THREADS)
-    run = Run(request, cfg, ddp_ctx.rank, ddp_ctx.world_size, rank_seed(cfg.seed, ddp_ctx.rank), resources,
+    keys = RunParams.pick(cfg)  # the run's own keys (its directory is settled below)
+    size_torch_threads(keys.torch_threads)  # this process's share of the cores (or OMP_NUM_THREADS)
+    run = Run(request, cfg, ddp_ctx.rank, ddp_ctx.world_size, rank_seed(keys.seed, ddp_ctx.rank), resources,
               ENV_REGISTRY.get(cfg.env.type))
     _seed_everything(run.seed)
     observation_space, action_space = shape.open(run)
@@ -177,7 +178,7 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     background = shape.background_eval and getattr(evaluator_params, "background", False)
     evaluator_env = None
     if run.main and not background:  # a background evaluator's process builds its own
-        evaluator_env = make_vector_env(run.env_type, cfg.env, stages.env_params(cfg).evaluator_env_num, cfg.seed,
+        evaluator_env = make_vector_env(run.env_type, cfg.env, stages.env_params(cfg).evaluator_env_num, keys.seed,
                                         manager="sync", training=False)
         resources.callback(evaluator_env.close)
     run.policy = policy = _build_policy(policy_cls, cfg, observation_space, action_space, ddp_ctx)
@@ -185,8 +186,9 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     saved_buffer = buffer if shape.saves_buffer else None
 
     # the inputs are checked: only now the run directory (a failed start leaves none, pipelines.run_dir)
-    cfg.exp_name, resume = _run_dir(cfg, request.exp_name is not None, request.resume, request.force, run.main,
-                                    run.world_size, resources)
+    run_dir, resume = _run_dir(cfg, request.exp_name is not None, request.resume, request.force, run.main,
+                               run.world_size, resources)
+    cfg.exp_name = run_dir  # the compiled config records the directory the run writes (config.json, resume)
     if run.main:
         if resume:
             warn_config_changes(cfg)
@@ -202,8 +204,8 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     ddp = stages.ddp(cfg, policy)
     log = LogParams.of(cfg.log, "log")
     profile = StageProfile() if log.profile else None  # where the time goes (--profile, engine.profile)
-    summary = RunSummary(cfg.exp_name, write=run.main, clock=clock, extra=lambda: {
-        "run_dir": cfg.exp_name, **shape.summary(run, ctx),
+    summary = RunSummary(run_dir, write=run.main, clock=clock, extra=lambda: {
+        "run_dir": run_dir, **shape.summary(run, ctx),
         **({"world_size": run.world_size, "rank": run.rank, "ddp_collective_s": ddp.collective_time}
            if run.world_size > 1 else {}),
         **({"profile": profile.as_dict()} if profile is not None else {}), **stages.evaluator_report(evaluator)})
@@ -263,7 +265,8 @@ def _build_policy(policy_cls: type, cfg: Any, observation_space: gym.Space, acti
     try:
         return policy_cls(cfg.policy, observation_space, action_space, device=device)
     except SpaceMismatchError as err:  # say which env, beside the policy and the space
-        raise SpaceMismatchError(f"env {cfg.env.env_id!r} (type {cfg.env.type!r}): {err}") from err
+        env = stages.env_params(cfg)
+        raise SpaceMismatchError(f"env {env.env_id!r} (type {env.type!r}): {err}") from err
     except ValueError as err:  # a value of its config the policy refuses: the user's to fix
         raise ConfigError(f"policy {cfg.policy.type!r}: {err}") from err
 
@@ -287,7 +290,8 @@ def _run_dir(cfg: Mapping[str, Any], explicit: bool, resume: Union[bool, str], f
     choice: Tuple[Optional[str], bool, Optional[str]] = (None, False, None)
     if main:
         try:
-            claim = claim_run_dir(cfg["exp_name"], cfg["seed"], explicit=explicit, resume=resume, force=force)
+            keys = RunParams.pick(cfg)
+            claim = claim_run_dir(keys.exp_name, keys.seed, explicit=explicit, resume=resume, force=force)
             resources.callback(claim.lock.release)
             if claim.resumed:
                 check_same_task(claim.path, cfg)

@@ -26,10 +26,11 @@ from data.offline import EpochSampler, ShardPlan, open_dataset
 from data.offline.dataset import DatasetParams
 from data.replay import ReplayBuffer
 from data.replay.storage import RingStorage
-from engine.config import ConfigError
+from engine.config import ConfigError, RunParams
 from engine.context import OfflineRLContext
 from middleware.offline import OfflineDataFetcher, OfflineLearner
 
+from . import stages
 from .assembly import Run, Shape
 from .pipeline import Pipeline
 
@@ -64,10 +65,11 @@ class OfflineShape(Shape):
             raise ConfigError(f"dataset.name is empty: policy {cfg.policy.type!r} learns from a dataset; name one "
                               f"(dataset.name=cartpole/expert-v0, see docs/offline.md)")
         self.dataset = dataset = open_dataset(settings.name, settings.root or None)
-        probe = make_vector_env(run.env_type, cfg.env, 1, cfg.seed, manager="sync", training=False)
+        probe = make_vector_env(run.env_type, cfg.env, 1, RunParams.pick(cfg).seed, manager="sync", training=False)
         spaces = probe.single_observation_space, probe.single_action_space
         probe.close()
-        dataset.check_spaces(*spaces, f"env {cfg.env.env_id!r} (type {cfg.env.type!r})")
+        env = stages.env_params(cfg)
+        dataset.check_spaces(*spaces, f"env {env.env_id!r} (type {env.type!r})")
         self.plan = ShardPlan(dataset.n_episodes, run.world_size, dataset=f"dataset {settings.name!r}",
                               split=settings.split)
         self.episodes = self.plan.episodes(run.rank)

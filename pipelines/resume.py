@@ -26,6 +26,7 @@ import os
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from data.replay.reshard import load_shards, shard_plan
+from engine.config import CONFIG_FILE, RunParams
 from engine.context import OnlineRLContext, StopReason
 from engine.distributed import broadcast_object
 from engine.rng import set_rng_state
@@ -78,7 +79,7 @@ def resume_run(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer
 
 def _load_learn_state(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, saver: Any,
                       max_env_step: Optional[int], max_train_iter: Optional[int]) -> Tuple[str, Dict[str, Any]]:
-    ckpt_dir = os.path.join(cfg["exp_name"], "ckpt")
+    ckpt_dir = os.path.join(RunParams.pick(cfg).exp_name, "ckpt")
     path, state = load_newest_checkpoint(ckpt_dir)
     wrote, wants = state.get("meta") or {}, stages.checkpoint_meta(cfg)
     if wrote.get("policy_type", wants["policy_type"]) != wants["policy_type"] or \
@@ -109,9 +110,9 @@ def _stop_if_finished(cfg: Mapping[str, Any], ctx: OnlineRLContext, saved_reason
                       max_env_step: Optional[int], max_train_iter: Optional[int]) -> None:
     """Finish ``ctx`` before its first iteration when the run has nothing left to train, saying so; or turn
     the stop value off when a run that reached it is given a larger budget."""
-    stop_value = float(cfg["env"]["stop_value"])
+    stop_value = stages.env_params(cfg).stop_value
     reason, why = finished_reason(ctx, saved_reason, stop_value, max_env_step, max_train_iter)
-    run = cfg["exp_name"]
+    run = RunParams.pick(cfg).exp_name
     if reason is not None:
         logger.warning("the run in %s has nothing left to train: %s; stopping without training", run, why)
         ctx.finish, ctx.stop_reason = True, reason
@@ -119,7 +120,7 @@ def _stop_if_finished(cfg: Mapping[str, Any], ctx: OnlineRLContext, saved_reason
         logger.warning("the run in %s reached its stop value (evaluation %.1f >= env.stop_value %g); training on "
                        "to the budget given (%s) without stopping at it", run, ctx.eval_value, stop_value,
                        _budgets(max_env_step, max_train_iter))
-        cfg["env"]["stop_value"] = math.inf
+        cfg["env"]["stop_value"] = math.inf  # the compiled config: what the evaluator and config.json get
 
 
 def finished_reason(ctx: OnlineRLContext, saved_reason: Optional[str], stop_value: float,
@@ -204,7 +205,8 @@ def warn_config_changes(cfg: Mapping[str, Any]) -> Dict[str, Tuple[Any, Any]]:
     which ``cfg`` differs from the run's ``config.json``, leaving out ``QUIET_KEYS`` (a changed stop value
     is logged at info level). Returns every difference, quiet keys included (none when there is no
     ``config.json`` to compare with)."""
-    path = os.path.join(cfg["exp_name"], "config.json")
+    run = RunParams.pick(cfg).exp_name
+    path = os.path.join(run, CONFIG_FILE)
     try:
         with open(path) as f:
             saved = json.load(f)
@@ -213,10 +215,10 @@ def warn_config_changes(cfg: Mapping[str, Any]) -> Dict[str, Tuple[Any, Any]]:
     changes = config_changes(saved, cfg)
     loud = [f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items() if key not in QUIET_KEYS]
     if loud:
-        logger.warning("resuming %s with a config that differs from its config.json in %d key(s): %s", cfg["exp_name"],
+        logger.warning("resuming %s with a config that differs from its config.json in %d key(s): %s", run,
                        len(loud), "; ".join(loud))
     if "env.stop_value" in changes:
-        logger.info("resuming %s with env.stop_value %r -> %r", cfg["exp_name"], *changes["env.stop_value"])
+        logger.info("resuming %s with env.stop_value %r -> %r", run, *changes["env.stop_value"])
     return changes
 
 
