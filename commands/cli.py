@@ -44,26 +44,27 @@ from engine.registry import UnknownTypeError
 from .options import (configure_logging, add_train_options, check_launch_options, resume_last, run_from_args,
                       take_overrides)
 from .config_file import load_config_file
+from .run_options import missing_run_dirs
 from .user_errors import print_user_error
 
 __all__ = ["main"]
 
-#: commands whose options are defined by a module that imports torch (record) or middleware (plot):
-#: name -> (module, its function adding the options, the command's help)
+#: commands whose options are defined by a module of their own (the ones reading run directories: by the light
+#: commands.run_options): name -> (module, its function adding the options, the command's help)
 _COMMAND_MODULES = {
     # an Optuna study over config keys (commands/tune.py); optuna is imported only when it runs
     "tune": ("tune", "add_tune_options", "search config keys with Optuna: trials as runs, the best as a config"),
     # a Minari dataset from a trained checkpoint (commands/record.py)
     "record": ("record", "add_record_options", "record episodes of a trained checkpoint as a dataset"),
     # evaluation curves of runs (their progress.csv); matplotlib is imported only when plotting
-    "plot": ("plot", "add_plot_options", "draw the evaluation return of runs (seeds grouped: IQM and its 95%% "
-                                         "bootstrap CI) to a PNG"),
+    "plot": ("run_options", "add_plot_options", "draw the evaluation return of runs (seeds grouped: IQM and its "
+                                                "95%% bootstrap CI) to a PNG"),
     # after training (docs/after_training.md): watch, ship and report a trained run
-    "eval": ("evaluate", "add_eval_options", "greedy episodes of a trained run's checkpoint: return mean, std, "
+    "eval": ("run_options", "add_eval_options", "greedy episodes of a trained run's checkpoint: return mean, std, "
                                              "count as JSON; --video DIR films them"),
-    "export": ("export", "add_export_options", "the acting policy of a run's checkpoint as one TorchScript or ONNX "
+    "export": ("run_options", "add_export_options", "the acting policy of a run's checkpoint as one TorchScript or ONNX "
                                                "file that runs without baton"),
-    "report": ("report", "add_report_options", "a table of runs grouped over seeds: interquartile mean of their "
+    "report": ("run_options", "add_report_options", "a table of runs grouped over seeds: interquartile mean of their "
                                                "scores with a 95%% stratified-bootstrap CI"),
 }
 #: commands that read run directories only: module -> its main function (they take no config)
@@ -116,6 +117,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         return tune_main(args)
     if args.command in _RUN_COMMANDS:
+        missing = missing_run_dirs(args.command, args)
+        if missing is not None:  # before the working module (and torch) loads
+            print(missing, file=sys.stderr, flush=True)
+            return 2
         module, function = _RUN_COMMANDS[args.command]
         if args.command != "plot":
             configure_logging()

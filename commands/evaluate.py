@@ -35,14 +35,14 @@ from engine.fileio import atomic_write_json
 from middleware.evaluator import evaluate_episodes
 from pipelines.stages import env_params
 
-from .saved_run import CKPT_CHOICES, load_saved_run
+from .run_options import EVAL_FILE
+from .saved_run import load_saved_run
 
-__all__ = ["evaluate_run", "add_eval_options", "eval_main", "EVAL_FILE"]
+__all__ = ["evaluate_run", "eval_main", "EVAL_FILE"]
 
 logger = logging.getLogger(__name__)
 
 #: where ``baton eval`` writes its result in the run directory (``baton report --score eval`` reads it)
-EVAL_FILE = "eval.json"
 
 
 def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, seed: int = 0,
@@ -118,26 +118,6 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
     result["output"] = output or os.path.join(run_dir, EVAL_FILE)
     atomic_write_json(result["output"], result)
     return result
-
-
-def add_eval_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The options of ``baton eval`` (module docstring)."""
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a training run's directory (config.json, ckpt/)")
-    parser.add_argument("--ckpt", default=None, metavar="best|latest|PATH",
-                        help=f"the checkpoint: {' or '.join(CKPT_CHOICES)} of RUN_DIR/ckpt, or a path (default: best, "
-                             f"else latest)")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
-    parser.add_argument("-s", "--seed", type=int, default=0, help="env i is reset with seed + i (default 0)")
-    parser.add_argument("--num-envs", type=int, default=None,
-                        help="envs stepped together (default: env.evaluator_env_num, at most --episodes; 1 with "
-                             "--video)")
-    parser.add_argument("-o", "--output", default=None, help=f"the JSON result (default RUN_DIR/{EVAL_FILE})")
-    parser.add_argument("--video", default=None, metavar="DIR", help="write env 0's episodes to DIR as mp4 "
-                                                                     "(the video extra)")
-    parser.add_argument("--gif", action="store_true", help="with --video: GIFs instead of mp4")
-    parser.add_argument("--video-episodes", type=int, default=None, metavar="M",
-                        help="with --video: film only the first M episodes")
-    return parser
 
 
 def eval_main(args: argparse.Namespace) -> int:

@@ -41,12 +41,12 @@ from engine.fileio import DiskFullError, atomic_write_path
 from pipelines.stages import env_params
 from policies.greedy import NotExportableError
 
-from .saved_run import CKPT_CHOICES, load_saved_run
+from .run_options import FORMATS
+from .saved_run import load_saved_run
 
-__all__ = ["export_policy", "export_run", "add_export_options", "export_main", "FORMATS", "ExportError"]
+__all__ = ["export_policy", "export_run", "export_main", "FORMATS", "ExportError"]
 
 #: format -> file extension
-FORMATS = {"torchscript": ".pt", "onnx": ".onnx"}
 EXPORT_EXTRA = 'pip install -c constraints.txt -e ".[export]"'
 
 
@@ -214,19 +214,6 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
     return {"path": path, "format": fmt, "ckpt": run.ckpt, "policy": run.cfg.policy.type,
             "env_id": env_params(run.cfg).env_id, "obs_shape": list(space.shape), "obs_dtype": str(space.dtype),
             "action_space": str(run.policy.action_space)}
-
-
-def add_export_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The options of ``baton export`` (module docstring)."""
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a training run's directory (config.json, ckpt/)")
-    parser.add_argument("--format", required=True, choices=tuple(FORMATS),
-                        help="torchscript (.pt, torch.jit.load) or onnx (.onnx, onnxruntime; the export extra)")
-    parser.add_argument("--ckpt", default=None, metavar="best|latest|PATH",
-                        help=f"the checkpoint: {' or '.join(CKPT_CHOICES)} of RUN_DIR/ckpt, or a path (default: best, "
-                             f"else latest)")
-    parser.add_argument("-o", "--output", default=None,
-                        help="the file to write (default RUN_DIR/policy_<checkpoint>.pt or .onnx)")
-    return parser
 
 
 def export_main(args: argparse.Namespace) -> int:

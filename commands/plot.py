@@ -29,11 +29,12 @@ import numpy as np
 from engine.config import CONFIG_FILE
 from middleware.progress_csv import PROGRESS_FILE, read_progress
 
-__all__ = ["PlotError", "find_runs", "group_runs", "mean_curve", "iqm_curve", "plot_runs", "add_plot_options",
+from .run_options import X_AXES
+
+__all__ = ["PlotError", "find_runs", "group_runs", "mean_curve", "iqm_curve", "plot_runs",
            "plot_main"]
 
 METRIC = "eval/episode_return_mean"
-X_AXES = {"env_step": "env steps", "wall_time_s": "wall time (s)"}
 _SEED_SUFFIX = re.compile(r"_seed\d+(_\d+)?$")  # a repeated run of a seed is numbered (pipelines.run_dir)
 
 Curve = Tuple[np.ndarray, np.ndarray]
@@ -221,18 +222,6 @@ def _draw_group(ax: Any, color: str, label: str, curves: List[Curve]) -> None:
     grid, mid, lo, hi = summary
     ax.plot(grid, mid, color=color, linewidth=2, label=f"{label}: IQM of {len(curves)} seeds")
     ax.fill_between(grid, lo, hi, color=color, alpha=0.2, linewidth=0, label=f"{label}: 95% bootstrap CI")
-
-
-def add_plot_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
-                        help="run directories (holding progress.csv), or directories of them")
-    parser.add_argument("-o", "--output", default="progress.png", help="image to write (default progress.png)")
-    parser.add_argument("--x", choices=tuple(X_AXES), default=None,
-                        help="one panel against this x (default: env_step and wall_time_s side by side)")
-    parser.add_argument("--label", action="append", default=None, metavar="NAME",
-                        help="legend label: once for all runs (one group), or once per RUN_DIR in order; "
-                             "default: the directory name less a _seed<N> suffix")
-    return parser
 
 
 def plot_main(args: argparse.Namespace) -> int:

@@ -33,10 +33,10 @@ from middleware.progress_csv import PROGRESS_FILE, read_progress
 
 from .iqm import iqm_with_ci
 from .plot import METRIC, PlotError, find_runs, group_runs
+from .run_options import EVAL_FILE, SCORES
 
-__all__ = ["ReportError", "run_score", "report_runs", "format_report", "add_report_options", "report_main", "SCORES"]
+__all__ = ["ReportError", "run_score", "report_runs", "format_report", "report_main", "SCORES"]
 
-SCORES = ("final", "best", "eval")
 
 
 class ReportError(PlotError):
@@ -50,7 +50,6 @@ def run_score(run: str, score: str = "final") -> float:
         ReportError: the run holds no such score yet.
     """
     if score == "eval":
-        from .evaluate import EVAL_FILE
 
         path = os.path.join(run, EVAL_FILE)
         try:
@@ -107,21 +106,6 @@ def format_report(rows: Sequence[Dict[str, Any]]) -> str:
                          f"{row['mean']:.1f}", f"{row['min']:.1f}", f"{row['max']:.1f}"] for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table)
-
-
-def add_report_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The options of ``baton report`` (module docstring)."""
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
-                        help="run directories (holding progress.csv), or directories of them")
-    parser.add_argument("--score", choices=SCORES, default="final",
-                        help="a run's score: its last evaluation (final, default), its best, or baton eval's mean")
-    parser.add_argument("--label", action="append", default=None, metavar="NAME",
-                        help="group label: once for all runs (one group), or once per RUN_DIR in order; default: "
-                             "the directory name less a _seed<N> suffix")
-    parser.add_argument("--confidence", type=float, default=0.95, help="the interval's coverage (default 0.95)")
-    parser.add_argument("--reps", type=int, default=2000, help="bootstrap replicates (default 2000)")
-    parser.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
-    return parser
 
 
 def report_main(args: argparse.Namespace) -> int:

@@ -24,8 +24,10 @@ from engine.config import CONFIG_FILE, compile_config
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from middleware.checkpoint import BEST, LATEST, CheckpointError, check_policy_type, load_checkpoint
 
-from .catalog import GYM_TYPE
 from pipelines.run_dir import RunDirError
+
+from .catalog import GYM_TYPE
+from .run_options import RUN_DIR_HINT
 
 __all__ = ["SavedRun", "load_run_config", "checkpoint_path", "load_saved_run", "CKPT_CHOICES"]
 
@@ -52,8 +54,7 @@ def load_run_config(run_dir: str) -> EasyDict:
         engine.config.ConfigError: a ``config.json`` this version of baton does not read.
     """
     if not os.path.isdir(run_dir):
-        raise RunDirError(f"{run_dir}: no such run directory (give the directory a training run wrote: "
-                          f"the path its last line printed as run_dir=...)")
+        raise RunDirError(f"{run_dir}: no such run directory ({RUN_DIR_HINT})")
     path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.isfile(path):
         raise RunDirError(f"{run_dir} holds no run: {path} is missing (a training run writes it at its start)")
