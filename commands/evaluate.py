@@ -33,7 +33,7 @@ from data.env_loop import EnvLoop
 from data.envs import make_vector_env
 from engine.fileio import atomic_write_json
 from middleware.evaluator import evaluate_episodes
-from pipelines.stages import env_params
+from pipelines.stages import env_label, env_params
 
 from .run_options import EVAL_FILE
 from .saved_run import load_saved_run
@@ -62,8 +62,9 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
         video_episodes: film only this many episodes (default: all of env 0's).
 
     Returns:
-        ``{"run_dir", "ckpt", "train_iter", "env_step", "env_id", "seed", "episodes", "mean", "std", "min",
-        "max", "returns", "lengths", "output", "videos"}``.
+        ``{"run_dir", "ckpt", "train_iter", "env_step", "env_id", "env", "seed", "episodes", "mean", "std",
+        "min", "max", "returns", "lengths", "output", "videos"}``; ``env``: the id with its env type where that is
+        not the id's own family (``pipelines.stages.env_label``).
 
     Raises:
         ValueError: a count below 1, ``gif`` without ``video``.
@@ -110,7 +111,7 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
     returns = np.asarray(played["returns"], dtype=np.float64)
     ctx = run.state.get("ctx") or {}
     result = {"run_dir": run_dir, "ckpt": run.ckpt, "train_iter": ctx.get("train_iter"),
-              "env_step": ctx.get("env_step"), "env_id": env_params(cfg).env_id, "seed": seed,
+              "env_step": ctx.get("env_step"), "env_id": env_params(cfg).env_id, "env": env_label(cfg), "seed": seed,
               "episodes": int(returns.size), "mean": float(returns.mean()), "std": float(returns.std()),
               "min": float(returns.min()), "max": float(returns.max()), "returns": returns.tolist(),
               "lengths": [int(n) for n in played["lengths"]],
@@ -144,7 +145,7 @@ def eval_main(args: argparse.Namespace) -> int:
         print_user_error(failure)
         return 2
     print(f"baton eval: {result['run_dir']} {os.path.basename(result['ckpt'])} (train_iter {result['train_iter']}, "
-          f"env_step {result['env_step']}) on {result['env_id']}: return {result['mean']:.2f} +- "
+          f"env_step {result['env_step']}) on {result['env']}: return {result['mean']:.2f} +- "
           f"{result['std']:.2f} over {result['episodes']} episodes (min {result['min']:.1f}, max "
           f"{result['max']:.1f}, seed {result['seed']}); wrote {result['output']}", flush=True)
     for path in result["videos"]:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from engine.fileio import DiskFullError, atomic_write_path
-from pipelines.stages import env_params
+from pipelines.stages import env_label, env_params
 from policies.greedy import NotExportableError
 
 from .run_options import FORMATS
@@ -201,7 +201,7 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
     """Export the policy of checkpoint ``ckpt`` of the run in ``run_dir`` (``export_policy``).
 
     Returns:
-        ``{"path", "format", "ckpt", "policy", "env_id", "obs_shape", "obs_dtype", "action_space"}``.
+        ``{"path", "format", "ckpt", "policy", "env_id", "env" (as baton eval's), "obs_shape", "obs_dtype", "action_space"}``.
 
     Raises:
         As ``commands.saved_run.load_saved_run`` and ``export_policy``.
@@ -212,7 +212,7 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
     space = run.policy.observation_space
     path = export_policy(run.policy, space, output or default_output(run_dir, run.ckpt, fmt), fmt)
     return {"path": path, "format": fmt, "ckpt": run.ckpt, "policy": run.cfg.policy.type,
-            "env_id": env_params(run.cfg).env_id, "obs_shape": list(space.shape), "obs_dtype": str(space.dtype),
+            "env_id": env_params(run.cfg).env_id, "env": env_label(run.cfg), "obs_shape": list(space.shape), "obs_dtype": str(space.dtype),
             "action_space": str(run.policy.action_space)}
 
 
@@ -228,7 +228,7 @@ def export_main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; the file is renamed into place whole or not
         print("baton export: interrupted; no file was written", file=sys.stderr, flush=True)
         return 130
-    print(f"baton export: wrote {info['path']} ({info['format']}: {info['policy']} on {info['env_id']}, from "
+    print(f"baton export: wrote {info['path']} ({info['format']}: {info['policy']} on {info['env']}, from "
           f"{os.path.basename(info['ckpt'])}): obs {info['obs_dtype']}[batch, {', '.join(map(str, info['obs_shape']))}]"
           f" -> action of {info['action_space']}", flush=True)
     return 0

@@ -39,7 +39,7 @@ from middleware.summary import RunClock
 from middleware.trackers import start_trackers
 from policies.base import Policy
 
-__all__ = ["env_params", "replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration",
+__all__ = ["env_params", "env_label", "replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration",
            "random_collect", "off_policy_learner", "on_policy_learner", "gae", "sequence_length", "checkpoint_saver", "shard_saver",
            "logs", "logger", "preemption", "termination", "ddp", "OFFLINE_DEFAULT_UPDATES"]
 
@@ -56,6 +56,24 @@ def env_params(cfg: Mapping[str, Any]) -> EnvParams:
     if isinstance(declared, type) and issubclass(declared, EnvParams):
         return declared.of(cfg["env"], "env")
     return EnvParams.pick(cfg["env"])
+
+
+def env_label(cfg: Mapping[str, Any]) -> str:
+    """How a run's env is named to the user: its id, with its env type when the type is not the id's own family
+    (``CartPole-v1 (env type cartpole_masked)``, not a bare ``CartPole-v1`` for the masked variant).
+
+    Examples:
+        >>> env_label({"env": {"type": "cartpole", "env_id": "CartPole-v1"}})
+        'CartPole-v1'
+        >>> env_label({"env": {"type": "cartpole_masked", "env_id": "CartPole-v1"}})
+        'CartPole-v1 (env type cartpole_masked)'
+    """
+    env = cfg["env"]
+    env_id, env_type = str(env.get("env_id") or ""), str(env.get("type") or "")
+    family = env_id.split("/")[-1].split("-v")[0].lower()
+    if not env_id:
+        return f"env type {env_type}"
+    return env_id if env_type in (family, "gym") else f"{env_id} (env type {env_type})"
 
 
 def replay_buffer(settings: ReplayBufferParams, *, priority: bool = False, obs_shape: Optional[Sequence[int]] = None,

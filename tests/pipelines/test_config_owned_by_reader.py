@@ -79,3 +79,16 @@ def test_baton_train_explain_trains_nothing(tmp_path, capsys, monkeypatch):
     assert os.listdir(tmp_path) == []
     assert main(["train", "-c", CARTPOLE_DQN, "--explain", "policy.lern"]) == 2
     assert "did you mean 'policy.learn'" in capsys.readouterr().err
+
+
+def test_the_env_is_named_with_its_type_where_the_id_alone_would_mislead():
+    """``baton eval`` of a masked-CartPole run says so (issue 34), not a bare ``CartPole-v1``."""
+    import doctest
+
+    from pipelines import stages
+
+    assert doctest.testmod(stages).failed == 0 and doctest.testmod(stages).attempted >= 2
+    assert stages.env_label({"env": {"type": "atari", "env_id": "PongNoFrameskip-v4"}}) == \
+        "PongNoFrameskip-v4 (env type atari)"
+    assert stages.env_label({"env": {"type": "gym", "env_id": "Acrobot-v1"}}) == "Acrobot-v1"
+    assert stages.env_label({"env": {"type": "hopper", "env_id": "Hopper-v5"}}) == "Hopper-v5"
