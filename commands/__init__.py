@@ -14,11 +14,13 @@ from engine.lazy import lazy_exports
 if TYPE_CHECKING:
     from .config_file import load_config_file
     from .options import cli_main, parse_train_args
+    from .saved_run import load_saved_run
 
-__all__ = ["cli_main", "parse_train_args", "load_config_file"]
+__all__ = ["cli_main", "parse_train_args", "load_config_file", "load_saved_run"]
 
 #: where each public name lives
-_HOMES = {"cli_main": "options", "parse_train_args": "options", "load_config_file": "config_file"}
+_HOMES = {"cli_main": "options", "parse_train_args": "options", "load_config_file": "config_file",
+          "load_saved_run": "saved_run"}
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)
