@@ -30,6 +30,7 @@ from data.env_loop import EnvLoop
 from data.nstep import NStepBuilder
 from data.obs import all_finite, index_rows, stack
 from engine.context import OnlineRLContext
+from engine.distributed import get_world_size
 from engine.protocols import CollectPolicy, VectorEnv, require
 
 __all__ = ["StepCollector", "EpisodeCollector", "NonFiniteDataError"]
@@ -110,11 +111,16 @@ class StepCollector:
         overlap: step env groups while the policy acts (``data.env_loop``); default: whenever ``env`` is
             ``EnvGroups`` (``make_vector_env`` builds them for ``env.manager.overlap``).
         env_id: the envs' id, named by the error of a non-finite observation or reward.
+        max_env_step: the run's env-step budget (off-policy): the call that reaches it collects only the vector
+            steps left (this rank's share under DDP), so the run ends at its budget rounded up to whole vector
+            steps rather than a whole collect past it. An on-policy rollout is never cut: its length is what
+            GAE and the recurrent sequences are built for.
     """
 
     def __init__(self, policy: CollectPolicy, env: VectorEnv, n_sample: int, *, nstep: int = 1,
                  gamma: float = 0.99, seed: int = 0, time_major: bool = False,
-                 overlap: Optional[bool] = None, env_id: Optional[str] = None) -> None:
+                 overlap: Optional[bool] = None, env_id: Optional[str] = None,
+                 max_env_step: Optional[int] = None) -> None:
         require(policy, CollectPolicy, "the collector's policy")
         n_sample = int(n_sample)
         if n_sample <= 0:
@@ -130,10 +136,14 @@ class StepCollector:
         self.steps_per_call = math.ceil(n_sample / self.num_envs)
         self._nstep = None if time_major else NStepBuilder(int(nstep), float(gamma))
         self._env_id = env_id
+        self._budget = None if time_major or max_env_step is None else int(max_env_step)
+        self._ranks = get_world_size()
 
     def __call__(self, ctx: OnlineRLContext) -> None:
         start = time.perf_counter()
         steps, envs = self.steps_per_call, self.num_envs
+        if self._budget is not None:  # the last call collects what is left of the budget (ctx.env_step: global)
+            steps = max(1, min(steps, math.ceil((self._budget - ctx.env_step) / (envs * self._ranks))))
         obs, next_obs, reward, terminated, truncated = [], [], [], [], []
         out: Dict[str, List[torch.Tensor]] = {}
         # 1. the steps, kept as they come: appends only, this loop is the collector's whole overhead

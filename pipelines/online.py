@@ -50,8 +50,8 @@ class _OnlineShape(Shape):
             pipeline.append(stages.exploration(run.policy), name="exploration")
         if getattr(params, "random_collect_size", 0) > 0:
             pipeline.append(stages.random_collect(run.policy), name="random_collect")
-        pipeline.append(stages.collector(run.cfg, run.policy, self.collector_env, run.seed, on_policy),
-                        name="collector")
+        pipeline.append(stages.collector(run.cfg, run.policy, self.collector_env, run.seed, on_policy,
+                                         max_env_step=run.request.max_env_step), name="collector")
 
 
 class OffPolicyShape(_OnlineShape):

@@ -108,13 +108,14 @@ def replay_buffer(settings: ReplayBufferParams, *, priority: bool = False, obs_s
     return ReplayBuffer(capacity, sampler, storage)
 
 
-def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int, on_policy: bool) -> StepCollector:
+def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int, on_policy: bool,
+              max_env_step: Optional[int] = None) -> StepCollector:
     """``StepCollector`` on the collector's envs: gymnasium's, in groups (``env.manager.overlap``), or batched
     torch envs, whose transitions stay on their device (``data.torch_env``)."""
     params = policy.params
     return StepCollector(policy.collect_mode, env, params.collect.n_sample, nstep=getattr(params, "nstep", 1),
                          gamma=params.discount_factor, seed=seed, time_major=on_policy,
-                         env_id=env_params(cfg).env_id)
+                         env_id=env_params(cfg).env_id, max_env_step=max_env_step)
 
 
 def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], saver: Optional[CkptSaver] = None,

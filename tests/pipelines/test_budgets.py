@@ -83,3 +83,31 @@ def test_algo_env_runs_get_their_familys_budget(tmp_path, monkeypatch, capsys):
     assert seen["budget"] == 500_000
     main(["train", "--algo", "dqn", "--env", "CartPole-v1", "--max-train-iter", "10"])
     assert seen["budget"] is None
+
+
+@pytest.mark.parametrize("budget, ends_at", [(1024, 1024), (1030, 1032)])
+def test_an_off_policy_run_ends_at_its_env_step_budget_not_a_collect_past_it(budget, ends_at, tmp_path):
+    """CartPole DQN collects 96 transitions a call on 8 envs: the last call collects what is left, rounded up to
+    whole vector steps of 8 (issue 34: 1,024 ended at 1,056); the progress bar and summary say the same."""
+    from pipelines import build_pipeline
+
+    from dizoo.classic_control.cartpole.config.cartpole_dqn_config import create_config, main_config
+    main = copy.deepcopy(main_config)
+    main.env.stop_value = float("inf")
+    summary = build_pipeline((main, create_config), max_env_step=budget, exp_name=str(tmp_path / "run"),
+                             progress=False).run()
+    assert summary["env_step"] == ends_at and summary["stop_reason"] == StopReason.MAX_ENV_STEP
+
+
+def test_an_on_policy_rollout_is_never_cut(tmp_path):
+    """PPO's rollout length is what GAE and recurrent sequences are built for: the budget stops it after a whole
+    rollout."""
+    from pipelines import build_pipeline
+
+    from dizoo.classic_control.cartpole.config.cartpole_ppo_config import create_config, main_config
+    main = copy.deepcopy(main_config)
+    main.env.stop_value = float("inf")
+    rollout = main.policy.collect.n_sample
+    summary = build_pipeline((main, create_config), max_env_step=rollout + 1, exp_name=str(tmp_path / "run"),
+                             progress=False).run()
+    assert summary["env_step"] == 2 * rollout
