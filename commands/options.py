@@ -191,15 +191,22 @@ def _starts_processes(args: argparse.Namespace) -> bool:
     return args.gpus is not None or args.nproc is not None or args.nnodes > 1
 
 
+#: the packages whose INFO lines a run prints (a config run as a script logs as ``__main__``)
+BATON_LOGGERS = ("engine", "data", "middleware", "policies", "pipelines", "commands", "dizoo", "__main__")
+
+
 def configure_logging() -> None:
     """One output for every way a run starts (``baton train``, ``python CONFIG.py``, torchrun, the processes
-    ``--nproc`` starts): INFO lines (``log.print_freq``, resume, thread sizing) on stderr, tagged with the
-    rank under DDP. A logging configuration the caller made stays as it is."""
+    ``--nproc`` starts): baton's INFO lines (``log.print_freq``, resume, thread sizing) on stderr, tagged with
+    the rank under DDP; other libraries' (an experiment tracker's, its database's, HTTP clients') from WARNING
+    up only. A logging configuration the caller made stays as it is."""
     if logging.getLogger().handlers:
         return
     world = int(os.environ.get("WORLD_SIZE", "1"))
     tag = f"[rank {os.environ.get('RANK', '0')}/{world}] " if world > 1 else ""
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
+    for name in BATON_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
 
 
 def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optional[dict]:

@@ -69,3 +69,17 @@ def test_the_final_line_prints_returns_to_six_digits():
     import commands.options
 
     assert doctest.testmod(commands.options).failed == 0
+
+
+def test_a_run_prints_baton_s_info_lines_and_other_libraries_warnings_only():
+    """An experiment tracker's, its database's and HTTP clients' INFO lines do not flood a run's output
+    (issue 34); baton's own INFO lines and everyone's warnings still show."""
+    import subprocess
+    import sys
+
+    code = ("import logging; from commands.options import configure_logging; configure_logging(); "
+            "logging.getLogger('alembic.runtime.migration').info('third-party info'); "
+            "logging.getLogger('mlflow.store').warning('third-party warning'); "
+            "logging.getLogger('pipelines.assembly').info('baton info')")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stderr
+    assert "baton info" in err and "third-party warning" in err and "third-party info" not in err
