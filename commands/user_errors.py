@@ -44,13 +44,18 @@ def _user_errors() -> Tuple[type, ...]:
     from engine.registry import UnknownTypeError
     from engine.slurm import SlurmEnvError
     from middleware.checkpoint import CheckpointError
+    from middleware.collector import NonFiniteDataError
     from policies.base import NonFiniteLossError, SpaceMismatchError
 
     from pipelines.run_dir import RunDirError
 
+    from .algo_env import AlgoEnvError
+
     return (ConfigError, UnknownTypeError, RunDirError, CheckpointError, DiskFullError, DatasetError,
             EmptyShardError, SpaceMismatchError, SlurmEnvError, UnknownEnvIdError, DeviceError,
-            NonFiniteLossError)  # a loss a config value (a learning rate) made NaN: its message names the fix
+            NonFiniteLossError,  # a loss a config value (a learning rate) made NaN: its message names the fix
+            NonFiniteDataError,  # the user's env returned NaN: the message names the env, the step and what to check
+            AlgoEnvError)
 
 
 def __getattr__(name: str) -> Any:  # USER_ERRORS on first use (PEP 562): its classes import torch

@@ -16,6 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Type
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from engine.config_rules import ConfigError
 from engine.params import Params, param, section
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
 
@@ -148,7 +149,7 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
     if groups is None:
         groups = 2 if training and (env_cfg.get("manager") or {}).get("overlap", False) else 1
     if groups > 1 and getattr(env_type, "batched", False):
-        raise ValueError(f"env.manager.overlap does not apply to env type {env_cfg.get('type', env_type)!r}: its "
+        raise ConfigError(f"env.manager.overlap does not apply to env type {env_cfg.get('type', env_type)!r}: its "
                          f"envs step as one batched tensor operation (data.torch_env), with nothing to overlap; "
                          f"set env.manager.overlap=False")
     if groups > 1:

@@ -197,9 +197,13 @@ def _run_twice(tmp):
 
 @pytest.mark.parametrize("name,make,error,message", CONFIG_VALUES + RUNS, ids=[c[0] for c in CONFIG_VALUES + RUNS])
 def test_bad_config_or_run_is_named(name, make, error, message, tmp_path, monkeypatch):
+    from commands.user_errors import USER_ERRORS
+
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as raised:
         make(tmp_path)
+    # a user error: the command line prints it as one baton: line (any other class would be a traceback there)
+    assert isinstance(raised.value, USER_ERRORS), type(raised.value)
 
 
 def _write(tmp, name, text):
@@ -255,8 +259,10 @@ def test_bad_command_line_is_named(name, argv, message, tmp_path, capsys):
         code = main(argv(tmp_path))
     except SystemExit as exit_info:
         code = exit_info.code
-    assert code == 2
-    assert __import__("re").search(message, capsys.readouterr().err)
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert __import__("re").search(message, err)
+    assert "Traceback" not in err, err[-3000:]  # one line, never a traceback (issue 34)
 
 
 def test_launcher_environment_without_master_names_what_is_missing(monkeypatch):
