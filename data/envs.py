@@ -20,7 +20,7 @@ from engine.config_rules import ConfigError
 from engine.params import Params, param, section
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
 
-__all__ = ["EnvParams", "ManagerParams", "GymEnvParams", "GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError"]
+__all__ = ["EnvParams", "ManagerParams", "GymEnvParams", "env_settings", "GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,15 @@ class GymEnvParams(EnvParams):
 
     env_kwargs: Dict[str, Any] = param({})
     """Keyword arguments of ``gymnasium.make`` (any keys)."""
+
+
+def env_settings(env_type: Any, env_cfg: Mapping[str, Any]) -> EnvParams:
+    """The ``env`` section ``env_cfg`` typed by ``env_type``'s declaration (its ``Params``); an env type that
+    declares none gets the keys every env has (its own reach it as the dict, through ``make(env_cfg)``)."""
+    declared = getattr(env_type, "Params", None)
+    if isinstance(declared, type) and issubclass(declared, EnvParams):
+        return declared.of(env_cfg, "env")
+    return EnvParams.pick(env_cfg)
 
 
 class UnknownEnvIdError(ValueError):
@@ -122,11 +131,12 @@ class GymEnvType:
 
     def make(self, env_cfg: Mapping[str, Any]) -> gym.Env:
         """One env for ``env_cfg``; the vector helpers call this once per sub-env."""
-        self.check_requires(env_cfg["env_id"])
-        kwargs = dict(env_cfg.get("env_kwargs") or {})
-        if env_cfg.get("max_episode_steps"):
-            kwargs["max_episode_steps"] = env_cfg["max_episode_steps"]
-        return gym.make(env_cfg["env_id"], **kwargs)
+        settings = self.Params.of(env_cfg, "env")
+        self.check_requires(settings.env_id)
+        kwargs = dict(settings.env_kwargs)
+        if settings.max_episode_steps:
+            kwargs["max_episode_steps"] = settings.max_episode_steps
+        return gym.make(settings.env_id, **kwargs)
 
 
 def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, seed: int,
@@ -146,27 +156,27 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
     An env type with a ``make_vector(env_cfg, num_envs, seed, training)`` method builds its own vector env
     (e.g. ale_py's threaded ``AtariVectorEnv``); it must use SAME_STEP autoreset.
     """
+    settings = env_settings(env_type, env_cfg)
     if groups is None:
-        groups = 2 if training and (env_cfg.get("manager") or {}).get("overlap", False) else 1
+        groups = 2 if training and settings.manager.overlap else 1
     if groups > 1 and getattr(env_type, "batched", False):
-        raise ConfigError(f"env.manager.overlap does not apply to env type {env_cfg.get('type', env_type)!r}: its "
+        raise ConfigError(f"env.manager.overlap does not apply to env type {settings.type or env_type!r}: its "
                          f"envs step as one batched tensor operation (data.torch_env), with nothing to overlap; "
                          f"set env.manager.overlap=False")
     if groups > 1:
         return _make_env_groups(env_type, env_cfg, num_envs, seed, manager, training, groups)
     if hasattr(env_type, "make_vector"):
         return env_type.make_vector(env_cfg, num_envs, seed, training)
-    check_env_id(env_cfg["env_id"])
-    manager_cfg = env_cfg.get("manager") or {}
-    kind = manager or manager_cfg.get("type", "sync")
+    check_env_id(settings.env_id)
+    kind = manager or settings.manager.type
     env_fns = [lambda: env_type.make(env_cfg) for _ in range(num_envs)]
     if kind in ("sync", "base"):
         venv = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     elif kind in ("async", "subprocess"):
         venv = gym.vector.AsyncVectorEnv([_WorkerSurvivesPreemption(fn) for fn in env_fns],
                                          autoreset_mode=AutoresetMode.SAME_STEP,
-                                         shared_memory=bool(manager_cfg.get("shared_memory", False)),
-                                         context=manager_cfg.get("context"))
+                                         shared_memory=settings.manager.shared_memory,
+                                         context=settings.manager.context)
     else:
         raise ValueError(f"env.manager.type must be 'sync' or 'async', got {kind!r}")
     venv.reset(seed=[seed + i for i in range(num_envs)])
@@ -183,7 +193,7 @@ def _make_env_groups(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, s
                        "another; %d env steps serially", num_envs)
         return make_vector_env(env_type, env_cfg, num_envs, seed, manager, training, groups=1)
     groups = min(groups, num_envs)
-    kind = manager or (env_cfg.get("manager") or {}).get("type", "sync")
+    kind = manager or env_settings(env_type, env_cfg).manager.type
     if not hasattr(env_type, "make_vector") and kind in ("sync", "base"):
         logger.warning("env.manager.overlap with env.manager.type=%r steps each env group on a worker thread, "
                        "which overlaps with the policy only where the env's step releases the GIL; for envs "

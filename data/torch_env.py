@@ -29,7 +29,6 @@ registers a ``TorchEnvType`` (``create_config.env.type``): ``env.device`` places
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
@@ -224,15 +223,16 @@ class TorchEnvType:
         Raises:
             engine.devices.DeviceError: ``env.device`` names a device this process does not have.
         """
+        settings = self.Params.of(env_cfg, "env")
         if not training and self.gym_twin is not None:
             from .envs import GymEnvType, make_vector_env
 
-            twin = GymEnvType(self.gym_twin, stop_value=env_cfg.get("stop_value", math.inf))
-            twin_cfg = dict(twin.default_config(), max_episode_steps=env_cfg.get("max_episode_steps"))
+            twin = GymEnvType(self.gym_twin, stop_value=settings.stop_value)
+            twin_cfg = dict(twin.default_config(), max_episode_steps=settings.max_episode_steps)
             return make_vector_env(twin, twin_cfg, num_envs, seed, manager="sync", training=False)
-        spec = env_cfg.get("device")
+        spec = settings.device
         device = parse_device(spec, "env.device") if spec is not None and training else "cpu"
-        env = self.env_cls(num_envs, device=device, max_episode_steps=env_cfg.get("max_episode_steps"))
+        env = self.env_cls(num_envs, device=device, max_episode_steps=settings.max_episode_steps)
         env.placed = spec is not None and training
         env.reset(seed=seed)
         return env

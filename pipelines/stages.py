@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Unio
 
 import torch
 
-from data.envs import EnvParams, make_vector_env
+from data.envs import EnvParams, env_settings, make_vector_env
 from data.replay import (FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer,
                          ReplayBufferParams, RingStorage, Sampler, UniformSampler)
 from data.replay.device import resolve_replay_device
@@ -52,10 +52,7 @@ OFFLINE_DEFAULT_UPDATES = 100_000
 def env_params(cfg: Mapping[str, Any]) -> EnvParams:
     """The config's ``env`` section, typed by its env type's declaration (``data.envs.EnvParams`` and the
     type's own keys); an env type that declares none: the keys every env has."""
-    declared = getattr(ENV_REGISTRY.get(cfg["env"]["type"]), "Params", None)
-    if isinstance(declared, type) and issubclass(declared, EnvParams):
-        return declared.of(cfg["env"], "env")
-    return EnvParams.pick(cfg["env"])
+    return env_settings(ENV_REGISTRY.get(cfg["env"]["type"]), cfg["env"])
 
 
 def env_label(cfg: Mapping[str, Any]) -> str:

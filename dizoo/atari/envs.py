@@ -127,17 +127,15 @@ class AtariEnvType:
                 self._episode_frames[ids] = frames
                 return obs, reward, terminated, truncated, info
 
-        kwargs = dict(env_cfg.get("env_kwargs") or {})
-        if env_cfg.get("max_episode_steps"):
-            kwargs["max_num_frames_per_episode"] = int(env_cfg["max_episode_steps"]) * 4
+        settings = AtariParams.of(env_cfg, "env")
         return _SeedListAtariVectorEnv(
-            game=game_name(env_cfg["env_id"]), num_envs=num_envs, num_threads=int(env_cfg.get("num_threads", 0)),
-            stack_num=int(env_cfg["frame_stack"]), autoreset_mode=AutoresetMode.SAME_STEP,
+            game=game_name(settings.env_id), num_envs=num_envs, num_threads=settings.num_threads,
+            stack_num=settings.frame_stack, autoreset_mode=AutoresetMode.SAME_STEP,
             # Nature DQN's episodic life: a lost life ends the training episode (terminated, no bootstrap)
             # but the game goes on; ale-py's own `episodic_life` would restart the whole game instead
             episodic_life=False, life_loss_info=training, reward_clipping=training, noop_max=30, frameskip=4,
             maxpool=True,
-            grayscale=True, img_height=84, img_width=84, **kwargs)
+            grayscale=True, img_height=84, img_width=84, **_ale_kwargs(settings))
 
 
     def make_render_twin(self, env_cfg: Mapping[str, Any]) -> Any:
@@ -149,17 +147,23 @@ class AtariEnvType:
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode
 
-        kwargs = dict(env_cfg.get("env_kwargs") or {})
-        if env_cfg.get("max_episode_steps"):
-            kwargs["max_num_frames_per_episode"] = int(env_cfg["max_episode_steps"]) * 4
-        return AtariVectorEnv(game=game_name(env_cfg["env_id"]), num_envs=1, num_threads=1, stack_num=1,
+        settings = AtariParams.of(env_cfg, "env")
+        return AtariVectorEnv(game=game_name(settings.env_id), num_envs=1, num_threads=1, stack_num=1,
                               autoreset_mode=AutoresetMode.SAME_STEP, episodic_life=False, life_loss_info=False,
                               reward_clipping=False, noop_max=30, frameskip=4, maxpool=False, grayscale=False,
-                              img_height=210, img_width=160, **kwargs)
+                              img_height=210, img_width=160, **_ale_kwargs(settings))
 
     def render_fps(self, env_cfg: Mapping[str, Any]) -> float:
         """Video frames per env step at the game's speed: 60 Hz over the frame skip of 4."""
         return 15.0
+
+
+def _ale_kwargs(settings: AtariParams) -> Dict[str, Any]:
+    """``env.env_kwargs`` for ale-py's vector env, with ``max_episode_steps`` as its frame limit (4 per step)."""
+    kwargs = dict(settings.env_kwargs)
+    if settings.max_episode_steps:
+        kwargs["max_num_frames_per_episode"] = int(settings.max_episode_steps) * 4
+    return kwargs
 
 
 ATARI = ENV_REGISTRY.register("atari", AtariEnvType())
