@@ -9,8 +9,10 @@ import os
 import pytest
 
 import data.envs as envs
+import policies.defaults as defaults
 from data.envs import MAX_EVAL_EPISODES, WORKER_BYTES, check_env_section, episode_limit
 from engine.config import ConfigError
+from policies.defaults import check_collection
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -56,12 +58,38 @@ def test_async_workers_against_the_machines_processes_files_and_memory(monkeypat
         check_env_section(_cfg(collector_env_num=1001, manager=dict(type="async")))
 
 
+def test_collector_envs_against_one_collect_and_the_replay_buffer():
+    check_collection(_cfg(collector_env_num=1000), "off_policy")  # one vector step fills the buffer exactly
+    with pytest.raises(ConfigError, match=r"env.collector_env_num=1001: .*replay_buffer_size=1,000\).*<= 1,000 "):
+        check_collection(_cfg(collector_env_num=1001), "off_policy")
+    check_collection(_cfg(collector_env_num=64), "on_policy")
+    with pytest.raises(ConfigError, match=r"env.collector_env_num=65 is more than policy.collect.n_sample=64"):
+        check_collection(_cfg(collector_env_num=65), "on_policy")
+    check_collection(_cfg(collector_env_num=10**6), "offline")  # no collector
+
+
+def test_a_collect_against_the_machines_memory(monkeypatch):
+    cfg = _cfg()
+    cfg["policy"]["model"] = {"obs_shape": [4, 84, 84]}
+    monkeypatch.setattr(defaults, "host_memory_bytes", lambda: 4 * 2**20)
+    with pytest.raises(ConfigError, match=r"env.collector_env_num=8 with policy.collect.n_sample=64: one collect holds "
+                                          r"the observations of 8 envs x 8 steps and 2 steps each waiting for their "
+                                          r"n-step windows \(policy.model.obs_shape=\[4, 84, 84\]\), at least "
+                                          r"0.01 GiB.*Give policy.collect.n_sample <= about 37$"):
+        check_collection(cfg, "off_policy")
+    monkeypatch.setattr(defaults, "host_memory_bytes", lambda: 2**30)
+    cfg["env"]["collector_env_num"], cfg["policy"]["collect"]["n_sample"], cfg["policy"]["nstep"] = 1000, 1000, 255
+    with pytest.raises(ConfigError, match=r"Give env.collector_env_num <= 6\d$"):  # each env's n-step carry
+        check_collection(cfg, "off_policy")
+
+
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "dizoo", "**", "*_config.py"), recursive=True)),
                          ids=lambda p: os.path.basename(p))
 def test_every_dizoo_config_fits(path, tmp_path, monkeypatch):
-    """None of the shipped configs is refused by the new bounds."""
+    """None of the shipped configs is refused by the new bounds (on a machine of 4 GiB)."""
     from commands.config_file import load_config_file
     from engine import compile_config
+    monkeypatch.setattr(defaults, "host_memory_bytes", lambda: 4 * 2**30)
     monkeypatch.chdir(tmp_path)
     try:
         main, create = load_config_file(path)
