@@ -16,13 +16,29 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Type
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from engine.config_rules import ConfigError
+from engine.config import ConfigError
+from engine.config_rules import lookup
+from engine.host import gib, host_memory_bytes, open_file_limit, process_limit
 from engine.params import Params, param, section
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
 
-__all__ = ["EnvParams", "ManagerParams", "GymEnvParams", "env_settings", "GymEnvType", "make_vector_env", "check_env_id", "UnknownEnvIdError"]
+__all__ = ["EnvParams", "ManagerParams", "GymEnvParams", "env_settings", "GymEnvType", "make_vector_env",
+           "check_env_id", "UnknownEnvIdError", "episode_limit", "check_env_section", "MAX_EVAL_EPISODES",
+           "WORKER_BYTES"]
 
 logger = logging.getLogger(__name__)
+
+#: the most episodes one evaluation plays (``env.n_evaluator_episode``). Their mean estimates the policy's
+#: return with a standard error of sigma/sqrt(n): at 10,000 episodes 1% of the spread of single returns, finer than
+#: anything the stop check or the best checkpoint decides on; and an evaluation repeats every ``eval_freq``
+#: updates, so at the bound a 500-step env already plays up to 5,000,000 env steps an evaluation. A larger
+#: one-off evaluation is ``baton eval RUN --episodes N``, on a saved run.
+MAX_EVAL_EPISODES = 10_000
+
+#: the least host memory an env worker process of an async manager holds of its own: 4 MiB (a forked CartPole
+#: worker held 4.7 MiB private right after it started; a spawned one imports Python, numpy and gymnasium afresh,
+#: tens of MiB); with the open file and process limits, what ``env.collector_env_num`` workers must fit
+WORKER_BYTES = 4 << 20
 
 
 @dataclass
@@ -50,11 +66,12 @@ class EnvParams(Params):
     env_id: str = param("")
     """The env's id, e.g. gymnasium's "CartPole-v1"."""
     collector_env_num: int = param(8, rule="at_least_one")
-    """Envs the collector steps together (one batch per step)."""
+    """Envs the collector steps together (one batch per step); refused beyond what the machine holds (memory,
+    and processes with an async manager) or one collect uses (``policies.defaults.check_collection``)."""
     evaluator_env_num: int = param(5, rule="at_least_one")
     """Envs the evaluator steps together."""
     n_evaluator_episode: int = param(5, rule="at_least_one")
-    """Episodes per evaluation; their mean return is the evaluation's."""
+    """Episodes per evaluation; their mean return is the evaluation's. At most 10,000 (``MAX_EVAL_EPISODES``)."""
     stop_value: float = param(math.inf)
     """Training stops when an evaluation's mean return reaches it; ``env.stop_value=none``: never."""
     max_episode_steps: Optional[int] = param(None)
@@ -78,6 +95,86 @@ def env_settings(env_type: Any, env_cfg: Mapping[str, Any]) -> EnvParams:
     if isinstance(declared, type) and issubclass(declared, EnvParams):
         return declared.of(env_cfg, "env")
     return EnvParams.pick(env_cfg)
+
+
+def episode_limit(env_cfg: Mapping[str, Any]) -> Optional[int]:
+    """The most steps an episode of ``env_cfg``'s env lasts: ``env.max_episode_steps``, a ``max_episode_steps``
+    in ``env.env_kwargs``, else the time limit gymnasium registered for ``env.env_id`` (an id already registered:
+    nothing is imported); None when none is known.
+
+    Examples:
+        >>> episode_limit({"env_id": "CartPole-v1"}), episode_limit({"env_id": "CartPole-v1", "max_episode_steps": 50})
+        (500, 50)
+    """
+    for value in (env_cfg.get("max_episode_steps"), (env_cfg.get("env_kwargs") or {}).get("max_episode_steps")):
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+    env_id = env_cfg.get("env_id")
+    spec = gym.registry.get(env_id) if isinstance(env_id, str) else None
+    limit = getattr(spec, "max_episode_steps", None)
+    return limit if isinstance(limit, int) and limit >= 1 else None
+
+
+def check_env_section(cfg: Mapping[str, Any], processes: bool = True) -> None:
+    """The compiled config's ``env`` section against what it would ask of the machine, at compile time: an
+    evaluation that would not end in reasonable time (``env.n_evaluator_episode`` above ``MAX_EVAL_EPISODES``), and,
+    where the env type steps gymnasium envs in worker processes (``processes``: ``env.manager.type`` 'async'
+    or 'subprocess'), more collector envs than this machine can run as processes.
+
+    Raises:
+        engine.config.ConfigError: naming the key, the value, the estimate and the fix.
+    """
+    env = cfg.get("env")
+    if not isinstance(env, Mapping):
+        return
+    _check_evaluation(env, lookup(cfg, "policy.eval.evaluator.eval_freq"))
+    if processes:
+        _check_worker_processes(env)
+
+
+def _check_evaluation(env: Mapping[str, Any], eval_freq: Any) -> None:
+    episodes = env.get("n_evaluator_episode")
+    if not isinstance(episodes, int) or episodes <= MAX_EVAL_EPISODES:
+        return
+    envs = env.get("evaluator_env_num") if isinstance(env.get("evaluator_env_num"), int) else 1
+    limit = episode_limit(env)
+    steps = f", up to {episodes * limit:,} env steps of episodes of up to {limit:,}" if limit else ""
+    every = f", and one comes every {eval_freq} train iterations (policy.eval.evaluator.eval_freq)" \
+        if isinstance(eval_freq, int) else ""
+    raise ConfigError(f"env.n_evaluator_episode={episodes}: every evaluation would play {episodes:,} episodes "
+                      f"({math.ceil(episodes / max(envs, 1)):,} on each of the {envs} evaluator envs{steps}){every}, "
+                      f"before training goes on; the mean of {MAX_EVAL_EPISODES:,} episodes already has a standard "
+                      f"error of 1% of the returns' spread. Give env.n_evaluator_episode <= {MAX_EVAL_EPISODES:,}; "
+                      f"to evaluate a saved run on more episodes: baton eval RUN_DIR --episodes N")
+
+
+def _check_worker_processes(env: Mapping[str, Any]) -> None:
+    manager = (env.get("manager") or {}).get("type", "sync")
+    count = env.get("collector_env_num")
+    if manager not in ("async", "subprocess") or not isinstance(count, int):
+        return
+    reasons, fits = [], []
+    procs = process_limit()
+    if procs is not None:
+        fits.append(procs)
+        if count > procs:
+            reasons.append(f"more processes than this user may run ({procs:,}: the kernel's pid_max or "
+                           f"RLIMIT_NPROC, ulimit -u)")
+    files = open_file_limit()
+    if files is not None:
+        fits.append(files)
+        if count > files:
+            reasons.append(f"more than this process's {files:,} open files (ulimit -n): each worker keeps a pipe")
+    memory = host_memory_bytes()
+    if memory is not None:
+        fits.append(memory // WORKER_BYTES)
+        if count * WORKER_BYTES > memory:
+            reasons.append(f"at least {gib(count * WORKER_BYTES)} of host memory ({WORKER_BYTES >> 20} MiB a worker "
+                           f"at the least), more than this machine's {gib(memory)}")
+    if reasons:
+        raise ConfigError(f"env.collector_env_num={count} with env.manager.type={manager!r} starts one process per env: "
+                          + "; ".join(reasons) + f". Give env.collector_env_num <= {min(fits):,} (a few per core "
+                          f"is what pays), or env.manager.type='sync' (every env in this process)")
 
 
 class UnknownEnvIdError(ValueError):
@@ -118,6 +215,11 @@ class GymEnvType:
     def default_config(self) -> Dict[str, Any]:
         """Its ``env`` section's defaults (``Params`` with this type's own values)."""
         return self.params.to_dict()
+
+    def check_config(self, cfg: Mapping[str, Any]) -> None:
+        """The compiled config's ``env`` section at compile time (``check_env_section``: its envs run in worker
+        processes with ``env.manager.type`` 'async')."""
+        check_env_section(cfg, processes=True)
 
     def check_requires(self, env_id: str) -> None:
         """Import each required module; a missing one raises an ImportError naming the extra that installs it."""

@@ -13,17 +13,101 @@ episode (terminated or truncated). Each output transition has
 - ``span``       = the window length (1..n, uint8): ``next_obs`` is this many steps after ``obs``.
 
 The last ``n-1`` steps of each chunk wait for the next chunk, so windows span collect calls.
+
+How long a window may be (``check_nstep``, at compile time): the builder carries ``n-1`` steps of every env
+and loops ``n`` times a push, so ``policy.nstep`` is bounded by what a window can mean, not left to fail in
+the allocator: at most ``MAX_SPAN`` steps (``span`` is one byte), no longer than an episode can last (a longer
+window gives the same transitions), and no longer than the discount's float32 horizon (``useful_horizon``).
+``collect_bytes`` is the host memory a collect and its windows hold, which the collector's envs must fit.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+import math
+from typing import Dict, List, Optional
 
 import torch
 
-__all__ = ["NStepBuilder"]
+from engine.config import ConfigError
+
+__all__ = ["NStepBuilder", "MAX_SPAN", "useful_horizon", "check_nstep", "collect_bytes"]
 
 Batch = Dict[str, torch.Tensor]
 _REQUIRED = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+
+#: the longest window a transition can record: its ``span`` is a uint8, by which frame-stack replay
+#: (``data.replay.frame_storage``) finds ``next_obs`` ``span`` steps after ``obs``; a longer window would wrap
+MAX_SPAN = int(torch.iinfo(torch.uint8).max)
+
+#: float32's relative resolution, 2^-24: the rewards are summed, and the TD target computed, in float32
+FLOAT32_RESOLUTION = 2.0 ** -24
+
+
+def useful_horizon(gamma: float) -> Optional[int]:
+    """The window length past which a step weighs ``gamma^k < 2^-24``: a reward that far into the window
+    changes a float32 sum of rewards of its size by less than its rounding, and the bootstrap's weight
+    ``gamma^n`` is below float32's resolution of 1 (the target is then the window's return alone, as with
+    any longer window). None for ``gamma >= 1`` (no horizon); 1 for ``gamma = 0``.
+
+    Examples:
+        >>> useful_horizon(0.99), useful_horizon(0.9), useful_horizon(0.5), useful_horizon(1.0)
+        (1656, 158, 25, None)
+    """
+    if gamma >= 1.0:
+        return None
+    if gamma <= 0.0:
+        return 1
+    return int(math.log(FLOAT32_RESOLUTION) / math.log(gamma)) + 1
+
+
+def check_nstep(nstep: int, gamma: float, *, episode_limit: Optional[int] = None, env_id: str = "",
+                num_envs: Optional[int] = None) -> None:
+    """Refuse an n-step window longer than any window can usefully be, naming the bound it passes.
+
+    Args:
+        nstep, gamma: ``policy.nstep`` and ``policy.discount_factor``.
+        episode_limit: the most steps an episode lasts (``data.envs.episode_limit``), None when unknown.
+        env_id: the env, for the message. num_envs: ``env.collector_env_num``, for the estimate.
+
+    Raises:
+        engine.config.ConfigError: naming ``policy.nstep``, what the builder would carry, each bound the value
+            passes and the largest value that fits them.
+    """
+    if not isinstance(nstep, int) or isinstance(nstep, bool) or nstep <= 1:
+        return
+    bounds: List[tuple] = [(MAX_SPAN, f"a transition records its window's length in one byte (its span), so "
+                                      f"{MAX_SPAN} steps is the longest window it can hold")]
+    if episode_limit is not None and episode_limit >= 1:
+        bounds.append((episode_limit, f"{env_id or 'the env'}'s episodes end by step {episode_limit:,} (its time "
+                                      f"limit), so a longer window gives the same transitions as "
+                                      f"policy.nstep={episode_limit}"))
+    horizon = useful_horizon(float(gamma))
+    if horizon is not None:
+        bounds.append((horizon, f"with policy.discount_factor={gamma} a reward {horizon:,} or more steps into the "
+                                f"window is weighted gamma^k < 2^-24, below float32's resolution, so steps past "
+                                f"{horizon:,} add nothing the learner's float32 sums can hold"))
+    passed = [(bound, why) for bound, why in bounds if nstep > bound]
+    if not passed:
+        return
+    fits = min(bound for bound, _ in bounds)
+    # the bound that binds, and the episode's when it is passed too (the one a user sees for themselves)
+    passed = [(bound, why) for i, (bound, why) in enumerate(bounds) if nstep > bound and (bound == fits or i == 1)]
+    carry = f"{nstep - 1:,} steps" + (f" of each of the {num_envs:,} collector envs" if num_envs else " of each env")
+    raise ConfigError(f"policy.nstep={nstep}: the n-step builder would carry {carry} waiting for their windows, "
+                      f"and a window cannot usefully be that long: " + "; ".join(why for _, why in passed)
+                      + f". Give policy.nstep <= {fits:,} (n-step returns are usually 3 to 10 steps)")
+
+
+def collect_bytes(obs_bytes: int, num_envs: int, n_sample: int, nstep: int = 1) -> int:
+    """The least host memory one collect holds for its observations, in bytes: each of the ``num_envs`` envs
+    steps ``ceil(n_sample / num_envs)`` times; ``obs`` and ``next_obs`` are kept per step and stacked (two
+    copies), then joined to the ``nstep - 1`` steps the n-step builder carries (``StepCollector``).
+
+    Examples:
+        >>> collect_bytes(obs_bytes=16, num_envs=8, n_sample=64, nstep=3)   # 8 steps an env, 2 carried
+        4608
+    """
+    steps = math.ceil(n_sample / num_envs)
+    return 2 * obs_bytes * num_envs * (2 * steps + nstep - 1)
 
 
 class NStepBuilder:
@@ -42,6 +126,9 @@ class NStepBuilder:
     def __init__(self, nstep: int, gamma: float) -> None:
         if not isinstance(nstep, int) or nstep < 1:
             raise ValueError(f"policy.nstep must be an int >= 1, got {nstep!r}")
+        if nstep > MAX_SPAN:
+            raise ValueError(f"policy.nstep={nstep}: a transition records its window's length in one byte (its "
+                             f"span), so {MAX_SPAN} steps is the longest window; give policy.nstep <= {MAX_SPAN}")
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"policy.discount_factor must lie in [0, 1], got {gamma!r}")
         self.nstep = nstep

@@ -39,7 +39,7 @@ import torch
 from engine.devices import parse_device
 from engine.params import param
 
-from .envs import EnvParams
+from .envs import EnvParams, check_env_section
 
 __all__ = ["TorchEnvParams", "TorchVectorEnv", "TorchEnvType", "follow_device"]
 
@@ -215,6 +215,11 @@ class TorchEnvType:
     def default_config(self) -> Dict[str, Any]:
         """Its ``env`` section's defaults (``Params`` with this type's own values)."""
         return self.params.to_dict()
+
+    def check_config(self, cfg: Mapping[str, Any]) -> None:
+        """The compiled config's ``env`` section at compile time (``data.envs.check_env_section``; its envs are
+        one batched tensor, no worker processes)."""
+        check_env_section(cfg, processes=False)
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True) -> Any:
         """The collector's envs on ``env.device`` (reset with ``seed``); for evaluation (``training=False``)

@@ -94,7 +94,8 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
         The compiled config as an EasyDict, with ``env.type``, ``policy.type`` and ``env.manager`` filled.
 
     Raises:
-        ConfigError: unknown key, wrong type, missing ``type``.
+        ConfigError: unknown key, wrong type, missing ``type``; a value the env type's or the policy's
+            ``check_config`` refuses (keys that must agree; a value asking more than the machine holds).
         engine.registry.UnknownTypeError: a ``type`` that is not registered (lists the registered ones).
     """
     if not isinstance(main_config, Mapping):
@@ -133,8 +134,9 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
         raise ConfigError("exp_name must be a non-empty path")
     cfg = EasyDict(merged)
     check_values(cfg, env_cls)
-    if hasattr(policy_cls, "check_config"):
-        policy_cls.check_config(cfg)
+    for owner in (env_cls, policy_cls):  # each type's checks that span keys (or ask what the machine holds)
+        if hasattr(owner, "check_config"):
+            owner.check_config(cfg)
     if save:
         save_config(cfg)
     return cfg

@@ -27,10 +27,12 @@ import torch
 
 from data.batch import make_batch
 from data.env_loop import EnvLoop
-from data.nstep import NStepBuilder
+from data.nstep import NStepBuilder, collect_bytes
 from data.obs import all_finite, index_rows, stack
+from engine.config import ConfigError
 from engine.context import OnlineRLContext
 from engine.distributed import get_world_size
+from engine.host import gib, host_memory_bytes
 from engine.protocols import CollectPolicy, VectorEnv, require
 
 __all__ = ["StepCollector", "EpisodeCollector", "NonFiniteDataError"]
@@ -134,6 +136,7 @@ class StepCollector:
         self.overlap = self._loop.overlap
         self.num_envs = env.num_envs
         self.steps_per_call = math.ceil(n_sample / self.num_envs)
+        _check_collect_memory(env, self.num_envs, n_sample, 1 if time_major else int(nstep))
         self._nstep = None if time_major else NStepBuilder(int(nstep), float(gamma))
         self._env_id = env_id
         self._budget = None if time_major or max_env_step is None else int(max_env_step)
@@ -168,6 +171,32 @@ class StepCollector:
                           chunk["reward"].numpy(force=True), self._env_id, ctx.env_step)
         # 3. n-step transitions or the time-major chunk, and the counters
         record_chunk(ctx, chunk, self._nstep, steps * envs, returns.tolist(), start)
+
+
+def _check_collect_memory(env: Any, num_envs: int, n_sample: int, nstep: int) -> None:
+    """Refuse, before the first collect, a collect whose observations (``data.nstep.collect_bytes``, from the
+    env's observation space) cannot fit in this machine's memory; envs whose chunks stay on a device of their
+    own are left to it (a batched torch env on a GPU).
+
+    Raises:
+        engine.config.ConfigError: naming ``env.collector_env_num``, ``policy.collect.n_sample``, the bytes and
+            the machine's memory.
+    """
+    space = getattr(env, "single_observation_space", None)
+    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+    device = getattr(env, "device", None)
+    if shape is None or dtype is None or (device is not None and torch.device(device).type != "cpu"):
+        return
+    memory = host_memory_bytes()
+    obs_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    needed = collect_bytes(obs_bytes, num_envs, n_sample, nstep)
+    if memory is None or needed <= memory:
+        return
+    raise ConfigError(f"env.collector_env_num={num_envs} with policy.collect.n_sample={n_sample}: one collect holds "
+                      f"the observations of {num_envs:,} envs x {math.ceil(n_sample / num_envs):,} steps"
+                      + (f" and {nstep - 1} steps each waiting for their n-step windows" if nstep > 1 else "")
+                      + f" ({obs_bytes:,} bytes an observation, {space}), at least {gib(needed)} of host memory, "
+                      f"more than this machine's {gib(memory)}: give fewer envs or a smaller policy.collect.n_sample")
 
 
 class EpisodeCollector:

@@ -45,7 +45,7 @@ import torch
 
 from .accel import HotPaths, accel_modes
 from .checks import DeviceMismatchError, NonFiniteLossError, check_finite
-from .defaults import (OfflineEvalParams, OnlineEvalParams, PolicyParams, check_policy_section,
+from .defaults import (OfflineEvalParams, OnlineEvalParams, PolicyParams, check_collection, check_policy_section,
                        refuse_recurrent_keys)
 from .modes import CollectMode, EvalMode, LearnMode
 from .noisy import set_noise as _set_noise
@@ -111,12 +111,14 @@ class Policy:
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """The compiled config's ``policy`` section, at compile time, before any env starts (the rules its
-        ``Params`` declare, and the checks every policy has). A subclass with checks of its own calls this first.
+        ``Params`` declare, the checks every policy has, and what its collection asks of the machine:
+        ``check_collection``). A subclass with checks of its own calls this first.
 
         Raises:
             engine.config.ConfigError: naming the key and the fix.
         """
         check_policy_section(cfg, cls.Params.rules("policy"))
+        check_collection(cfg, cls.pipeline)
 
     @classmethod
     def check_user_keys(cls, policy_type: str, user_policy: Mapping[str, Any]) -> None:

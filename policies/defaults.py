@@ -4,18 +4,22 @@ section), the evaluation sections (``OnlineEvalParams``, ``OfflineEvalParams``),
 checks that span keys)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
+from data.envs import episode_limit
+from data.nstep import check_nstep, collect_bytes
 from engine.config import ConfigError
 from engine.config_rules import ValueRules, lookup
+from engine.host import gib, host_memory_bytes
 from engine.params import Params, param, section
 
 from .accel import accel_modes
 from .placement import DeviceParams
 
 __all__ = ["PolicyParams", "OffPolicyParams", "CollectParams", "EvaluatorParams", "OnlineEvaluatorParams", "OfflineEvalParams", "OnlineEvalParams",
-           "check_policy_section", "RECURRENT_KEYS", "refuse_recurrent_keys"]
+           "check_policy_section", "check_collection", "RECURRENT_KEYS", "refuse_recurrent_keys"]
 
 
 @dataclass
@@ -55,7 +59,8 @@ class OffPolicyParams(PolicyParams):
     ``discount``, by which the TD target bootstraps."""
     nstep: int = param(1, rule="at_least_one")
     """Rewards summed into each stored transition before it bootstraps (n-step returns, ``data.nstep``);
-    1: one-step TD."""
+    1: one-step TD. At most 255, the episode's time limit and the discount's float32 horizon
+    (``data.nstep.check_nstep``)."""
     random_collect_size: int = param(1000, rule="not_negative")
     """Env steps acted uniformly at random (over the action bounds) before the policy acts (varied warm-up data);
     the learner also waits until the buffer holds as many transitions (and at least a batch). 0: none."""
@@ -130,6 +135,79 @@ def check_policy_section(cfg: Mapping[str, Any], rules: ValueRules) -> None:
         raise ConfigError(f"policy.other.replay_buffer.replay_buffer_size={size} is smaller than "
                           f"policy.learn.batch_size={batch}: the learner would never start. Make the buffer larger "
                           f"or the batch smaller")
+
+
+def check_collection(cfg: Mapping[str, Any], pipeline: str) -> None:
+    """What collection asks of the machine, at compile time, for a policy collecting from its envs (``pipeline``
+    "off_policy" or "on_policy"): the n-step window (``data.nstep.check_nstep``), and collector envs far beyond what
+    one collect uses or than their observations' memory can hold.
+
+    Raises:
+        ConfigError: naming each key involved, the value, the estimate (steps, transitions or bytes) and the fix.
+    """
+    if pipeline not in ("off_policy", "on_policy") or not isinstance(cfg.get("env"), Mapping):
+        return
+    env = cfg["env"]
+    envs, n_sample = lookup(cfg, "env.collector_env_num"), lookup(cfg, "policy.collect.n_sample")
+    nstep = lookup(cfg, "policy.nstep") if pipeline == "off_policy" else None
+    if not isinstance(envs, int) or not isinstance(n_sample, int) or envs < 1 or n_sample < 1:
+        return
+    if isinstance(nstep, int):
+        gamma = lookup(cfg, "policy.discount_factor")
+        check_nstep(nstep, gamma if isinstance(gamma, (int, float)) else 1.0, episode_limit=episode_limit(env),
+                    env_id=str(env.get("env_id") or ""), num_envs=envs)
+    if pipeline == "on_policy" and envs > n_sample:
+        raise ConfigError(f"env.collector_env_num={envs} is more than policy.collect.n_sample={n_sample}: a rollout is "
+                          f"ceil(n_sample / collector_env_num) steps of each env, so every collect would be one step of "
+                          f"all {envs:,} envs ({envs:,} transitions, not {n_sample:,}) and GAE would see one step per "
+                          f"env. Give policy.collect.n_sample >= {envs} (a multiple of it), or env.collector_env_num "
+                          f"<= {n_sample}")
+    size = lookup(cfg, "policy.other.replay_buffer.replay_buffer_size")
+    if pipeline == "off_policy" and isinstance(size, int) and envs > size:
+        raise ConfigError(f"env.collector_env_num={envs}: one collect steps every env at least once, {envs:,} "
+                          f"transitions (policy.collect.n_sample={n_sample} rounded up to whole steps of the envs), "
+                          f"more than the replay buffer holds (policy.other.replay_buffer.replay_buffer_size={size:,}): "
+                          f"every collect would overwrite its own transitions before the learner samples them. Give "
+                          f"env.collector_env_num <= {size:,} (usually no more than policy.collect.n_sample), or a "
+                          f"larger replay buffer")
+    # one byte a number at the least (uint8 frames; float observations take 4): a certain lower bound
+    obs = _obs_elements(lookup(cfg, "policy.model.obs_shape"))
+    memory = host_memory_bytes()
+    if obs is not None and memory is not None:
+        window = nstep if isinstance(nstep, int) else 1
+        needed = collect_bytes(obs, envs, n_sample, window)
+        if needed > memory:
+            fits = _most_envs(lambda count: collect_bytes(obs, count, n_sample, window) <= memory, envs)
+            fix = (f"Give env.collector_env_num <= {fits:,}" if fits else
+                   f"Give policy.collect.n_sample <= about {max(memory // (4 * obs), 1):,}")
+            raise ConfigError(f"env.collector_env_num={envs} with policy.collect.n_sample={n_sample}: one collect holds "
+                              f"the observations of {envs:,} envs x {math.ceil(n_sample / envs):,} steps"
+                              + (f" and {window - 1} steps each waiting for their n-step windows" if window > 1 else "")
+                              + f" (policy.model.obs_shape={lookup(cfg, 'policy.model.obs_shape')}), at least "
+                              f"{gib(needed)} of host memory, more than this machine's {gib(memory)}. {fix}")
+
+
+def _most_envs(fits: Any, upto: int) -> int:
+    """The largest env count in ``1..upto`` that ``fits`` (0: none; the estimate grows with the count, so a
+    bisection finds it)."""
+    low, high = 0, upto
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _obs_elements(shape: Any) -> Optional[int]:
+    """The numbers in one observation of ``policy.model.obs_shape`` (an int or a list of ints), None when the
+    config leaves it to the env (filled from its space when the policy is built: the collector checks then)."""
+    dims = [shape] if isinstance(shape, int) else shape
+    if not isinstance(dims, (list, tuple)) or not dims or \
+            not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
+        return None
+    return math.prod(dims)
 
 
 #: the keys of a recurrent policy (``ppo_lstm``): given to another one, the config asks for a memory it cannot have

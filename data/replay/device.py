@@ -15,13 +15,13 @@ device memory it compares its bytes with the device's free memory (``ensure_fits
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
 from engine.config import ConfigError
 from engine.devices import parse_device
+from engine.host import host_memory_bytes
 
 __all__ = ["ReplayMemoryError", "resolve_replay_device", "as_device", "host_path", "free_bytes", "ensure_fits",
            "PinnedStaging", "DeferredCheck"]
@@ -94,14 +94,6 @@ def free_bytes(device: torch.device) -> Optional[int]:
     if torch.cuda.is_initialized():
         free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     return free
-
-
-def host_memory_bytes() -> Optional[int]:
-    """The host's physical memory in bytes (None where the platform does not say)."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def ensure_fits(nbytes: int, device: torch.device, what: str, capacity: Optional[int] = None) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping
 
 import numpy as np
 
-from data.envs import GymEnvParams
+from data.envs import GymEnvParams, check_env_section
 from engine.params import param
 from engine.registry import ENV_REGISTRY
 
@@ -67,7 +67,7 @@ class AtariParams(GymEnvParams):
     evaluator_env_num: int = param(8, rule="at_least_one")
     """Envs the evaluator steps together."""
     n_evaluator_episode: int = param(8, rule="at_least_one")
-    """Episodes per evaluation; their mean return is the evaluation's."""
+    """Episodes per evaluation; their mean return is the evaluation's. At most 10,000 (``MAX_EVAL_EPISODES``)."""
     stop_value: float = param(20.0)
     """Training stops when an evaluation's mean return reaches it (Pong: 21 is a perfect game)."""
     frame_stack: int = param(4, rule="at_least_one")
@@ -85,6 +85,11 @@ class AtariEnvType:
     def default_config(self) -> Dict[str, Any]:
         """Its ``env`` section's defaults."""
         return AtariParams.defaults()
+
+    def check_config(self, cfg: Mapping[str, Any]) -> None:
+        """The compiled config's ``env`` section at compile time (``data.envs.check_env_section``; ale-py steps
+        its envs on threads, no worker processes)."""
+        check_env_section(cfg, processes=False)
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool) -> Any:
         _import_ale()

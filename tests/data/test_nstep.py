@@ -92,3 +92,44 @@ def test_nstep_rejects_bad_arguments():
         NStepBuilder(0, 0.9)
     with pytest.raises(ValueError, match="discount_factor"):
         NStepBuilder(1, 1.5)
+
+
+# ---- how long a window may be (issue 34: policy.nstep=1000000000 was a MemoryError after 32 s) -------------
+def test_useful_horizon_is_where_the_discount_falls_below_float32_resolution():
+    from data.nstep import useful_horizon
+    for gamma in (0.5, 0.9, 0.99, 0.999):
+        horizon = useful_horizon(gamma)
+        assert gamma ** horizon < 2.0 ** -24 <= gamma ** (horizon - 1)
+        # past the horizon a step changes nothing a float32 sum of rewards of its size holds
+        assert torch.tensor(1.0) + torch.tensor(gamma ** horizon) == torch.tensor(1.0)
+    assert useful_horizon(1.0) is None and useful_horizon(0.0) == 1
+
+
+def test_check_nstep_names_the_bound_that_binds_and_accepts_what_fits():
+    from data.nstep import MAX_SPAN, check_nstep
+    from engine.config import ConfigError
+    check_nstep(MAX_SPAN, 0.99, episode_limit=500)
+    check_nstep(50, 0.99, episode_limit=50)
+    with pytest.raises(ConfigError, match=r"policy.nstep=256: .*one byte.*Give policy.nstep <= 255 "):
+        check_nstep(256, 1.0)
+    with pytest.raises(ConfigError, match=r"episodes end by step 50 .*Give policy.nstep <= 50 "):
+        check_nstep(51, 0.99, episode_limit=50, env_id="CartPole-v1")
+    with pytest.raises(ConfigError, match=r"discount_factor=0.5 a reward 25 or more.*Give policy.nstep <= 25 "):
+        check_nstep(26, 0.5, episode_limit=500)
+    with pytest.raises(ConfigError, match=r"carry 999,999,999 steps of each of the 8 collector envs"):
+        check_nstep(10**9, 0.99, num_envs=8)
+
+
+def test_the_builder_refuses_a_window_its_span_cannot_record():
+    from data.nstep import MAX_SPAN
+    NStepBuilder(MAX_SPAN, 0.99)
+    with pytest.raises(ValueError, match=r"policy.nstep=256: .*longest window"):
+        NStepBuilder(MAX_SPAN + 1, 0.99)
+
+
+def test_a_window_of_max_span_records_its_span():
+    from data.nstep import MAX_SPAN
+    steps = MAX_SPAN + 3
+    b = NStepBuilder(MAX_SPAN, 1.0)
+    out = b.push(_chunk([[1.0]] * steps, [[False]] * steps, [[False]] * steps))
+    assert out["span"].tolist() == [MAX_SPAN] * 4 and out["reward"].tolist() == [float(MAX_SPAN)] * 4

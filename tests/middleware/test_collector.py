@@ -160,3 +160,21 @@ def test_unknown_env_id_names_it_and_lists_registered():
     with pytest.raises(UnknownEnvIdError) as err:
         check_env_id("CartPol-v1")
     assert "'CartPol-v1'" in str(err.value) and "CartPole-v1" in str(err.value)
+
+
+def test_step_collector_refuses_a_collect_beyond_the_machines_memory(monkeypatch):
+    """Before the first collect, from the env's observation space (issue 34: 100,000 envs were accepted)."""
+    import middleware.collector as collector
+    from data.nstep import collect_bytes
+    from engine.config import ConfigError
+    env = _env(4)
+    obs_bytes = int(np.prod(env.single_observation_space.shape)) * env.single_observation_space.dtype.itemsize
+    needed = collect_bytes(obs_bytes, 4, 64, nstep=3)
+    monkeypatch.setattr(collector, "host_memory_bytes", lambda: needed)
+    StepCollector(ConstantPolicy(), env, n_sample=64, nstep=3)  # exactly fits
+    monkeypatch.setattr(collector, "host_memory_bytes", lambda: needed - 1)
+    with pytest.raises(ConfigError, match=r"env.collector_env_num=4 with policy.collect.n_sample=64: one collect holds "
+                                          r"the observations of 4 envs x 16 steps and 2 steps each waiting .*more than "
+                                          r"this machine's .*give fewer envs or a smaller policy.collect.n_sample"):
+        StepCollector(ConstantPolicy(), env, n_sample=64, nstep=3)
+    env.close()
