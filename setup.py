@@ -63,6 +63,7 @@ setup(
     entry_points={
         "console_scripts": ["baton=commands.cli:main"],
         "baton.envs": [
+            "gym=data.envs",
             "cartpole=dizoo.classic_control.cartpole.envs",
             "cartpole_masked=dizoo.classic_control.cartpole.envs",
             "lunarlander=dizoo.box2d.lunarlander.envs",

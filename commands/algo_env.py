@@ -26,7 +26,7 @@ from typing import Any, Dict, Optional, Tuple
 import gymnasium as gym
 from easydict import EasyDict
 
-from data.envs import GymEnvType
+from data.envs import registered_id
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from policies.base import SpaceMismatchError
 
@@ -44,14 +44,6 @@ class AlgoEnvError(ValueError):
     """An ``--algo`` / ``--env`` pair that cannot make a config; the message lists what would."""
 
 
-class AnyGymEnvType(GymEnvType):
-    """Env type ``gym``: any gymnasium id, named by ``env.env_id`` (no id of its own; no stop value)."""
-
-    def __init__(self) -> None:
-        super().__init__("", stop_value=math.inf)
-
-
-ENV_REGISTRY.register(GYM_TYPE, AnyGymEnvType())
 
 
 def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -101,7 +93,14 @@ def algo_support(algo: str) -> Dict[str, bool]:
 
 # ---- helpers ---------------------------------------------------------------------------------------
 def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float]]:
-    """``(env type, observation space, action space, stop value or None for the family's own)``."""
+    """``(env type, observation space, action space, stop value or None for the family's own)``; an env of the
+    user's own module as ``"module:EnvId-v0"`` (gymnasium's syntax: the module is imported, here and in every
+    process that makes the env)."""
+    if ":" in env_id:
+        spec = _spec(registered_id(env_id, "--env"))
+        observation_space, action_space = _flat_spaces(env_id)
+        threshold = spec.reward_threshold
+        return GYM_TYPE, observation_space, action_space, float(threshold) if threshold is not None else math.inf
     if env_id not in gym.registry:  # a batched torch env's id (CartPole-torch): its type's own spaces
         for name in ENV_REGISTRY.names():
             env_type = ENV_REGISTRY.get(name)
@@ -120,15 +119,21 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
             ENV_REGISTRY.get(family).check_requires(env_id)
         except ImportError as err:
             raise AlgoEnvError(f"--env {env_id}: {err}") from err
-    observation_space, action_space = _spaces(env_id, ENV_REGISTRY.get(family) if family is not None else None)
-    if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
-        raise AlgoEnvError(f"--env {env_id}: its observation space {observation_space} is not a flat Box; --env "
-                           f"takes ids with flat observations and Atari ids (write a config with an env type of "
-                           f"your own for others)")
+    observation_space, action_space = _flat_spaces(env_id, ENV_REGISTRY.get(family) if family is not None else None)
     if family is not None:
         return family, observation_space, action_space, None
     threshold = spec.reward_threshold
     return GYM_TYPE, observation_space, action_space, float(threshold) if threshold is not None else math.inf
+
+
+def _flat_spaces(env_id: str, env_type: Any = None) -> Tuple[gym.Space, gym.Space]:
+    """``_spaces``, refusing an observation that is not one flat Box (what ``--env`` takes)."""
+    observation_space, action_space = _spaces(env_id, env_type)
+    if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
+        raise AlgoEnvError(f"--env {env_id}: its observation space {observation_space} is not a flat Box; --env "
+                           f"takes ids with flat observations and Atari ids (write a config with an env type of "
+                           f"your own for others)")
+    return observation_space, action_space
 
 
 def _spec(env_id: str) -> Any:

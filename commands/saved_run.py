@@ -26,7 +26,6 @@ from middleware.checkpoint import BEST, LATEST, CheckpointError, check_policy_ty
 
 from pipelines.run_dir import RunDirError
 
-from .catalog import GYM_TYPE
 from .run_options import RUN_DIR_HINT
 
 __all__ = ["SavedRun", "load_run_config", "checkpoint_path", "load_saved_run", "CKPT_CHOICES"]
@@ -64,8 +63,6 @@ def load_run_config(run_dir: str) -> EasyDict:
     except (OSError, ValueError) as err:
         raise RunDirError(f"{path} cannot be read as JSON ({err})") from err
     saved = copy.deepcopy(saved)
-    if (saved.get("env") or {}).get("type") == GYM_TYPE:  # a run of --env on any gymnasium id: its env type
-        from . import algo_env  # noqa: F401  (registered where --algo/--env runs are built)
     policy = saved.setdefault("policy", {})
     policy.update(cuda=False, compile="none", amp="none")
     policy["device"] = {**(policy.get("device") or {}), "learn": None, "collect": None, "eval": None}

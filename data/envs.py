@@ -8,6 +8,7 @@ real final observation. ``terminated`` and ``truncated`` are returned separately
 from __future__ import annotations
 
 import difflib
+import importlib
 import logging
 import math
 from dataclasses import dataclass
@@ -21,9 +22,10 @@ from engine.config_rules import lookup
 from engine.host import gib, host_memory_bytes, open_file_limit, process_limit
 from engine.params import Params, param, section
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
+from engine.registry import ENV_REGISTRY
 
-__all__ = ["EnvParams", "ManagerParams", "GymEnvParams", "env_settings", "GymEnvType", "make_vector_env",
-           "check_env_id", "UnknownEnvIdError", "episode_limit", "check_env_section", "MAX_EVAL_EPISODES",
+__all__ = ["EnvParams", "ManagerParams", "GymEnvParams", "env_settings", "GymEnvType", "AnyGymEnvType", "GYM_TYPE", "make_vector_env",
+           "check_env_id", "registered_id", "UnknownEnvIdError", "episode_limit", "check_env_section", "MAX_EVAL_EPISODES",
            "WORKER_BYTES"]
 
 logger = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ def episode_limit(env_cfg: Mapping[str, Any]) -> Optional[int]:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             return value
     env_id = env_cfg.get("env_id")
-    spec = gym.registry.get(env_id) if isinstance(env_id, str) else None
+    spec = gym.registry.get(env_id.split(":")[-1]) if isinstance(env_id, str) else None  # "module:EnvId" too
     limit = getattr(spec, "max_episode_steps", None)
     return limit if isinstance(limit, int) and limit >= 1 else None
 
@@ -181,16 +183,41 @@ class UnknownEnvIdError(ValueError):
     """A gymnasium env id that is not registered."""
 
 
+def registered_id(env_id: str, config_key: str = "env.env_id") -> str:
+    """The id gymnasium registers for ``env_id``: ``env_id`` itself, or for gymnasium's ``"module:EnvId-v0"``
+    (an env your own module registers) ``"EnvId-v0"`` once ``module`` is imported. Every process imports the
+    module the same way when it makes the env (``gym.make`` takes the same syntax), DDP ranks and env workers
+    included.
+
+    Raises:
+        UnknownEnvIdError: the module cannot be imported (naming it and the path to put it on).
+    """
+    if ":" not in env_id:
+        return env_id
+    module, _, name = env_id.partition(":")
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        raise UnknownEnvIdError(f"{config_key}={env_id!r}: cannot import the module {module!r} that registers "
+                                f"{name!r} ({type(err).__name__}: {err}); put the directory holding it on "
+                                f"PYTHONPATH, or install its package") from None
+    return name
+
+
 def check_env_id(env_id: str, config_key: str = "env.env_id") -> None:
-    """Raise UnknownEnvIdError naming ``env_id`` and listing registered ids when gymnasium lacks it."""
-    if env_id in gym.registry:
+    """Raise UnknownEnvIdError naming ``env_id`` and listing registered ids when gymnasium lacks it (a
+    ``"module:EnvId"`` id: after importing the module, ``registered_id``)."""
+    name = registered_id(env_id, config_key)
+    if name in gym.registry:
         return
     ids = sorted(gym.registry.keys())
-    close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, ids, n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise UnknownEnvIdError(f"{config_key}={env_id!r} is not a registered gymnasium env id.{hint} "
-                            f"Registered ids ({len(ids)}): {', '.join(ids)}. An id from a package of its "
-                            f"own (ale_py, box2d) appears once its package is installed and imported.")
+    where = (f" The module {env_id.partition(':')[0]!r} was imported but registers no {name!r}." if name != env_id
+             else " An id from a package of its own (ale_py, box2d) appears once its package is installed and "
+                  "imported; an env of your own module: 'my_module:MyEnv-v0'.")
+    raise UnknownEnvIdError(f"{config_key}={env_id!r} is not a registered gymnasium env id.{hint}{where} "
+                            f"Registered ids ({len(ids)}): {', '.join(ids)}.")
 
 
 class GymEnvType:
@@ -239,6 +266,20 @@ class GymEnvType:
         if settings.max_episode_steps:
             kwargs["max_episode_steps"] = settings.max_episode_steps
         return gym.make(settings.env_id, **kwargs)
+
+
+class AnyGymEnvType(GymEnvType):
+    """Env type ``gym``: any gymnasium id, named by ``env.env_id`` (no id of its own, no stop value): an id
+    gymnasium knows, or ``"my_module:MyEnv-v0"`` for an env of the user's own module (``registered_id``), with
+    no baton code in it. ``baton train --algo A --env ID`` builds its configs on it."""
+
+    def __init__(self) -> None:
+        super().__init__("", stop_value=math.inf)
+
+
+#: the name of ``AnyGymEnvType`` in ``create_config.env.type`` (``commands.catalog.GYM_TYPE`` says the same)
+GYM_TYPE = "gym"
+ENV_REGISTRY.register(GYM_TYPE, AnyGymEnvType())
 
 
 def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, seed: int,
