@@ -278,6 +278,9 @@ CLI = [
      r"this machine's .* GiB. Make policy.other.replay_buffer.replay_buffer_size smaller \(about [\d,]+ transitions"),
     ("negative seed override", lambda tmp: ["train", "-c", CARTPOLE_DQN, "seed=-1", "--exp-name", str(tmp / "r")],
      r"baton: seed=-1: a seed is a whole number >= 0"),
+    ("env module that does not import", lambda tmp: ["train", "--algo", "dqn", "--env", "no_such_module:MyEnv-v0"],
+     r"baton: --env='no_such_module:MyEnv-v0': cannot import the module 'no_such_module' that registers 'MyEnv-v0'"
+     r".*PYTHONPATH"),
     ("n-step of a billion", lambda tmp: ["train", "-c", CARTPOLE_DQN, "policy.nstep=1000000000",
                                          "--exp-name", str(tmp / "r")],
      r"^baton: policy.nstep=1000000000: the n-step builder would carry 999,999,999 steps .*Give policy.nstep <= 255 "),
