@@ -37,7 +37,7 @@ import traceback
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from .distributed import DDPContext, DistributedError
-from .preemption import DEFAULT_SIGNALS, Preempted, exit_code, signal_number
+from .preemption import DEFAULT_SIGNALS, Preempted, exit_code, signal_number, stop_taken
 
 __all__ = ["launch", "check_rendezvous", "end_with"]
 
@@ -265,6 +265,7 @@ class _SignalForwarder:
         if self.signum is not None:
             return
         self.signum = signum
+        stop_taken(signum)  # the command's own handler ignores later ones once this one is given back
         if not self.processes:  # still starting them: passed on by started()
             return
         alive = [p for p in self.processes if p.is_alive()]
