@@ -17,6 +17,7 @@ import sys
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from engine.devices import usable_cores, visible_gpu_count
+from engine.distributed import RendezvousError
 from engine.config import ConfigError
 from engine.launcher import check_rendezvous, launch
 from engine.overrides import apply_overrides
@@ -26,7 +27,7 @@ from engine.slurm import srun_task_count
 from engine.registry import UnknownTypeError
 
 from pipelines.pipeline import RunInterrupted, RunPreempted
-from .user_errors import DEBUG_ENV, print_user_error  # stdlib only: its USER_ERRORS are imported on first use
+from .user_errors import DEBUG_ENV, ENVIRONMENT_EXIT, print_user_error  # stdlib only: USER_ERRORS on first use
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +208,8 @@ def configure_logging() -> None:
 
 def _preempt_signals(main_config: Any) -> Sequence[str]:
     """The config's ``preempt.signals`` as given (checked when the run is built), else the default ones."""
-    signals = (main_config.get("preempt") or {}).get("signals", DEFAULT_SIGNALS) if hasattr(main_config, "get") else None
+    section = main_config.get("preempt") if hasattr(main_config, "get") else None
+    signals = section.get("signals", DEFAULT_SIGNALS) if hasattr(section, "get") else DEFAULT_SIGNALS
     return signals if isinstance(signals, (list, tuple)) else DEFAULT_SIGNALS
 
 
@@ -248,6 +250,9 @@ def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optio
             raise
         except KeyboardInterrupt:  # Ctrl-C: the run said where it stopped and its checkpoint; no traceback
             raise SystemExit(130) from None
+        except RendezvousError as err:  # the ranks never met (here, or on the ranks launched): one line, status 1
+            print_user_error(err)
+            raise SystemExit(ENVIRONMENT_EXIT) from None
     return None
 
 
