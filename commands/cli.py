@@ -42,7 +42,7 @@ from engine.overrides import apply_overrides
 from engine.registry import UnknownTypeError
 
 from .options import (configure_logging, add_train_options, check_launch_options, resume_last, run_from_args,
-                      take_overrides)
+                      signals_end_the_command, take_overrides)
 from .config_file import load_config_file
 from .run_options import missing_run_dirs
 from .user_errors import print_user_error
@@ -125,6 +125,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command != "plot":
             configure_logging()
         return getattr(importlib.import_module(f".{module}", __package__), function)(args)
+    if args.command == "train":  # a preemption signal before the run's first iteration: one line, 128 + its number
+        with signals_end_the_command():
+            return _config_command(args, parser)
+    return _config_command(args, parser)
+
+
+def _config_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``train``, ``record``, ``check-ddp``: the commands of a config (``-c``, or ``--algo``/``--env``)."""
     if args.command == "train":
         if args.list_algos or args.list_envs:
             from .catalog import describe_algos, describe_envs

@@ -8,30 +8,32 @@ gloo on CPU), and for several machines ``--nnodes N --node-rank n`` with ``--mas
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import difflib
 import logging
 import os
 import sys
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from engine.devices import usable_cores, visible_gpu_count
+from engine.distributed import RendezvousError
 from engine.config import ConfigError
 from engine.launcher import check_rendezvous, launch
 from engine.overrides import apply_overrides
-from engine.preemption import DEFAULT_SIGNALS, Preempted
+from engine.preemption import DEFAULT_SIGNALS, Preempted, stop_signals
 from engine.profile import profile_table
 from engine.slurm import srun_task_count
 from engine.registry import UnknownTypeError
 
 from pipelines.pipeline import RunInterrupted, RunPreempted
-from .user_errors import DEBUG_ENV, print_user_error  # stdlib only: its USER_ERRORS are imported on first use
+from .user_errors import DEBUG_ENV, ENVIRONMENT_EXIT, print_user_error  # stdlib only: USER_ERRORS on first use
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["configure_logging", "add_train_options", "parse_train_args", "take_overrides", "check_launch_options",
            "resume_last",
-           "run_from_args",
+           "run_from_args", "signals_end_the_command",
            "cli_main"]
 
 
@@ -202,6 +204,8 @@ def configure_logging() -> None:
     up only. A logging configuration the caller made stays as it is."""
     if logging.getLogger().handlers:
         return
+    if logging.getLogger("torch").level == logging.NOTSET:  # what torch's import sets: an import cut short by a
+        logging.getLogger("torch").setLevel(logging.WARNING)  # signal would let its exit hooks print INFO lines
     world = int(os.environ.get("WORLD_SIZE", "1"))
     tag = f"[rank {os.environ.get('RANK', '0')}/{world}] " if world > 1 else ""
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
@@ -209,18 +213,53 @@ def configure_logging() -> None:
         logging.getLogger(name).setLevel(logging.INFO)
 
 
+def _preempt_signals(main_config: Any) -> Sequence[str]:
+    """The config's ``preempt.signals`` as given (checked when the run is built), else the default ones."""
+    section = main_config.get("preempt") if hasattr(main_config, "get") else None
+    signals = section.get("signals", DEFAULT_SIGNALS) if hasattr(section, "get") else DEFAULT_SIGNALS
+    return signals if isinstance(signals, (list, tuple)) else DEFAULT_SIGNALS
+
+
+@contextlib.contextmanager
+def signals_end_the_command(signals: Sequence[str] = DEFAULT_SIGNALS) -> Iterator[None]:
+    """Around a command that trains: a preemption signal where no run's guard takes it ends the command with
+    128 + its number (``engine.preemption.stop_signals``): before the run's first iteration (the config read,
+    the envs and the process group made) with one line saying so, and later signals during the shutdown the
+    first one started are ignored, so its exit code stands. A ``Preempted`` of the run itself (its line
+    printed by then) exits with its code too."""
+    with stop_signals(signals):
+        try:
+            yield
+        except Preempted as err:
+            if err.outside_run is not None:
+                print(f"baton: stopped by {err.signal} " + (
+                    f"{err.outside_run}, while it was being built: nothing was trained or written; the same "
+                    f"command starts it again" if err.outside_run.startswith("before") else
+                    f"{err.outside_run}, as it closed: its summary.json and checkpoints are written"),
+                    file=sys.stderr, flush=True)
+            raise SystemExit(err.exit_code) from None
+
+
 def run_from_args(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> Optional[dict]:
     """Run the standard pipeline with the parsed options: in this process, or on the processes that
-    ``--gpus/--nproc/--nnodes`` ask for. Returns the run summary (None in the process that only launched)."""
+    ``--gpus/--nproc/--nnodes`` ask for. Returns the run summary (None in the process that only launched).
+
+    A preemption signal (``preempt.signals``) exits with 128 + its number, wherever it comes: while the run is
+    built (one line), during its iterations (the run's own stop: ``latest`` written, its line), or as it ends
+    (a later signal during that shutdown changes nothing)."""
     configure_logging()
-    try:
-        if not _starts_processes(args):
-            return _train(input_cfg, args)
-        _launch_ranks(input_cfg, args)
-    except Preempted as err:  # SIGTERM & co (here, or on the ranks launched): latest written; 128 + the signal
-        raise SystemExit(err.exit_code) from None
-    except KeyboardInterrupt:  # Ctrl-C: the run said where it stopped and its checkpoint; no traceback
-        raise SystemExit(130) from None
+    with signals_end_the_command(_preempt_signals(input_cfg[0])):
+        try:
+            if not _starts_processes(args):
+                return _train(input_cfg, args)
+            _launch_ranks(input_cfg, args)
+        except Preempted:  # SIGTERM & co (here, or on the ranks launched): latest written; 128 + the signal
+            raise
+        except KeyboardInterrupt:  # Ctrl-C: the run said where it stopped and its checkpoint; no traceback
+            raise SystemExit(130) from None
+        except RendezvousError as err:  # the ranks never met (here, or on the ranks launched): one line, status 1
+            print_user_error(err)
+            raise SystemExit(ENVIRONMENT_EXIT) from None
     return None
 
 
@@ -260,9 +299,10 @@ def _train(input_cfg: Tuple[Any, Any], args: argparse.Namespace) -> dict:
     if args.profile:
         input_cfg = _with_profile(input_cfg)
     try:
-        summary = serial_pipeline(input_cfg, seed=args.seed, max_env_step=args.max_env_step,
-                                  max_train_iter=args.max_train_iter, exp_name=args.exp_name, resume=args.resume,
-                                  force=args.force, progress=False if args.no_progress else None)
+        with stop_signals(_preempt_signals(input_cfg[0])):  # a rank of --nproc's: its own scope (here, the command's)
+            summary = serial_pipeline(input_cfg, seed=args.seed, max_env_step=args.max_env_step,
+                                      max_train_iter=args.max_train_iter, exp_name=args.exp_name, resume=args.resume,
+                                      force=args.force, progress=False if args.no_progress else None)
     except USER_ERRORS as err:  # a config, directory, checkpoint, dataset or full disk to fix: one line, status 2
         exit_on_user_error(err)
     except RunInterrupted as err:

@@ -21,8 +21,10 @@ study of a config with Optuna (``pip install -e ".[tune]"``).
 5. At the end: a table of the trials, and the best trial's configuration written as a runnable config file,
    ``DIR/best_config.py`` (``baton train -c DIR/best_config.py``).
 
-Stopped (Ctrl-C, a kill, a machine that went away), the same command continues the study: the trials that
-finished are kept, the ones cut short are run again with the same values, and ``--trials`` counts the total.
+Stopped (Ctrl-C, a preemption signal, a kill, a machine that went away, a full disk), the same command
+continues the study: the trials that finished are kept, the ones cut short are run again with the same values,
+and ``--trials`` counts the total. A signal exits with ``baton train``'s codes (130 for Ctrl-C, 128 + the
+signal's number for SIGTERM and SIGUSR1, passed on to the ``--jobs`` processes); a full disk with 1, naming it.
 Only ``--trials`` and ``--jobs`` may change between the commands of one study; anything else is refused,
 naming the difference (a study whose trials ran different budgets or spaces compares nothing).
 
@@ -48,11 +50,11 @@ from engine.registry import UnknownTypeError
 
 from pipelines.run_dir import RunDirError, RunLock
 from .search_space import FORMS, Distribution, split_search_words, value_text
-from .tune_store import (BEST_CONFIG, INSTALL, RECORD_ATTR, STUDY_FILE, STUDY_NAME, TuneError, check_record,
-                         counted_trials, load_optuna, open_study, requeue_cut_short, study_storage, trial_dirs,
-                         trial_overrides)
-from .tune_trials import TrialPruning, run_jobs
-from .user_errors import print_user_error
+from .tune_store import (BEST_CONFIG, INSTALL, RECORD_ATTR, STUDY_FILE, STUDY_NAME, EnvironmentFailure, TuneError,
+                         check_record, counted_trials, disk_full, load_optuna, open_study, requeue_cut_short,
+                         study_storage, trial_dirs, trial_overrides)
+from .tune_trials import TrialPruning, preempt_signals, run_jobs
+from .user_errors import ENVIRONMENT_EXIT, print_user_error
 
 __all__ = ["TuneError", "StudySpec", "TrialPruning", "add_tune_options", "tune_main", "prepare_study", "run_study",
            "trials_table", "write_best_config", "STUDY_FILE", "BEST_CONFIG"]
@@ -136,22 +138,46 @@ def add_tune_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 
 def tune_main(args: argparse.Namespace) -> int:
-    """``baton tune``: 0 when the study holds its trials, 1 when none of them completed, 2 on bad input, 130
-    when interrupted (the same command continues)."""
+    """``baton tune``: 0 when the study holds its trials; 1 when none of them completed, or when its environment
+    stopped it (a full disk: the trial it hit runs again with the next command); 2 on bad input; 128 + the
+    signal's number when a preemption signal stopped it (SIGTERM 143, SIGUSR1 138), 130 when Ctrl-C did (the
+    same command continues)."""
+    from engine.preemption import Preempted, stop_signals
+
     if not logging.getLogger().handlers:  # the trials' own INFO lines (thread sizing, ...) would drown the table
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        spec = prepare_study(args.config, args.overrides, n_trials=args.trials, jobs=args.jobs,
-                             study_dir=args.study_dir, seed=args.seed, max_env_step=args.max_env_step,
-                             max_train_iter=args.max_train_iter, prune=not args.no_prune, prune_after=args.prune_after)
-    except (TuneError, FileNotFoundError, ValueError, UnknownTypeError) as err:  # SearchSpaceError, ConfigError
-        print_user_error(err)
-        return 2
-    try:
-        return run_study(spec)
-    except (TuneError, RunDirError) as err:
-        print_user_error(err)
-        return 2
+    with stop_signals():  # from here on a signal stops the study with its code, whatever it is doing
+        try:
+            spec = prepare_study(args.config, args.overrides, n_trials=args.trials, jobs=args.jobs,
+                                 study_dir=args.study_dir, seed=args.seed, max_env_step=args.max_env_step,
+                                 max_train_iter=args.max_train_iter, prune=not args.no_prune,
+                                 prune_after=args.prune_after)
+        except (TuneError, FileNotFoundError, ValueError, UnknownTypeError) as err:  # SearchSpaceError, ConfigError
+            print_user_error(err)
+            return 2
+        except KeyboardInterrupt as err:  # Preempted too
+            print(f"baton: {f'stopped by {err.signal}' if isinstance(err, Preempted) else 'interrupted'} before the "
+                  f"study started", file=sys.stderr, flush=True)
+            return err.exit_code if isinstance(err, Preempted) else 130
+        with stop_signals(preempt_signals(spec)):  # the trials' preempt.signals
+            try:
+                return run_study(spec)
+            except (TuneError, RunDirError) as err:
+                print_user_error(err)
+                return 2
+            except KeyboardInterrupt as err:  # Preempted too: the trials that finished are kept
+                what = f"stopped by {err.signal}" if isinstance(err, Preempted) else "interrupted"
+                print(f"baton: study {what}; the trials that finished are in "
+                      f"{os.path.join(spec.study_dir, STUDY_FILE)}: the same command continues it", file=sys.stderr,
+                      flush=True)
+                return err.exit_code if isinstance(err, Preempted) else 130
+            except Exception as err:  # the study's own files on a full disk: its environment, not its input
+                line = disk_full(err, spec.study_dir)
+                if line is None:
+                    raise
+                print_user_error(EnvironmentFailure(f"the study stopped: {line}. Free space there and run the same "
+                                                    f"command: it continues the study"))
+                return ENVIRONMENT_EXIT
 
 
 def prepare_study(config_path: str, words: Sequence[str], *, n_trials: int, jobs: int = 1,
@@ -229,6 +255,8 @@ def run_study(spec: StudySpec) -> int:
     Raises:
         TuneError: the study directory holds another study, or trials without a study.
         RunDirError: another ``baton tune`` works on the study.
+        KeyboardInterrupt: Ctrl-C, or a preemption signal (``Preempted``: its ``exit_code`` is the command's),
+            stopped the study; the trials it cut short run again with the next command.
     """
     optuna = load_optuna()
     db = os.path.join(spec.study_dir, STUDY_FILE)
@@ -256,10 +284,12 @@ def run_study(spec: StudySpec) -> int:
         if remaining:
             try:
                 failed_jobs = run_jobs(dataclasses.replace(spec, jobs=jobs))
-            except KeyboardInterrupt:
-                print(f"baton: study interrupted; the trials that finished are in {db}: the same command "
-                      f"continues it", file=sys.stderr, flush=True)
-                return 130
+            except EnvironmentFailure as err:  # a full disk: the trial it hit runs again with the next command
+                print(trials_table(optuna.load_study(storage=study_storage(spec), study_name=STUDY_NAME), spec.space),
+                      flush=True)
+                print(f"baton: the study stopped: {err}. Free space there and run the same command: the trials "
+                      f"the full disk stopped run again", file=sys.stderr, flush=True)
+                return ENVIRONMENT_EXIT
             if failed_jobs:
                 print(f"baton: {failed_jobs} trial process(es) failed (their error is above); the same command "
                       f"continues the study", file=sys.stderr, flush=True)

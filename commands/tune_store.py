@@ -2,13 +2,16 @@
 trials run with, which trials count toward ``--trials``, and which were cut short and run again."""
 from __future__ import annotations
 
+import errno
 import json
 import os
-from typing import Any, List, Mapping
+import shutil
+from typing import Any, List, Mapping, Optional
 
 __all__ = ["TuneError", "STUDY_FILE", "BEST_CONFIG", "STUDY_NAME", "RECORD_ATTR", "load_optuna", "study_storage",
            "open_study",
-           "check_record", "requeue_cut_short", "counted_trials", "trial_dirs", "trial_overrides"]
+           "check_record", "requeue_cut_short", "counted_trials", "trial_dirs", "trial_overrides", "EnvironmentFailure",
+           "disk_full", "ENVIRONMENT_ATTR"]
 
 STUDY_FILE = "study.db"
 BEST_CONFIG = "best_config.py"
@@ -18,8 +21,50 @@ RECORD_ATTR = "baton_search"
 INSTALL = "pip install -c constraints.txt -e \".[tune]\" (or pip install optuna)"
 
 
+#: the trial's user attribute holding why its environment failed it (a full disk): not ``error``, so the trial
+#: counts as cut short and the next command runs it again
+ENVIRONMENT_ATTR = "environment_error"
+_SQLITE_FULL = 13  # sqlite3's SQLITE_FULL: "database or disk is full"
+
+
 class TuneError(ValueError):
     """Input ``baton tune`` cannot run; the message names what to change."""
+
+
+class EnvironmentFailure(Exception):
+    """The study stopped because of where it runs, not what it was given: a full disk (or a spent quota). The
+    trial it hit is recorded as cut short (run again by the next command) and ``baton tune`` exits with status
+    1; the message names the disk and the fix."""
+
+
+def disk_full(err: BaseException, where: str) -> Optional[str]:
+    """The line for ``err`` when it is a write that failed on a full filesystem (an ``ENOSPC``/``EDQUOT``
+    ``OSError``, ``engine.fileio.DiskFullError``, SQLite's "database or disk is full", anywhere in its chain),
+    naming the path, its filesystem's mount point and the space left there; None for any other error.
+    ``where``: the path to name when the error names none (the study directory)."""
+    seen, chain = set(), [err]
+    while chain:
+        e = chain.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+        if full or getattr(e, "sqlite_errorcode", None) == _SQLITE_FULL:
+            path = getattr(e, "path", None) or getattr(e, "filename", None) or where
+            return _full_line(os.fspath(path), e.errno if full else errno.ENOSPC)
+        chain += [e.__cause__, e.__context__, getattr(e, "orig", None)]
+    return None
+
+
+def _full_line(path: str, code: int) -> str:
+    mount = os.path.abspath(path)
+    while not os.path.ismount(mount) and os.path.dirname(mount) != mount:
+        mount = os.path.dirname(mount)
+    try:
+        free = f"{shutil.disk_usage(mount).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "its free space unknown"
+    return f"{os.strerror(code).lower()} writing {path} (the disk mounted at {mount}, {free})"
 
 
 def load_optuna() -> Any:

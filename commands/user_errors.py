@@ -26,10 +26,13 @@ import time
 import traceback
 from typing import Any, Iterator, List, NoReturn, Tuple
 
-__all__ = ["USER_ERRORS", "USER_ERROR_EXIT", "DEBUG_ENV", "debugging", "exit_on_user_error", "print_user_error",
-           "reported_once", "close_path_hint", "config_load_error"]
+__all__ = ["USER_ERRORS", "USER_ERROR_EXIT", "ENVIRONMENT_EXIT", "DEBUG_ENV", "debugging", "exit_on_user_error",
+           "print_user_error", "reported_once", "close_path_hint", "config_load_error"]
 
 USER_ERROR_EXIT = 2
+#: the exit status of a failure of the environment rather than of the input (a full disk under baton tune, ranks
+#: that never met): one ``baton:`` line naming it, as for a user error
+ENVIRONMENT_EXIT = 1
 DEBUG_ENV = "BATON_DEBUG"
 _REPORTS = "BATON_ERROR_REPORTS"
 

@@ -32,13 +32,14 @@ from .devices import (default_timeout, get_local_rank, launched_world_size, loca
                       resolve_backend, visible_gpu_count)
 from .rank_progress import (HEARTBEAT_S, PROGRESS, CollectiveMismatchError, DistributedError, fault_report,
                             guard_enabled, mark_progress, read_progress)
-from .rendezvous import agree_on_world_size, rendezvous_store, world_sizes_seen
+from .rendezvous import RendezvousError, agree_on_world_size, rendezvous_store, world_sizes_seen
 from .slurm import SlurmLayout, adopt_slurm_env
 
 __all__ = ["COMM_HOOKS", "check_comm_hook", "register_comm_hook", "get_backend", "DDPContext", "get_rank",
            "get_world_size", "get_local_rank", "is_main_process", "is_distributed",
            "allreduce_data", "allreduce_moments", "all_gather_rows", "broadcast_object", "barrier", "DistributedError",
-           "CollectiveMismatchError", "default_timeout", "launched_world_size", "mark_progress", "explain_failure",
+           "CollectiveMismatchError", "RendezvousError", "default_timeout", "launched_world_size", "mark_progress",
+           "explain_failure",
            "guard_enabled", "is_communication_error", "collective_device"]
 
 logger = logging.getLogger(__name__)
@@ -258,6 +259,8 @@ class DDPContext:
 
     Raises:
         engine.slurm.SlurmEnvError: Slurm's variables disagree (naming them and the fix).
+        RendezvousError: (on entering) the ranks did not meet within the timeout, or were started for different
+            world sizes; one line naming the rank, where they meet and what to check.
 
     Examples:
         >>> with DDPContext() as ddp:      # no launcher: a no-op
@@ -308,8 +311,8 @@ class DDPContext:
         if init_method == "env://":
             missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
             if missing:
-                raise DistributedError(f"rank {self.rank} of {self.world_size}: {', '.join(missing)} not set; "
-                                       f"launch with torchrun or engine.launch, or pass init_method='file://...'")
+                raise RendezvousError(f"rank {self.rank} of {self.world_size}: {', '.join(missing)} not set; "
+                                      f"launch with torchrun or engine.launch, or pass init_method='file://...'")
         timeout = datetime.timedelta(seconds=self.timeout)
         store = None
         try:
@@ -322,23 +325,24 @@ class DDPContext:
             else:
                 dist.init_process_group(backend=backend, init_method=init_method, rank=self.rank,
                                         world_size=self.world_size, timeout=timeout)
-        except DistributedError as err:
+        except RendezvousError as err:
             if self.slurm is None:
                 raise
-            raise DistributedError(f"{err}{self._slurm_hint()}") from err
+            raise RendezvousError(f"{err}{self._slurm_hint()}") from err
         except Exception as err:
             where = (f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
                      if init_method == "env://" else init_method)
             sizes = world_sizes_seen(store)
             if len(sizes) > 1:
-                raise DistributedError(
+                raise RendezvousError(
                     f"rank {self.rank} could not join the process group at {where}: the processes were started "
                     f"for different world sizes ({', '.join(str(w) for w in sorted(sizes))}). Start every node with "
                     f"the same --nproc (and --nnodes); this one was started for {self.world_size}") from err
-            raise DistributedError(f"rank {self.rank} of {self.world_size} could not join the process group at "
-                                   f"{where} within {self.timeout:.0f} s ({type(err).__name__}: {err}). Check that "
-                                   f"every rank was started, that the master is reachable from this node, and "
-                                   f"that MASTER_PORT is free and the same on all nodes{self._slurm_hint()}") from err
+            cause = " ".join(str(err).split()) or "no message"  # torch's may run over lines: the error is one
+            raise RendezvousError(f"rank {self.rank} of {self.world_size} could not join the process group at "
+                                  f"{where} within {self.timeout:.0f} s ({type(err).__name__}: {cause[:300]}). Check "
+                                  f"that every rank was started, that the master is reachable from this node, and "
+                                  f"that MASTER_PORT is free and the same on all nodes{self._slurm_hint()}") from err
         self._owns_group = True
         PROGRESS.start(self.rank)
         self.backend = backend

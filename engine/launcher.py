@@ -36,8 +36,8 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from .distributed import DDPContext, DistributedError
-from .preemption import DEFAULT_SIGNALS, Preempted, exit_code, signal_number
+from .distributed import DDPContext, DistributedError, RendezvousError
+from .preemption import DEFAULT_SIGNALS, Preempted, exit_code, signal_number, stop_taken
 
 __all__ = ["launch", "check_rendezvous", "end_with"]
 
@@ -90,20 +90,27 @@ def _spawned(local_rank: int, fn: Callable[..., Any], args: Sequence[Any], nproc
     rank = node_rank * nprocs + local_rank
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nnodes * nprocs),
                       LOCAL_WORLD_SIZE=str(nprocs), GROUP_RANK=str(node_rank))
-    with DDPContext(init_method=rendezvous, backend=backend, cuda=cuda, timeout=timeout):
-        try:
-            fn(*args)
-        except Preempted as err:  # stopped cleanly by a signal: the launcher exits with the same code
-            _write_report(error_dir, rank, {"preempted": err.signal, "exit_code": err.exit_code})
-            raise
-        except KeyboardInterrupt:  # Ctrl-C: not a failure to report; the run wrote its checkpoint at finish
-            raise
-        except BaseException as err:
-            # record when and how this rank failed, before leaving the group breaks the other ranks'
-            # connections, so launch() can name the rank that failed first
-            _write_report(error_dir, rank, {"traceback": traceback.format_exc(),
-                                            "at_fault": list(getattr(err, "at_fault", ()) or ())})
-            raise
+    joined = False
+    try:
+        with DDPContext(init_method=rendezvous, backend=backend, cuda=cuda, timeout=timeout):
+            joined = True
+            try:
+                fn(*args)
+            except Preempted as err:  # stopped cleanly by a signal: the launcher exits with the same code
+                _write_report(error_dir, rank, {"preempted": err.signal, "exit_code": err.exit_code})
+                raise
+            except KeyboardInterrupt:  # Ctrl-C: not a failure to report; the run wrote its checkpoint at finish
+                raise
+            except BaseException as err:
+                # record when and how this rank failed, before leaving the group breaks the other ranks'
+                # connections, so launch() can name the rank that failed first
+                _write_report(error_dir, rank, {"traceback": traceback.format_exc(),
+                                                "at_fault": list(getattr(err, "at_fault", ()) or ())})
+                raise
+    except RendezvousError as err:
+        if not joined:  # the ranks never met: its one line is what the launcher raises
+            _write_report(error_dir, rank, {"rendezvous": str(err)})
+        raise
 
 
 def _write_report(error_dir: str, rank: int, report: Dict[str, Any]) -> None:
@@ -265,6 +272,7 @@ class _SignalForwarder:
         if self.signum is not None:
             return
         self.signum = signum
+        stop_taken(signum)  # the command's own handler ignores later ones once this one is given back
         if not self.processes:  # still starting them: passed on by started()
             return
         alive = [p for p in self.processes if p.is_alive()]
@@ -345,6 +353,9 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *, bac
             raise
         except Exception as err:
             first = _root_cause(error_dir)
+            met = [r for r in _reports(error_dir) if "rendezvous" in r]
+            if first is None and met:  # a rank could not meet the others: its one line, no traceback
+                raise RendezvousError(min(met, key=lambda r: r["time"])["rendezvous"]) from None
             preempted = _preempted(error_dir, forwarder) if first is None else None
             if preempted is not None:  # a rank ended by its own deadline after the signal: still a preemption
                 raise preempted from None

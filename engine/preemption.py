@@ -11,21 +11,30 @@ A process that has not ended ``grace_s`` seconds after the first signal (a peer 
 env step that never returns) is ended then by the guard's watchdog with the same code; the last finished
 checkpoint stays, since checkpoints are written to a temporary file and renamed. Later signals are ignored:
 the first one already set the stop and the deadline.
+
+A guard covers a run's iterations only. Around a whole command (``baton train``, ``baton tune``) ``stop_signals``
+covers the rest: a signal before the first iteration (the run being built) or between runs stops the command
+where it is (``Preempted``, raised as Ctrl-C raises ``KeyboardInterrupt``), and once a stop was taken, by a
+guard or there, later signals are ignored until the process has exited, so the shutdown the first one started
+finishes and its exit code stands.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from .params import Params, param
 from .registry import CONFIG_SECTIONS
 
-__all__ = ["PreemptParams", "PreemptionGuard", "Preempted", "signal_number", "DEFAULT_SIGNALS", "exit_code"]
+__all__ = ["PreemptParams", "PreemptionGuard", "Preempted", "signal_number", "DEFAULT_SIGNALS", "exit_code",
+           "StopSignals", "stop_signals", "stop_taken"]
 
 DEFAULT_SIGNALS = ("SIGTERM", "SIGUSR1")
 
@@ -46,7 +55,11 @@ CONFIG_SECTIONS.register("preempt", PreemptParams)
 class Preempted(KeyboardInterrupt):
     """A preemption signal stopped the run cleanly (``latest`` written). A ``KeyboardInterrupt``, so a script
     or a sweep stops as it would on Ctrl-C. ``signal``: its name; ``exit_code``: 128 + its number, what the
-    process exits with (``baton train``; a launcher whose ranks were preempted raises it too)."""
+    process exits with (``baton train``; a launcher whose ranks were preempted raises it too). ``outside_run``:
+    None, or where the process was when ``stop_signals`` raised it with no run iterating (``"before the run's
+    first iteration"``, ``"after the run's last iteration"``), for the command's line."""
+
+    outside_run: Optional[str] = None
 
     def __init__(self, signal_name: str, code: int) -> None:
         super().__init__(f"run preempted by {signal_name}")
@@ -112,6 +125,8 @@ class PreemptionGuard:
             return False
         for number in self._numbers:
             self._previous[number] = signal.signal(number, self._received)
+        if _scope is not None:
+            _scope.runs_started += 1
         return True
 
     def uninstall(self) -> None:
@@ -128,6 +143,7 @@ class PreemptionGuard:
         """What a caught signal does (also for a stop decided without one: ``signum`` names the exit code)."""
         if self.requested is not None:
             return
+        stop_taken(signum)
         self.signum = int(signum)
         self.requested = signal.Signals(signum).name
         self.received_at = time.monotonic()
@@ -147,3 +163,115 @@ class PreemptionGuard:
                          f"--resume\n")
         sys.stderr.flush()
         os._exit(code)
+
+
+def _numbers(signals: Sequence[str]) -> List[int]:
+    """The numbers of ``signals``; a name that is no signal here is left out (the run's config check names it)."""
+    found = []
+    for name in signals:
+        try:
+            found.append(signal_number(name))
+        except ValueError:
+            pass
+    return found
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    """A stop is under way: a later signal changes nothing (its first one's exit code stands)."""
+
+
+def _ignore_from_now(numbers: Sequence[int]) -> None:
+    """At exit: the interpreter's finalisation gives signals with a Python handler their default action back
+    (which would end the process with the signal's status, not its exit code); ignored ones stay ignored. Only
+    here, at exit, since children started before it would inherit an ignored signal."""
+    for number in numbers:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(number, signal.SIG_IGN)
+
+
+class StopSignals:
+    """A command's handler of the preemption signals, around all it does (``stop_signals``); a run's guard takes
+    them while the run iterates, this everywhere else.
+
+    - No stop taken yet (a run being built, between the trials of a study, a launcher starting its ranks): the
+      first signal raises ``Preempted`` where the process is (``outside_run`` says where), as Ctrl-C raises
+      ``KeyboardInterrupt``; what was opened is closed on the way out and the command exits with 128 + its
+      number after one line.
+    - A stop taken (by this scope, a run's guard, a launcher passing it on: ``stop_taken``): later signals are
+      ignored, also after the scope, until the process exits; the shutdown the first one started finishes (the
+      envs closed, the process group left, the final lines printed) and the first one's exit code stands.
+
+    Attributes:
+        signum: the first signal taken in the scope, or None.
+        runs_started: runs whose guard was installed in the scope (0: none began iterating yet).
+    """
+
+    def __init__(self, signals: Sequence[str] = DEFAULT_SIGNALS) -> None:
+        self.signum: Optional[int] = None
+        self.runs_started = 0
+        self._numbers = _numbers(signals)
+        self._previous: Dict[int, Any] = {}
+
+    def cover(self, signals: Sequence[str]) -> None:
+        """Take ``signals`` from now on (the run's ``preempt.signals``, once its config is read); the others go
+        back to what they did before the scope."""
+        wanted = _numbers(signals)
+        for number in [n for n in self._previous if n not in wanted]:
+            previous = self._previous.pop(number)
+            signal.signal(number, previous if previous is not None else signal.SIG_DFL)
+        self._numbers = wanted
+        self._install()
+
+    def _install(self) -> None:
+        for number in self._numbers:
+            if number not in self._previous:
+                self._previous[number] = signal.signal(number, self._received)
+
+    def _restore(self) -> None:
+        for number, previous in self._previous.items():
+            if self.signum is not None:  # the process is ending on a signal: keep the later ones from ending it
+                signal.signal(number, _ignore)
+            else:
+                signal.signal(number, previous if previous is not None else signal.SIG_DFL)
+        if self.signum is not None and self._previous:
+            atexit.register(_ignore_from_now, list(self._previous))
+        self._previous = {}
+
+    def _received(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            return
+        self.signum = int(signum)
+        err = Preempted(signal.Signals(signum).name, exit_code(signum))
+        err.outside_run = "after the run's last iteration" if self.runs_started else "before the run's first iteration"
+        raise err
+
+
+_scope: Optional[StopSignals] = None
+
+
+def stop_taken(signum: int) -> None:
+    """Tell the command's ``StopSignals`` (if any) that a stop on ``signum`` is under way (a run's guard took
+    it, a launcher passed it on): later signals are then ignored."""
+    if _scope is not None and _scope.signum is None:
+        _scope.signum = int(signum)
+
+
+@contextlib.contextmanager
+def stop_signals(signals: Sequence[str] = DEFAULT_SIGNALS) -> Iterator[Optional[StopSignals]]:
+    """A ``StopSignals`` scope over ``signals`` for the ``with`` block (the main thread only; elsewhere it yields
+    None and changes nothing). Inside one already, it yields that one, now covering ``signals``."""
+    global _scope
+    if _scope is not None:
+        _scope.cover(signals)
+        yield _scope
+        return
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    scope = _scope = StopSignals(signals)
+    try:
+        scope._install()
+        yield scope
+    finally:
+        _scope = None
+        scope._restore()

@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import time
 from typing import Any
 
 from .devices import local_world_size
 from .rank_progress import DistributedError
 
-__all__ = ["rendezvous_store", "elastic_store", "agree_on_world_size", "world_sizes_seen"]
+__all__ = ["RendezvousError", "rendezvous_store", "reach_master", "elastic_store", "agree_on_world_size",
+           "world_sizes_seen"]
+
+
+class RendezvousError(DistributedError):
+    """The ranks did not meet: the others never came within the timeout (not started, started for another
+    layout, behind a master that does not resolve or cannot be reached), or they were started for different
+    world sizes. Its message is one line naming the rank, the meeting point and what to check; ``baton`` prints
+    it as such and exits with status 1 (the job's environment failed: one process cannot tell a peer that never
+    started from a layout that promised it)."""
 
 
 def rendezvous_store(init_method: str, rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
@@ -23,11 +33,42 @@ def rendezvous_store(init_method: str, rank: int, world_size: int, timeout: date
     if os.environ.get("TORCHELASTIC_RUN_ID"):
         return elastic_store(timeout) if init_method == "env://" else None
     if init_method == "env://":
-        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
-                             is_master=rank == 0, timeout=timeout, wait_for_workers=False)
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        if rank != 0:
+            reach_master(host, port, rank, world_size, timeout.total_seconds())
+        return dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
     if init_method.startswith("file://"):
         return dist.FileStore(init_method[len("file://"):], world_size)
     return None
+
+
+def reach_master(host: str, port: int, rank: int, world_size: int, timeout: float) -> None:
+    """Wait until rank 0's store at ``host:port`` accepts a connection (a plain socket, closed at once), at most
+    ``timeout`` seconds. torch's store client retries by itself, but logs each failed try with a C++ stack, so
+    a master that never comes, or a host that does not resolve, would bury the one line that says so.
+
+    Raises:
+        RendezvousError: nothing accepted within ``timeout``, naming why (the name does not resolve, the
+            connection was refused or timed out).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as err:
+            why = f"the host name {host!r} does not resolve ({getattr(err, 'strerror', None) or err})"
+        else:
+            try:
+                with socket.create_connection((host, port), timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                    return
+            except OSError as err:
+                why = f"nothing accepted a connection there ({err.strerror or type(err).__name__})"
+        if time.monotonic() >= deadline:
+            raise RendezvousError(f"rank {rank} of {world_size} could not reach rank 0 at {host}:{port} within "
+                                  f"{timeout:.0f} s: {why}. Check that every rank was started, that MASTER_ADDR names "
+                                  f"rank 0's node as this node resolves it, and that MASTER_PORT is free there and "
+                                  f"the same for all ranks")
+        time.sleep(0.2)
 
 
 def elastic_store(timeout: datetime.timedelta) -> Any:
@@ -65,14 +106,14 @@ def agree_on_world_size(store: Any, rank: int, world_size: int, timeout: float) 
         sizes = world_sizes_seen(store)
         if len(sizes) > 1:
             _tell_mismatch_read(store, rank)
-            raise DistributedError(f"rank {rank}: the processes were started for different world sizes "
+            raise RendezvousError(f"rank {rank}: the processes were started for different world sizes "
                                    f"({', '.join(str(w) for w in sorted(sizes))}). Start every node with the same "
                                    f"--nproc (and --nnodes); this one was started for {world_size}")
         arrived = store.add(_ARRIVED_KEY, 0)
         if arrived >= world_size:
             return
         if time.monotonic() > deadline:
-            raise DistributedError(f"rank {rank} of {world_size}: only {arrived} of {world_size} processes arrived "
+            raise RendezvousError(f"rank {rank} of {world_size}: only {arrived} of {world_size} processes arrived "
                                    f"within {timeout:.0f} s. Check that every node was started, with the same "
                                    f"--nnodes and --nproc, meeting at the same address or file")
         time.sleep(0.05)

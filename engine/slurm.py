@@ -18,7 +18,8 @@ Only a step of several tasks is a data-parallel job: a single task (``SLURM_NTAS
 without Slurm. torchrun's variables win: with ``RANK`` or ``WORLD_SIZE`` set (torchrun started inside a
 batch script) Slurm's are not read. Variables that disagree (a rank not below the task count, a local rank
 not below the tasks on its node, tasks that do not divide over the nodes, a node list that is not a host
-list) raise ``SlurmEnvError`` naming them and the fix.
+list) or that no job can have (a count beyond what Slurm and torch number, 2**31 - 1; a host name that is not
+ASCII) raise ``SlurmEnvError`` naming them and the fix.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 __all__ = ["SlurmEnvError", "SlurmLayout", "expand_hostlist", "expand_tasks_per_node", "slurm_layout",
-           "adopt_slurm_env", "srun_task_count", "PORT_BASE", "PORT_SPAN"]
+           "adopt_slurm_env", "srun_task_count", "PORT_BASE", "PORT_SPAN", "MAX_COUNT"]
 
 PORT_BASE, PORT_SPAN = 15000, 17000  # ports 15000..31999: below Linux's ephemeral range (32768..60999)
 
@@ -38,6 +39,8 @@ _NNODES = ("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 _NODELIST = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
 _FIX = ("Start the ranks as the tasks of one srun step (one task per GPU: srun --ntasks-per-node=N baton train "
         "...), and leave SLURM_* variables as Slurm set them")
+#: the largest count or index a Slurm variable may hold here: torch numbers ranks with a C int (Slurm with 32 bits)
+MAX_COUNT = 2**31 - 1
 
 
 class SlurmEnvError(ValueError):
@@ -156,13 +159,33 @@ def expand_tasks_per_node(text: str) -> List[int]:
         >>> expand_tasks_per_node("2(x3),1")
         [2, 2, 2, 1]
     """
-    counts: List[int] = []
+    return [count for count, nodes in _tasks_per_node_runs(text) for _ in range(nodes)]
+
+
+def _tasks_per_node_runs(text: str) -> List[Tuple[int, int]]:
+    """``(tasks, nodes)`` for each part of Slurm's tasks per node, unexpanded: ``"2(x3),1"`` -> ``[(2, 3), (1, 1)]``
+    (a repeat count is never turned into that many list items before it is checked).
+
+    Raises:
+        ValueError: the text is not in that form, or it counts more nodes or tasks than ``MAX_COUNT``.
+    """
+    runs = []
     for part in text.strip().split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        match = re.fullmatch(r"([0-9]+)(?:\(x([0-9]+)\))?", part.strip())
         if match is None:
             raise ValueError(f"{text!r} is not a list of tasks per node like 2(x3),1")
-        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
-    return counts
+        runs.append((int(match.group(1)), int(match.group(2) or 1)))
+    if sum(nodes for _, nodes in runs) > MAX_COUNT or sum(count * nodes for count, nodes in runs) > MAX_COUNT:
+        raise ValueError(f"{text!r} counts more nodes or tasks than any job holds (at most {MAX_COUNT:,})")
+    return runs
+
+
+def _tasks_on_node(runs: Sequence[Tuple[int, int]], node: int) -> int:
+    for count, nodes in runs:
+        if node < nodes:
+            return count
+        node -= nodes
+    raise IndexError(node)
 
 
 @dataclass(frozen=True)
@@ -195,12 +218,20 @@ def _read(env: Mapping[str, str], names: Sequence[str]) -> Tuple[Optional[str], 
     return None, None
 
 
+def _whole(text: str) -> bool:
+    """ASCII digits only (``str.isdigit`` takes '²', which ``int`` refuses, and other scripts' digits)."""
+    return re.fullmatch(r"[0-9]+", text) is not None
+
+
 def _count(env: Mapping[str, str], names: Sequence[str], minimum: int = 0) -> Tuple[Optional[str], Optional[int]]:
     name, text = _read(env, names)
     if name is None:
         return None, None
-    if not text.isdigit() or int(text) < minimum:
+    if not _whole(text) or int(text) < minimum:
         raise SlurmEnvError(f"{name}={text!r} is not a whole number{f' >= {minimum}' if minimum else ''}. {_FIX}")
+    if int(text) > MAX_COUNT:
+        raise SlurmEnvError(f"{name}={text} is more than any job holds (at most {MAX_COUNT:,}: torch numbers its "
+                            f"ranks with 32 bits, as Slurm does its tasks). {_FIX}")
     return name, int(text)
 
 
@@ -218,14 +249,15 @@ def srun_task_count(environ: Optional[Mapping[str, str]] = None) -> int:
     if any(name in env for name in _TORCHRUN) or "SLURM_PROCID" not in env:
         return 0
     _, text = _read(env, _NTASKS)
-    return int(text) if text is not None and text.isdigit() else 0
+    return int(text) if text is not None and _whole(text) else 0
 
 
 def _tasks_on_nodes(env: Mapping[str, str], ntasks_var: str, ntasks: int
-                    ) -> Tuple[Optional[int], Optional[int], Optional[List[int]], str]:
-    """``(nodes, uniform tasks per node, tasks on each node, what said so)``, each None where unknown."""
+                    ) -> Tuple[Optional[int], Optional[int], Optional[List[Tuple[int, int]]], str]:
+    """``(nodes, uniform tasks per node, tasks on each node as (tasks, nodes) runs, what said so)``, each None
+    where unknown."""
     nnodes_var, nnodes = _count(env, _NNODES, minimum=1)
-    counts: Optional[List[int]] = None
+    counts: Optional[List[Tuple[int, int]]] = None
     uniform: Optional[int] = None
     source = ""
     name, text = _read(env, ("SLURM_STEP_TASKS_PER_NODE",))
@@ -236,18 +268,19 @@ def _tasks_on_nodes(env: Mapping[str, str], ntasks_var: str, ntasks: int
         name, text = _read(env, ("SLURM_TASKS_PER_NODE",))
     if text is not None:
         try:
-            counts = expand_tasks_per_node(text)
+            counts = _tasks_per_node_runs(text)
         except ValueError as err:
             raise SlurmEnvError(f"{name}: {err}. {_FIX}") from None
         source = f"{name}={text}"
-        if nnodes is not None and len(counts) != nnodes:
-            raise SlurmEnvError(f"{source} lists {len(counts)} node{'s' if len(counts) != 1 else ''} but "
+        listed, total = sum(n for _, n in counts), sum(c * n for c, n in counts)
+        if nnodes is not None and listed != nnodes:
+            raise SlurmEnvError(f"{source} lists {listed} node{'s' if listed != 1 else ''} but "
                                 f"{nnodes_var}={nnodes}: the Slurm variables of this process disagree. {_FIX}")
-        if sum(counts) != ntasks:
-            raise SlurmEnvError(f"{source} adds up to {sum(counts)} tasks but {ntasks_var}={ntasks}: the Slurm "
+        if total != ntasks:
+            raise SlurmEnvError(f"{source} adds up to {total} tasks but {ntasks_var}={ntasks}: the Slurm "
                                 f"variables of this process disagree. {_FIX}")
-        nnodes = len(counts) if nnodes is None else nnodes
-        uniform = counts[0] if len(set(counts)) == 1 else None
+        nnodes = listed if nnodes is None else nnodes
+        uniform = counts[0][0] if len({c for c, _ in counts}) == 1 else None
     if uniform is not None and nnodes is not None:
         nodes = f"{nnodes} node{'s' if nnodes != 1 else ''}" + (f" ({nnodes_var})" if nnodes_var else "")
         if ntasks % nnodes:
@@ -295,7 +328,7 @@ def slurm_layout(environ: Optional[Mapping[str, str]] = None) -> Optional[SlurmL
         raise SlurmEnvError(f"SLURM_NODEID={node_rank} is not below the node count {nnodes}: the Slurm variables "
                             f"of this process disagree. {_FIX}")
     if counts is not None:
-        local_world = counts[node_rank]
+        local_world = _tasks_on_node(counts, node_rank)
     elif uniform is not None:
         local_world = uniform
     elif nnodes is not None and ntasks % nnodes == 0:
@@ -313,28 +346,49 @@ def slurm_layout(environ: Optional[Mapping[str, str]] = None) -> Optional[SlurmL
                        gpus_per_task=env.get("SLURM_GPUS_PER_TASK", "0").strip() not in ("", "0"))
 
 
+_SET_MASTER = ("Set MASTER_ADDR to the host of rank 0 (the first node of the job: scontrol show hostnames \"${}\" | "
+               "head -n 1)")
+
+
+def _not_a_host(name: str, text: str) -> Optional[str]:
+    """Why ``text`` (variable ``name``) holds no host name: a character that is not ASCII, or a blank or control
+    character; None when it may be one. (A name the resolver does not know shows when the ranks meet.)"""
+    bad = next((char for char in text if not char.isascii() or not char.isprintable() or char.isspace()), None)
+    if bad is None:
+        return None
+    what = "is not ASCII" if not bad.isascii() else "is a blank or control character"
+    return (f"{name}={text!r} holds {bad!r} (U+{ord(bad):04X}), which {what}: host names are ASCII letters, digits, "
+            f"'-' and '.' (an internationalised name in its xn-- form)")
+
+
 def _master_addr(env: Mapping[str, str]) -> str:
     if env.get("MASTER_ADDR", "").strip():
-        return env["MASTER_ADDR"].strip()
+        address = env["MASTER_ADDR"].strip()
+        why = _not_a_host("MASTER_ADDR", address)
+        if why is not None:
+            raise SlurmEnvError(f"{why}. Set MASTER_ADDR to the host name or address of rank 0's node")
+        return address
     name, hostlist = _read(env, _NODELIST)
     if name is None:
         raise SlurmEnvError(f"none of {', '.join(_NODELIST)} is set, so the node of rank 0 is unknown: set "
                             f"MASTER_ADDR to its host name")
+    why = _not_a_host(name, hostlist)
+    if why is not None:
+        raise SlurmEnvError(f"{why}. {_SET_MASTER.format(name)}")
     try:
         return _first_host(hostlist)
     except ValueError as err:
-        raise SlurmEnvError(f"{name}: {err}. Set MASTER_ADDR to the host of rank 0 (the first node of the job: "
-                            f"scontrol show hostnames \"${name}\" | head -n 1)") from None
+        raise SlurmEnvError(f"{name}: {err}. {_SET_MASTER.format(name)}") from None
 
 
 def _master_port(env: Mapping[str, str]) -> int:
     text = env.get("MASTER_PORT", "").strip()
     if text:
-        if not text.isdigit() or not 0 < int(text) < 65536:
+        if not _whole(text) or not 0 < int(text) < 65536:
             raise SlurmEnvError(f"MASTER_PORT={text!r} is not a port number (1..65535)")
         return int(text)
     name, job = _read(env, ("SLURM_JOB_ID", "SLURM_JOBID"))
-    if name is None or not job.isdigit():
+    if name is None or not _whole(job):
         raise SlurmEnvError(f"SLURM_JOB_ID is {'not set' if name is None else f'{job!r}, not a number'}, so the "
                             f"tasks cannot agree on a port by themselves: set MASTER_PORT to a port free on the "
                             f"first node, the same for every task")

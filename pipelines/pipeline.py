@@ -177,6 +177,8 @@ class Pipeline:
             self.close(err)
             if self._result is None or isinstance(err, RunInterrupted):
                 raise
+            if isinstance(err, Preempted):  # a command's signal scope (engine.preemption.stop_signals) before the guard
+                raise RunPreempted(self._result(), err.signal, err.exit_code) from err
             raise RunInterrupted(self._result()) from err
         except BaseException as err:
             self.close(err)

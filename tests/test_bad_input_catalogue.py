@@ -315,6 +315,62 @@ def test_bad_command_line_is_named(name, argv, message, tmp_path, capsys):
     assert not lines[0].startswith("baton:") or len(lines) == 1, err  # a baton: error is one line (argparse: two)
 
 
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# what srun gives task `rank` of a step of `tasks` tasks on one node, meeting at `host` (MASTER_PORT: a free port)
+def _srun_task(rank, tasks, host="127.0.0.1", **more):
+    return dict(dict(SLURM_PROCID=str(rank), SLURM_NTASKS=str(tasks), SLURM_LOCALID=str(rank), SLURM_NODEID="0",
+                     SLURM_NNODES="1", SLURM_NTASKS_PER_NODE=str(tasks), SLURM_JOB_NODELIST=host, SLURM_JOB_ID="4242"),
+                **more)
+
+
+#: the launcher's environment (Slurm's variables) through ``baton train``: (name, variables, message, exit
+#: status). 2: what the variables of this process show wrong alone; 1: ranks that never met (issue 34: a
+#: traceback after the timeout), which one process cannot tell from a peer that failed to start
+LAUNCH_ENV = [
+    ("Slurm task count beyond any job", lambda: _srun_task(0, 2, SLURM_NTASKS="100000000000000000000", SLURM_NNODES=""),
+     r"^baton: SLURM_NTASKS=100000000000000000000 is more than any job holds \(at most 2,147,483,647", 2),
+    ("Slurm non-ASCII host name", lambda: _srun_task(0, 2, "n\u0153ud01"),
+     r"^baton: SLURM_JOB_NODELIST='n\u0153ud01' holds '\u0153' \(U\+0153\), which is not ASCII", 2),
+    ("Slurm rank alone of its 2 tasks", lambda: _srun_task(0, 2, MASTER_PORT=str(_free_port())),
+     r"^baton: rank 0 of 2: only 1 of 2 processes arrived within 2 s\. .*The ranks came from Slurm's variables", 1),
+    ("Slurm step of 4 tasks whose rank 0 never comes", lambda: _srun_task(1, 2, SLURM_STEP_NUM_TASKS="4",
+                                                                           SLURM_STEP_TASKS_PER_NODE="4",
+                                                                           MASTER_PORT=str(_free_port())),
+     r"^baton: rank 1 of 4 could not reach rank 0 at 127\.0\.0\.1:\d+ within 2 s: nothing accepted a connection", 1),
+    ("Slurm master that does not resolve", lambda: _srun_task(1, 2, "no-such-host.invalid", MASTER_PORT="29400"),
+     r"^baton: rank 1 of 2 could not reach rank 0 at no-such-host\.invalid:29400 within 2 s: the host name "
+     r"'no-such-host\.invalid' does not resolve", 1),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name,variables,message,code", LAUNCH_ENV, ids=[c[0] for c in LAUNCH_ENV])
+def test_bad_launch_environment_is_one_line(name, variables, message, code, tmp_path, monkeypatch, capsys):
+    import engine.slurm
+    from commands.cli import main
+    for var in [v for v in os.environ if v.startswith("SLURM_")]:
+        monkeypatch.delenv(var)
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+                "TORCHELASTIC_RUN_ID"):  # set, then deleted: restored as absent, whatever adopting the layout sets
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    monkeypatch.setattr(engine.slurm, "_adopted", None)
+    monkeypatch.setenv("BATON_DDP_TIMEOUT", "2")
+    for var, value in variables().items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "-c", CARTPOLE_DQN, "--max-env-step", "64", "--no-progress", "--exp-name", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == code and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and __import__("re").search(message, err), err
+
+
 def test_launcher_environment_without_master_names_what_is_missing(monkeypatch):
     from engine.distributed import DDPContext, DistributedError
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -367,4 +423,4 @@ def test_python_api_misuse_is_named():
 
 def test_catalogue_size():
     # the tables above, plus the two launcher-environment tests and the seven Python API misuses
-    assert len(CONFIG_VALUES) + len(RUNS) + len(CLI) + 2 + 7 >= 92
+    assert len(CONFIG_VALUES) + len(RUNS) + len(CLI) + len(LAUNCH_ENV) + 2 + 7 >= 98

@@ -161,6 +161,18 @@ BAD = [
     ("tasks zero", dict(SLURM_NTASKS="0"), r"SLURM_NTASKS='0' is not a whole number >= 1"),
     ("local id missing", dict(SLURM_LOCALID=""), r"SLURM_LOCALID is not set, but SLURM_PROCID and SLURM_NTASKS are"),
     ("node id missing", dict(SLURM_NODEID=""), r"SLURM_NODEID is not set"),
+    # issue 34: counts no job has, and host names no resolver takes, were accepted (then the ranks never met)
+    ("tasks beyond any job", dict(SLURM_NTASKS="100000000000000000000"),
+     r"SLURM_NTASKS=100000000000000000000 is more than any job holds \(at most 2,147,483,647"),
+    ("tasks in float notation", dict(SLURM_NTASKS="1e20"), r"SLURM_NTASKS='1e20' is not a whole number >= 1"),
+    ("a digit int() refuses", dict(SLURM_PROCID="\u00b2"), r"SLURM_PROCID='\u00b2' is not a whole number"),
+    ("nodes repeated beyond any job", dict(SLURM_NTASKS_PER_NODE="", SLURM_TASKS_PER_NODE="2(x100000000000000000000)"),
+     r"SLURM_TASKS_PER_NODE: '2\(x100000000000000000000\)' counts more nodes or tasks than any job holds"),
+    ("non-ASCII node list", dict(SLURM_JOB_NODELIST="n\u0153ud[07-08]"),
+     r"SLURM_JOB_NODELIST='n\u0153ud\[07-08\]' holds '\u0153' \(U\+0153\), which is not ASCII: host names are "
+     r"ASCII.*Set MASTER_ADDR"),
+    ("blank in node list", dict(SLURM_JOB_NODELIST="gpu a07"), r"holds ' ' \(U\+0020\), which is a blank"),
+    ("non-ASCII master address", dict(MASTER_ADDR="n\u0153ud07"), r"MASTER_ADDR='n\u0153ud07' holds '\u0153'"),
 ]
 
 

@@ -125,3 +125,18 @@ def test_nodes_started_with_different_nproc_fail_naming_the_world_sizes(tmp_path
     for n, proc in procs.items():
         assert proc.returncode != 0
         assert "started for different world sizes (2, 4)" in errors[n], errors[n][-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_a_node_whose_peers_never_come_ends_with_one_line(tmp_path):
+    """Issue 34: node 0 of 2 started alone (--nnodes 2, its peer never comes): after the timeout, the rank's
+    RendezvousError was a traceback inside the launcher's (torch's ProcessRaisedException). Now its one line,
+    exit status 1 (the job's environment failed, not its input)."""
+    cmd = [sys.executable, "-m", "commands", "train", "-c", CONFIG, "--nproc", "1", "--nnodes", "2", "--node-rank", "0",
+           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "--max-env-step", "64", "--no-progress"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=100,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="3"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if " INFO " not in line]
+    assert lines == ["baton: rank 0 of 2: only 1 of 2 processes arrived within 3 s. Check that every node was "
+                     "started, with the same --nnodes and --nproc, meeting at the same address or file"], proc.stderr

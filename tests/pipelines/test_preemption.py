@@ -4,6 +4,7 @@ DDP every rank stops in the same iteration; a launcher forwards the signal and i
 a process that cannot stop is ended by its deadline (``preempt.grace_s``)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -187,6 +188,67 @@ def test_sigterm_to_every_process_with_env_workers_still_saves(tmp_path):
     assert proc.returncode == 143, err[-3000:]
     _check_preempted(run_dir, out, err, 1)
     assert not _left_behind(proc.pid)
+
+
+_SLOW_BUILD_CONFIG = """
+import os, time
+import gymnasium as gym
+
+def slow_cartpole(**kwargs):  # the env is made while the run is built: say so, then take long
+    open({marker!r}, "w").close()
+    time.sleep(120)
+    return gym.make("CartPole-v1", **kwargs)
+
+if "BatonSlowStart-v0" not in gym.registry:
+    gym.register("BatonSlowStart-v0", entry_point=slow_cartpole)
+main_config = dict(exp_name="slow", env=dict(env_id="BatonSlowStart-v0"), log=dict(progress=False))
+create_config = dict(env=dict(type="cartpole"), policy=dict(type="dqn"))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_signal_while_the_run_is_built_ends_it_with_one_line_and_its_code(tmp_path):
+    """Issue 34: SIGTERM before the run's first iteration (its envs being made) ended ``baton train`` with no
+    output at all (the signal's default action). Now: one line, exit 143, no run directory left."""
+    marker, config = tmp_path / "building", tmp_path / "slow_config.py"
+    config.write_text(_SLOW_BUILD_CONFIG.format(marker=str(marker)))
+    proc = subprocess.Popen(["baton", "train", "-c", str(config), "--exp-name", str(tmp_path / "run"),
+                             "--max-env-step", "1000"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.monotonic() + 90
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-3000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, err[-3000:]
+    assert err.splitlines() == ["baton: stopped by SIGTERM before the run's first iteration, while it was being "
+                                "built: nothing was trained or written; the same command starts it again"], err
+    assert out == "" and not (tmp_path / "run").exists()  # a build that fails leaves no run directory
+
+
+@pytest.mark.timeout(120)
+def test_later_signals_during_the_shutdown_leave_the_first_ones_code(tmp_path):
+    """Issue 34: a second or third SIGTERM while the run shut down (envs closed, lines printed, the interpreter
+    ending) killed it with status -15, cutting what followed. Now they change nothing: 143 and both lines."""
+    run_dir = str(tmp_path / "run")
+    cmd = ["baton", "train", "-c", os.path.join(CONFIGS, "cartpole_dqn_config.py"), "--exp-name", run_dir] + ENDLESS
+
+    def signal_until_it_ends(proc):
+        proc.send_signal(signal.SIGTERM)
+        while proc.poll() is None:  # every 20 ms, through the run's last iteration, its close and its exit
+            time.sleep(0.02)
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+
+    proc, out, err = _run_cli(cmd, run_dir, signal_until_it_ends)
+    assert proc.returncode == 143, err[-3000:]
+    _check_preempted(run_dir, out, err, 1)
 
 
 @pytest.mark.distributed

@@ -7,8 +7,11 @@ import json
 import re
 import math
 import os
+import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -349,3 +352,109 @@ def test_a_broken_study_file_is_one_line(content, trial_runs, message, tmp_path,
     assert main(_tune_argv(study_dir, trials=1)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search("^baton: .*" + message, err)
+
+
+# ---- signals and a full disk (issue 34) -------------------------------------------------------------------
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("jobs,signum,code", [
+    (1, signal.SIGUSR1, 138),
+    pytest.param(2, signal.SIGTERM, 143, marks=pytest.mark.distributed),
+], ids=["1-job-SIGUSR1", "2-jobs-SIGTERM"])
+def test_a_preemption_signal_ends_tune_with_its_code_and_its_jobs(jobs, signum, code, tmp_path):
+    """Issue 34: SIGTERM made ``baton tune`` exit 130 (one job) or die by the signal, its jobs training on
+    (--jobs 2); ``baton train`` exits 128 + the signal's number. Now the study stops as a run does: the signal
+    passed on to the jobs, each trial cut short (run again by the next command), exit 128 + its number, no
+    process left."""
+    study_dir = tmp_path / "study"
+    argv = [a if a != "256" else "1000000" for a in _tune_argv(study_dir, trials=3, jobs=jobs, prune=False,
+                                                                    extra=["env.stop_value=none"])]
+    tuner = subprocess.Popen([sys.executable, "-m", "commands", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.monotonic() + 120
+        while not all((study_dir / f"trial_{n}" / "progress.csv").exists() for n in range(jobs)):
+            assert tuner.poll() is None and time.monotonic() < deadline, "the trials never started"
+            time.sleep(0.1)
+        jobs_pids = sorted(_children(tuner.pid)) if jobs > 1 else []
+        tuner.send_signal(signum)  # the tune process alone: it passes the signal on
+        out, err = tuner.communicate(timeout=90)
+    finally:
+        if tuner.poll() is None:
+            os.killpg(tuner.pid, signal.SIGKILL)
+    assert tuner.returncode == code, err[-3000:]
+    name = signal.Signals(signum).name
+    assert "Traceback" not in err, err[-3000:]
+    assert err.count(f"stopped by {name}") == jobs + 1, err  # each trial's line, and the study's
+    assert f"baton: study stopped by {name}; the trials that finished are in" in err
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in jobs_pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in jobs_pids if _alive(pid)], "trial processes outlived the stopped tune"
+    states = {t.number: (t.state, "error" in t.user_attrs) for t in _trials(study_dir)}
+    assert states == {n: (optuna.trial.TrialState.FAIL, False) for n in range(jobs)}  # cut short: run again
+
+
+def _mount_namespace() -> list:
+    """The command prefix that runs a shell in a mount namespace of its own (root: ``unshare -m``; otherwise a
+    user namespace too), or skip where neither is allowed."""
+    for prefix in (["unshare", "-m"], ["unshare", "-rm"]):
+        try:
+            if subprocess.run(prefix + ["sh", "-c", "mount -t tmpfs -o size=4k tmpfs /mnt"], capture_output=True,
+                              timeout=30).returncode == 0:
+                return prefix
+        except (OSError, subprocess.TimeoutExpired):
+            break
+    pytest.skip("no mount namespace here (unshare -m / -rm) to make a full filesystem in")
+
+
+@pytest.mark.timeout(180)
+def test_a_full_disk_stops_the_study_exit_1_and_its_trial_runs_again(tmp_path, capsys, monkeypatch):
+    """Issue 34: on a full disk each trial failed with a clear line but was recorded as a failure of its values
+    (never run again once space was freed) and the command exited 0. A real full filesystem (a 16 KiB tmpfs
+    where trial 1 writes): the trial is recorded as cut short, the study stops with one line naming the disk and
+    exit status 1, and once space is back the same command runs it again."""
+    prefix = _mount_namespace()
+    monkeypatch.chdir(tmp_path)
+    study_dir = tmp_path / "study"
+    assert main(_tune_argv(study_dir, trials=1, prune=False)) == 0
+    (study_dir / "trial_1").mkdir()
+    command = shlex.join([sys.executable, "-m", "commands", *_tune_argv(study_dir, trials=2, prune=False)])
+    full = subprocess.run(prefix + ["sh", "-c", f"mount -t tmpfs -o size=16k tmpfs {shlex.quote(str(study_dir))}/trial_1 "
+                                                f"&& exec {command}"], capture_output=True, text=True, timeout=150,
+                          cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert full.returncode == 1, full.stderr[-3000:]
+    assert "Traceback" not in full.stderr, full.stderr[-3000:]
+    last = full.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(rf"baton: the study stopped: no space left on device writing {study_dir}/trial_1/\S+ \(the "
+                        rf"disk mounted at {study_dir}/trial_1, [\d.]+ MiB free\)\. Free space there and run the same "
+                        rf"command: the trials the full disk stopped run again", last), last
+    trial = _trials(study_dir)[1]
+    assert trial.state == optuna.trial.TrialState.FAIL and "error" not in trial.user_attrs  # not its values
+    assert "no space left on device" in trial.user_attrs["environment_error"]
+    capsys.readouterr()
+    assert main(_tune_argv(study_dir, trials=2, prune=False)) == 0  # space back (the tmpfs went with its namespace)
+    assert "1 of 2 trials done, 1 cut short run again" in capsys.readouterr().out
+    again = [t for t in _trials(study_dir) if t.user_attrs.get("retry_of") == 1]
+    assert len(again) == 1 and again[0].state == optuna.trial.TrialState.COMPLETE and again[0].params == trial.params
+
+
+def test_what_a_full_disk_looks_like(tmp_path):
+    import errno
+    import sqlite3
+
+    from commands.tune_store import disk_full
+    from engine.fileio import DiskFullError
+
+    assert disk_full(ValueError("no"), str(tmp_path)) is None
+    assert disk_full(OSError(errno.EACCES, "Permission denied", str(tmp_path)), str(tmp_path)) is None
+    line = disk_full(DiskFullError("cannot write x", str(tmp_path / "x")), "elsewhere")
+    assert line.startswith(f"no space left on device writing {tmp_path}/x (the disk mounted at /")
+    quota = RuntimeError("torch's writer")
+    quota.__cause__ = OSError(errno.EDQUOT, "Disk quota exceeded")
+    assert disk_full(quota, str(tmp_path)).startswith(f"disk quota exceeded writing {tmp_path} (")
+    database = sqlite3.OperationalError("database or disk is full")
+    database.sqlite_errorcode = 13
+    wrapped = type("OperationalError", (Exception,), {})("(sqlite3.OperationalError) database or disk is full")
+    wrapped.orig = database  # as SQLAlchemy wraps it
+    assert disk_full(wrapped, str(tmp_path / "study")).startswith(f"no space left on device writing {tmp_path}/study")
