@@ -45,7 +45,7 @@ from .options import (configure_logging, add_train_options, check_launch_options
                       signals_end_the_command, take_overrides)
 from .config_file import load_config_file
 from .run_options import missing_run_dirs
-from .user_errors import print_user_error
+from .user_errors import exit_status, print_user_error
 
 __all__ = ["main"]
 
@@ -148,7 +148,7 @@ def _config_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         input_cfg = _input_config(args)
     except (FileNotFoundError, ValueError, UnknownTypeError) as err:
         print_user_error(err)  # after its traceback under --debug
-        return 2
+        return exit_status(err)
     if args.command == "train" and args.explain is not None:
         from .explain import explain_main
 
@@ -156,7 +156,7 @@ def _config_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             return explain_main(args.explain, input_cfg)
         except ValueError as err:  # ConfigError: an unknown key, or the config's own
             print_user_error(err)
-            return 2
+            return exit_status(err)
     if args.command == "record":
         from .record import record_main
 
@@ -170,7 +170,7 @@ def _config_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             report = check_ddp(input_cfg, nproc=args.nproc, seed=args.seed, tolerance=args.tolerance)
         except ValueError as err:  # a config the check cannot run (ConfigError): one line
             print_user_error(err)
-            return 2
+            return exit_status(err)
         print(report, flush=True)
         return 0 if report["ok"] else 1
     run_from_args(input_cfg, args)

@@ -123,7 +123,7 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
 
 def eval_main(args: argparse.Namespace) -> int:
     """``baton eval``: one line with the result and where it was written, or one ``baton:`` line (status 2)."""
-    from .user_errors import USER_ERRORS, print_user_error
+    from .user_errors import USER_ERRORS, exit_status, print_user_error
     from .video import VideoError, choose_gl_backend, gl_failure
 
     if args.video is not None:
@@ -133,7 +133,7 @@ def eval_main(args: argparse.Namespace) -> int:
                               args.video, args.gif, args.video_episodes)
     except (ValueError, ImportError, VideoError, *USER_ERRORS) as err:
         print_user_error(err)
-        return 2
+        return exit_status(err)
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; the result file is written only at the end
         print("baton eval: interrupted; no result was written (the videos of finished episodes stay)",
               file=sys.stderr, flush=True)

@@ -218,13 +218,13 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
 
 def export_main(args: argparse.Namespace) -> int:
     """``baton export``: one line naming the file and its input and output, or one ``baton:`` line (status 2)."""
-    from .user_errors import USER_ERRORS, print_user_error
+    from .user_errors import USER_ERRORS, exit_status, print_user_error
 
     try:
         info = export_run(args.run_dir, args.format, args.ckpt, args.output)
     except (ValueError, ImportError, NotExportableError, *USER_ERRORS) as err:
         print_user_error(err)
-        return 2
+        return exit_status(err)
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; the file is renamed into place whole or not
         print("baton export: interrupted; no file was written", file=sys.stderr, flush=True)
         return 130

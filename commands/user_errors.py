@@ -1,5 +1,6 @@
 """Errors in what the user gave (config, command line, run directory, checkpoint, dataset, disk) end a
-command as one ``baton:`` line on stderr with exit status 2, never a traceback; under ``--nproc``/``--gpus``
+command as one ``baton:`` line on stderr with exit status 2 (1 where the machine failed rather than the input: a
+full disk, ``exit_status``), never a traceback; under ``--nproc``/``--gpus``
 once for the job, not once per rank and not inside the launcher's report of a failed rank.
 
 How the line gets out of a rank: ``reported_once`` (around ``engine.launch``) names a directory in the
@@ -26,7 +27,7 @@ import time
 import traceback
 from typing import Any, Iterator, List, NoReturn, Tuple
 
-__all__ = ["USER_ERRORS", "USER_ERROR_EXIT", "ENVIRONMENT_EXIT", "DEBUG_ENV", "debugging", "exit_on_user_error",
+__all__ = ["USER_ERRORS", "USER_ERROR_EXIT", "ENVIRONMENT_EXIT", "exit_status", "DEBUG_ENV", "debugging", "exit_on_user_error",
            "print_user_error", "reported_once", "close_path_hint", "config_load_error"]
 
 USER_ERROR_EXIT = 2
@@ -80,9 +81,17 @@ def print_user_error(err: BaseException) -> None:
     print(f"baton: {err}", file=sys.stderr, flush=True)
 
 
+def exit_status(err: BaseException) -> int:
+    """The status a command ends with on ``err``, one of ``USER_ERRORS``: 1 (``ENVIRONMENT_EXIT``) where the
+    machine failed rather than the input (a full disk: ``engine.fileio.DiskFullError``), else 2."""
+    from engine.fileio import DiskFullError
+
+    return ENVIRONMENT_EXIT if isinstance(err, DiskFullError) else USER_ERROR_EXIT
+
+
 def exit_on_user_error(err: BaseException) -> NoReturn:
     """End this process on ``err``, one of ``USER_ERRORS``: its ``baton:`` line (printed here, or left for the
-    process that launched this rank) and exit status 2; its traceback first when ``debugging()``."""
+    process that launched this rank) and its ``exit_status``; its traceback first when ``debugging()``."""
     line = f"baton: {err}"
     if debugging():
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
@@ -90,11 +99,11 @@ def exit_on_user_error(err: BaseException) -> NoReturn:
     if reports and os.path.isdir(reports):
         path = os.path.join(reports, f"rank{os.environ.get('RANK', '0')}.json")
         with open(f"{path}.tmp", "w") as f:
-            json.dump({"time": time.time(), "line": line}, f)
+            json.dump({"time": time.time(), "line": line, "status": exit_status(err)}, f)
         os.replace(f"{path}.tmp", path)  # whole or not at all: the launching process may be reading
     else:
         print(line, file=sys.stderr, flush=True)
-    raise SystemExit(USER_ERROR_EXIT)
+    raise SystemExit(exit_status(err))
 
 
 @contextlib.contextmanager
@@ -112,12 +121,12 @@ def reported_once() -> Iterator[None]:
 
             if not isinstance(err, DistributedError):
                 raise
-            lines = _lines(reports)
+            lines, status = _lines(reports)
             if not lines:
                 raise
             for line in lines:
                 print(line, file=sys.stderr, flush=True)
-            raise SystemExit(USER_ERROR_EXIT) from None
+            raise SystemExit(status) from None
         finally:
             if previous is None:
                 os.environ.pop(_REPORTS, None)
@@ -125,13 +134,17 @@ def reported_once() -> Iterator[None]:
                 os.environ[_REPORTS] = previous
 
 
-def _lines(reports: str) -> List[str]:
+def _lines(reports: str) -> Tuple[List[str], int]:
+    """The distinct lines the ranks reported, the first first, and the status to exit with (2 if any rank's
+    input was wrong, else theirs)."""
     found = []
     for name in os.listdir(reports):
         if name.endswith(".json"):
             with open(os.path.join(reports, name)) as f:
                 found.append(json.load(f))
-    return list(dict.fromkeys(r["line"] for r in sorted(found, key=lambda r: r["time"])))
+    status = USER_ERROR_EXIT if any(r.get("status", USER_ERROR_EXIT) == USER_ERROR_EXIT for r in found) \
+        else ENVIRONMENT_EXIT
+    return list(dict.fromkeys(r["line"] for r in sorted(found, key=lambda r: r["time"]))), status
 
 
 def close_path_hint(path: str) -> str:

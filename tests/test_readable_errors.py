@@ -1,5 +1,5 @@
 """Errors that stay readable (issue 19, item 5): a full disk, and the bad inputs of the offline path, end a
-``baton train`` as one ``baton:`` line naming what to fix, with exit status 2, never as a traceback; under
+``baton train`` as one ``baton:`` line naming what to fix, with exit status 2 (1 for a full disk), never as a traceback; under
 ``--nproc 2`` once for the job."""
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_a_full_disk_ends_the_run_in_one_line_naming_the_file(file, tmp_path, mo
         _fsync_fails_for(file, monkeypatch)
     code, line = _one_line(["train", "-c", CARTPOLE_DQN, "--exp-name", str(run), "--max-env-step", "64",
                             "--no-progress", "env.stop_value=none"], capsys)
-    assert code == 2
+    assert code == 1  # the machine failed, not the input (issue 34: 2 is for input to change)
     name = r"ckpt/\w+\.pth\.tar" if file == "checkpoint" else re.escape(file)
     assert re.match(rf"baton: cannot write {re.escape(str(run))}/{name}: no space left on device \(.* free there\); "
                     rf".*Free space on that disk, or point the run at another one \(--exp-name DIR", line), line

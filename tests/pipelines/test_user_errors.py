@@ -150,3 +150,23 @@ def test_debug_shows_the_traceback_of_a_user_error_too(how, bad, tmp_path, monke
     assert "Traceback (most recent call last)" in err
     assert err.strip().splitlines()[-1].startswith("baton: "), err[-3000:]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_full_disk_ends_a_command_with_status_1_and_wrong_input_with_2(tmp_path, monkeypatch):
+    """Exit status 2 says the input must change; 1 that the machine failed (issue 34): a full disk, named as such,
+    also when a launched rank reports it."""
+    import json as json_
+
+    from commands import user_errors
+    from engine.config import ConfigError
+    from engine.fileio import DiskFullError
+
+    full = DiskFullError("cannot write run/ckpt/latest.pth.tar: no space left on device", "run/ckpt/latest.pth.tar")
+    assert user_errors.exit_status(full) == user_errors.ENVIRONMENT_EXIT == 1
+    assert user_errors.exit_status(ConfigError("bad key")) == user_errors.USER_ERROR_EXIT == 2
+    monkeypatch.setenv("BATON_ERROR_REPORTS", str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(SystemExit) as stop:
+        user_errors.exit_on_user_error(full)
+    assert stop.value.code == 1 and json_.loads((tmp_path / "rank1.json").read_text())["status"] == 1
+    assert user_errors._lines(str(tmp_path)) == (["baton: " + str(full)], 1)
