@@ -8,6 +8,8 @@ import os
 import shutil
 from typing import Any, List, Mapping, Optional
 
+from engine.fileio import error_chain
+
 __all__ = ["TuneError", "STUDY_FILE", "BEST_CONFIG", "STUDY_NAME", "RECORD_ATTR", "load_optuna", "study_storage",
            "open_study",
            "check_record", "requeue_cut_short", "counted_trials", "trial_dirs", "trial_overrides", "EnvironmentFailure",
@@ -42,17 +44,11 @@ def disk_full(err: BaseException, where: str) -> Optional[str]:
     ``OSError``, ``engine.fileio.DiskFullError``, SQLite's "database or disk is full", anywhere in its chain),
     naming the path, its filesystem's mount point and the space left there; None for any other error.
     ``where``: the path to name when the error names none (the study directory)."""
-    seen, chain = set(), [err]
-    while chain:
-        e = chain.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in error_chain(err):
         full = isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
         if full or getattr(e, "sqlite_errorcode", None) == _SQLITE_FULL:
             path = getattr(e, "path", None) or getattr(e, "filename", None) or where
             return _full_line(os.fspath(path), e.errno if full else errno.ENOSPC)
-        chain += [e.__cause__, e.__context__, getattr(e, "orig", None)]
     return None
 
 

@@ -13,9 +13,9 @@ import json
 import os
 import shutil
 import tempfile
-from typing import IO, Any, Callable, Optional, Tuple
+from typing import IO, Any, Callable, Iterator, Optional, Tuple
 
-__all__ = ["atomic_write", "atomic_write_path", "atomic_write_json", "DiskFullError"]
+__all__ = ["atomic_write", "atomic_write_path", "atomic_write_json", "DiskFullError", "error_chain"]
 
 #: the errors of a full filesystem: no space left, or the user's quota spent
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -101,19 +101,26 @@ def atomic_write_json(path: str, obj: Any) -> str:
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def _disk_full(err: BaseException, directory: str) -> Optional[Tuple[int, int]]:
-    """``(errno, free bytes)`` when ``err`` is a write that failed on a full filesystem, else None: an
-    ``ENOSPC``/``EDQUOT`` anywhere in its chain, or a ``RuntimeError`` (a writer that reports no errno)
-    while the filesystem has almost no space left."""
+def error_chain(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and every error behind it (``__cause__``, ``__context__``, a wrapper's ``orig``: SQLAlchemy's), each
+    once: where a full disk hides under a library's own error."""
     seen, chain = set(), [err]
     while chain:
         e = chain.pop()
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
+        yield e
+        chain += [e.__cause__, e.__context__, getattr(e, "orig", None)]
+
+
+def _disk_full(err: BaseException, directory: str) -> Optional[Tuple[int, int]]:
+    """``(errno, free bytes)`` when ``err`` is a write that failed on a full filesystem, else None: an
+    ``ENOSPC``/``EDQUOT`` anywhere in its chain, or a ``RuntimeError`` (a writer that reports no errno)
+    while the filesystem has almost no space left."""
+    for e in error_chain(err):
         if isinstance(e, OSError) and e.errno in _FULL:
             return e.errno, _free(directory)
-        chain += [e.__cause__, e.__context__]
     if isinstance(err, RuntimeError):
         free = _free(directory)
         if 0 <= free < _NEARLY_FULL:
