@@ -44,8 +44,6 @@ class AlgoEnvError(ValueError):
     """An ``--algo`` / ``--env`` pair that cannot make a config; the message lists what would."""
 
 
-
-
 def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """``(main_config, create_config)`` for ``algo`` on the gymnasium id ``env_id``.
 
