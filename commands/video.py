@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any, List, Mapping, Optional
+from typing import Any, Iterator, List, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
+
+from engine.fileio import atomic_file, atomic_write_path
 
 __all__ = ["VideoError", "EpisodeVideos", "rendering_env_type", "with_render_twin", "check_video_extra",
            "VIDEO_EXTRA"]
@@ -80,6 +82,10 @@ def gl_failure(err: BaseException) -> Optional[VideoError]:
                       f"MUJOCO_GL to an off-screen backend whose library is installed ({libraries})")
 
 
+class _Dropped(Exception):
+    """An episode cut short: its video is dropped."""
+
+
 class EpisodeVideos:
     """Writes each episode's frames to its own file as it ends, up to ``max_episodes`` files.
 
@@ -109,6 +115,7 @@ class EpisodeVideos:
         self._max = int(max_episodes)
         self._frames: List[np.ndarray] = []
         self._mp4: Any = None  # the ffmpeg writer of the episode being written (a generator)
+        self._file = contextlib.ExitStack()  # its file: written aside, renamed into place when the episode ends
         self.paths: List[str] = []
 
     @property
@@ -126,13 +133,15 @@ class EpisodeVideos:
         if self._gif:
             self._frames.append(frame)
             return
-        if self._mp4 is None:
-            import imageio_ffmpeg
+        with self._dropped_on_error():
+            if self._mp4 is None:
+                import imageio_ffmpeg
 
-            self._mp4 = imageio_ffmpeg.write_frames(self._path(), (frame.shape[1], frame.shape[0]), fps=self._fps(),
-                                                    macro_block_size=2, quality=7)
-            self._mp4.send(None)  # the generator's start
-        self._mp4.send(frame)
+                tmp = self._file.enter_context(atomic_file(self._path(), prefix="tmp-"))
+                self._mp4 = imageio_ffmpeg.write_frames(tmp, (frame.shape[1], frame.shape[0]), fps=self._fps(),
+                                                        macro_block_size=2, quality=7)
+                self._mp4.send(None)  # the generator's start
+            self._mp4.send(frame)
 
     def end_episode(self) -> None:
         """The episode ended: write (or finish) its file."""
@@ -145,22 +154,39 @@ class EpisodeVideos:
             import imageio.v3 as iio
 
             # GIF frame durations are whole hundredths of a second: 50 fps stays 20 ms
-            iio.imwrite(path, np.stack(self._frames), extension=".gif", duration=1000.0 / self._fps(), loop=0)
-            self._frames = []
+            frames, self._frames = np.stack(self._frames), []
+            atomic_write_path(path, lambda tmp: iio.imwrite(tmp, frames, extension=".gif",
+                                                            duration=1000.0 / self._fps(), loop=0), prefix="tmp-")
         else:
             if self._mp4 is None:
                 return
-            self._mp4.close()
-            self._mp4 = None
+            with self._dropped_on_error():
+                self._mp4.close()  # ffmpeg finishes the file
+                self._mp4 = None
+                self._file.close()  # and it is renamed into place, whole
         self.paths.append(path)
+
+    @contextlib.contextmanager
+    def _dropped_on_error(self) -> Iterator[None]:
+        """An error while an mp4 is written (a full disk: ``engine.fileio.DiskFullError``, naming the file)
+        leaves no part of it: the writer is stopped and its file removed."""
+        try:
+            yield
+        except BaseException:
+            if self._mp4 is not None:
+                with contextlib.suppress(Exception):
+                    self._mp4.close()
+                self._mp4 = None
+            self._file.__exit__(*sys.exc_info())  # removes the file aside; a full disk: raises DiskFullError
+            self._file = contextlib.ExitStack()
+            raise
 
     def restart(self) -> None:
         """The env was reset: drop the frames of an episode cut short (it is no episode of the evaluation)."""
         if self._mp4 is not None:
-            self._mp4.close()
-            self._mp4 = None
-            with contextlib.suppress(FileNotFoundError):  # ffmpeg may not have created it yet
-                os.unlink(self._path())
+            with contextlib.suppress(_Dropped):
+                with self._dropped_on_error():
+                    raise _Dropped  # its file aside is removed, not renamed into place
         self._frames = []
 
     close = restart  # the evaluation ended: an episode still running is dropped

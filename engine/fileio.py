@@ -8,6 +8,7 @@ free space of the file's filesystem decides.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -15,7 +16,7 @@ import shutil
 import tempfile
 from typing import IO, Any, Callable, Iterator, Optional, Tuple
 
-__all__ = ["atomic_write", "atomic_write_path", "atomic_write_json", "DiskFullError", "error_chain"]
+__all__ = ["atomic_write", "atomic_file", "atomic_write_path", "atomic_write_json", "DiskFullError", "error_chain"]
 
 #: the errors of a full filesystem: no space left, or the user's quota spent
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -66,12 +67,12 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], Any]) -> str:
     return atomic_write_path(path, to_file)
 
 
-def atomic_write_path(path: str, write: Callable[[str], Any], prefix: str = ".tmp-") -> str:
-    """``atomic_write`` for a writer that takes a path (an exporter that opens the file itself): ``write(tmp)``
-    writes a temporary file beside ``path`` whose name ends as ``path``'s does (its extension kept), which is
-    flushed to disk and renamed over ``path``; however the write ends (a full disk, Ctrl-C), no part of a file
-    is left where ``path`` is. ``prefix``: the temporary file's name's start (torch's archive writer refuses a
-    name that starts with a dot and has no extension).
+@contextlib.contextmanager
+def atomic_file(path: str, prefix: str = ".tmp-") -> Iterator[str]:
+    """A temporary file beside ``path`` (its name ends as ``path``'s does, its extension kept) for the block to
+    write, flushed to disk and renamed over ``path`` when the block ends; however it ends otherwise (a full disk,
+    Ctrl-C, an error), the temporary file is removed and ``path`` is left as it was. For a writer that opens the
+    file itself and writes over time (a video, episode by episode).
 
     Raises:
         DiskFullError: the filesystem of ``path`` is full (``path`` is left as it was).
@@ -82,7 +83,7 @@ def atomic_write_path(path: str, write: Callable[[str], Any], prefix: str = ".tm
     try:
         os.fchmod(fd, _FILE_MODE)  # mkstemp's 0600 would make run files private to their writer
         os.close(fd)
-        write(tmp)
+        yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -93,6 +94,20 @@ def atomic_write_path(path: str, write: Callable[[str], Any], prefix: str = ".tm
         if full is not None:
             raise _disk_full_error(path, *full) from err
         raise
+
+
+def atomic_write_path(path: str, write: Callable[[str], Any], prefix: str = ".tmp-") -> str:
+    """``atomic_write`` for a writer that takes a path (an exporter that opens the file itself): ``write(tmp)``
+    writes a temporary file beside ``path`` whose name ends as ``path``'s does (its extension kept), which is
+    flushed to disk and renamed over ``path``; however the write ends (a full disk, Ctrl-C), no part of a file
+    is left where ``path`` is. ``prefix``: the temporary file's name's start (torch's archive writer refuses a
+    name that starts with a dot and has no extension).
+
+    Raises:
+        DiskFullError: the filesystem of ``path`` is full (``path`` is left as it was).
+    """
+    with atomic_file(path, prefix) as tmp:
+        write(tmp)
     return path
 
 
@@ -116,12 +131,12 @@ def error_chain(err: BaseException) -> Iterator[BaseException]:
 
 def _disk_full(err: BaseException, directory: str) -> Optional[Tuple[int, int]]:
     """``(errno, free bytes)`` when ``err`` is a write that failed on a full filesystem, else None: an
-    ``ENOSPC``/``EDQUOT`` anywhere in its chain, or a ``RuntimeError`` (a writer that reports no errno)
-    while the filesystem has almost no space left."""
+    ``ENOSPC``/``EDQUOT`` anywhere in its chain, or a ``RuntimeError`` (a writer that reports no errno) or a
+    broken pipe to a writer process while the filesystem has almost no space left."""
     for e in error_chain(err):
         if isinstance(e, OSError) and e.errno in _FULL:
             return e.errno, _free(directory)
-    if isinstance(err, RuntimeError):
+    if isinstance(err, (RuntimeError, BrokenPipeError)):  # a writer process (ffmpeg) that died of it: its pipe
         free = _free(directory)
         if 0 <= free < _NEARLY_FULL:
             return errno.ENOSPC, free

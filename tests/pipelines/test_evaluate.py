@@ -255,3 +255,38 @@ def test_eval_video_of_mujoco_without_a_working_backend_names_mujoco_gl(hopper_r
     assert done.returncode == 2, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("baton: ") and "MUJOCO_GL" in lines[-1] and "Traceback" not in done.stderr
+
+
+def test_eval_video_on_a_full_disk_is_one_line_status_1_and_leaves_no_part_of_a_file(cartpole_run, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """Issue 34: a full disk while ffmpeg wrote printed its stderr and a traceback, and left an undecodable mp4.
+    The mp4 is written aside and renamed when its episode ends: a failure removes it. Here ffmpeg's pipe breaks
+    at the 3rd frame while the disk reports ENOSPC, as a real full disk does."""
+    import errno
+
+    import imageio_ffmpeg
+
+    real = imageio_ffmpeg.write_frames
+
+    def fills_up(path, *args, **kwargs):
+        writer = real(path, *args, **kwargs)
+        writer.send(None)
+
+        def frames():
+            sent = 0
+            frame = yield
+            while True:
+                sent += 1
+                if sent == 3:
+                    writer.close()
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                writer.send(frame)
+                frame = yield
+        return frames()
+
+    monkeypatch.setattr(imageio_ffmpeg, "write_frames", fills_up)
+    videos = tmp_path / "videos"
+    assert main(["eval", cartpole_run, "--episodes", "1", "--video", str(videos), "-o", str(tmp_path / "e.json")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"baton: cannot write {videos}/") and "no space left" in err
+    assert os.listdir(videos) == [] and not (tmp_path / "e.json").exists()
