@@ -321,10 +321,14 @@ def _report(summary: dict) -> None:
     if not summary:
         return
     where = f"[rank {summary['rank']}/{summary['world_size']}] " if summary.get("world_size", 1) > 1 else ""
-    print(f"baton: {where}{summary['stop_reason']}: eval_return={_return(summary['eval_return'])} "
-          f"best_eval_return={_return(summary['best_eval_return'])} env_step={summary['env_step']} "
-          f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f} "
-          f"elapsed_s={summary.get('elapsed_s', float('nan')):.2f} run_dir={summary['run_dir']}", flush=True)
+    line = (f"baton: {where}{summary['stop_reason']}: eval_return={_return(summary['eval_return'])} "
+            f"best_eval_return={_return(summary['best_eval_return'])} env_step={summary['env_step']} "
+            f"train_iter={summary['train_iter']} wall_time_s={summary['wall_time_s']:.2f} "
+            f"elapsed_s={summary.get('elapsed_s', float('nan')):.2f} run_dir={summary['run_dir']}")
+    # one write of the line and its newline: the ranks share the launcher's stdout, and print()'s two writes
+    # (the text, then the newline, on an unbuffered stream) let another rank's line land between them
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
     if "profile" in summary and summary.get("rank", 0) == 0:
         print(f"baton: where the time went\n{profile_table(summary['profile'])}", flush=True)
 
