@@ -211,6 +211,7 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
     for name in BATON_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # MLflow gives its logger a handler of its own
 
 
 def _preempt_signals(main_config: Any) -> Sequence[str]:

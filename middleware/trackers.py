@@ -19,18 +19,21 @@ later warns once and stops sending. A resumed run continues the tracker runs it 
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from engine.fileio import atomic_write_json
 from engine.params import Params, param
 
-__all__ = ["WandbParams", "MlflowParams", "Tracker", "WandbTracker", "MlflowTracker", "start_trackers", "TRACKERS", "TRACKER_IDS_FILE"]
+__all__ = ["WandbParams", "MlflowParams", "Tracker", "StartingTracker", "WandbTracker", "MlflowTracker", "start_trackers", "TRACKERS", "TRACKER_IDS_FILE"]
 
 logger = logging.getLogger(__name__)
 
@@ -198,10 +201,85 @@ class MlflowTracker(Tracker):
 TRACKERS = {"wandb": (WandbTracker, "wandb", "wandb"), "mlflow": (MlflowTracker, "mlflow", "mlflow")}
 
 
+#: how long the end of a run waits for a tracker still starting (W&B's ``init_timeout`` is 90 s by default)
+START_WAIT_S = 120.0
+
+
+class StartingTracker(Tracker):
+    """A tracker started in a thread of its own, so that its start-up (W&B's service process, MLflow's store and
+    its tables: seconds on a laptop, a server's timeout on a cluster node) overlaps the run's build and first
+    iterations instead of preceding them. The logger's writes before it is up are kept and sent, in order, with
+    the first write after it (or at the end); the end of the run waits for a start still under way, at most
+    ``wait_s``, saying so when it is not at once.
+
+    Attributes:
+        name: the tracker's config section.
+        tracker: the started tracker; None while it starts, or when it could not.
+    """
+
+    def __init__(self, name: str, start: Callable[[], Tracker], on_started: Callable[[Tracker], None] = lambda _: None,
+                 wait_s: float = START_WAIT_S, package: str = "") -> None:
+        super().__init__()
+        self.name, self.tracker, self._wait_s, self._package = name, None, wait_s, package or name
+        self._kept: List[tuple] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._start, args=(start, on_started), daemon=True,
+                                        name=f"baton-{name}-start")
+        self._thread.start()
+
+    @property
+    def run_id(self) -> str:  # type: ignore[override]
+        return self.tracker.run_id if self.tracker is not None else ""
+
+    def _start(self, start: Callable[[], Tracker], on_started: Callable[[Tracker], None]) -> None:
+        try:
+            tracker = start()
+        except Exception as err:  # a key, a server, a quota: the tracker's, never the run's
+            logger.warning("log.%s: %s did not start (%s: %s); the run goes on without it (check log.%s in the "
+                           "config)", self.name, self._package, type(err).__name__, err, self.name)
+        else:
+            self.tracker = tracker
+            try:
+                on_started(tracker)
+            except OSError as err:
+                logger.warning("log.%s: its run id was not kept in %s (%s); a resume of this run starts a new %s "
+                               "run", self.name, TRACKER_IDS_FILE, err, self.name)
+        finally:
+            self._done.set()
+
+    def wait_started(self, timeout: Optional[float] = None) -> bool:
+        """Whether the start has ended (started or not) within ``timeout`` seconds."""
+        return self._done.wait(timeout)
+
+    def _log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
+        self._kept.append((dict(scalars), step))
+        if self._done.is_set():
+            self._send_kept()
+
+    def _send_kept(self) -> None:
+        kept, self._kept = self._kept, []
+        if self.tracker is not None:
+            for scalars, step in kept:
+                self.tracker.log_scalars(scalars, step)
+
+    def _finish(self, artifacts: Sequence[str]) -> None:
+        if not self._done.wait(1.0):
+            logger.info("log.%s: waiting for it to start (at most %.0f s more) to send this run's scalars",
+                        self.name, self._wait_s)
+            if not self._done.wait(self._wait_s):
+                logger.warning("log.%s: still starting after %.0f s; this run's scalars were not sent to it (they "
+                               "are in TensorBoard and progress.csv)", self.name, self._wait_s + 1.0)
+                return
+        self._send_kept()
+        if self.tracker is not None:
+            self.tracker.finish(artifacts)
+
+
 def start_trackers(settings: Mapping[str, Params], run_dir: str, config: Mapping[str, Any]) -> List[Tracker]:
     """The trackers that ``settings`` (tracker name -> its section: ``WandbParams``, ``MlflowParams``) enables,
-    started for the run in ``run_dir`` with ``config`` (plain data). One that cannot start is a warning, and is
-    left out.
+    for the run in ``run_dir`` with ``config`` (plain data), each starting in the background
+    (``StartingTracker``). One whose package is missing is a warning here and is left out; one that cannot
+    start is a warning from its start, and sends nothing.
 
     Examples:
         >>> start_trackers({"wandb": WandbParams(), "mlflow": MlflowParams()}, "run", {})
@@ -211,6 +289,14 @@ def start_trackers(settings: Mapping[str, Params], run_dir: str, config: Mapping
     if not wanted:
         return []
     ids = _read_ids(run_dir)
+    lock = threading.Lock()
+
+    def keep_id(name: str, tracker: Tracker) -> None:
+        with lock:
+            ids[name] = tracker.run_id
+            os.makedirs(run_dir, exist_ok=True)
+            atomic_write_json(os.path.join(run_dir, TRACKER_IDS_FILE), ids)
+
     trackers: List[Tracker] = []
     for name in wanted:
         cls, module, extra = TRACKERS[name]
@@ -218,18 +304,14 @@ def start_trackers(settings: Mapping[str, Params], run_dir: str, config: Mapping
             logger.warning("log.%s.enable=True, but %s is not installed: pip install -c constraints.txt -e \".[%s]\" (or pip install %s);"
                            " the run goes on without it", name, module, extra, module)
             continue
-        try:
-            tracker = cls(settings[name], run_dir, config, ids.get(name))
-        except Exception as err:  # a key, a server, a quota: the tracker's, never the run's
-            logger.warning("log.%s: %s did not start (%s: %s); the run goes on without it (check log.%s in the "
-                           "config)", name, module, type(err).__name__, err, name)
+        try:  # here: an import is CPU, and in the start's thread it would only contend for the GIL
+            importlib.import_module(module)
+        except Exception as err:
+            logger.warning("log.%s: %s did not import (%s: %s); the run goes on without it", name, module,
+                           type(err).__name__, err)
             continue
-        ids[name] = tracker.run_id
-        trackers.append(tracker)
-    if trackers:
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, TRACKER_IDS_FILE), "w") as f:
-            json.dump(ids, f)
+        trackers.append(StartingTracker(name, functools.partial(cls, settings[name], run_dir, config, ids.get(name)),
+                                        functools.partial(keep_id, name), package=module))
     return trackers
 
 

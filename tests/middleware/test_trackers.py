@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import struct
+import threading
 
 import pytest
 
@@ -150,3 +151,81 @@ def test_wandb_offline_and_mlflow_get_config_scalars_and_best_checkpoint(tmp_pat
     assert [a.path for a in client.list_artifacts(ids["mlflow"], "checkpoints")] == ["checkpoints/best.pth.tar"]
     config_file = client.download_artifacts(ids["mlflow"], "config.json", str(tmp_path))
     assert json.load(open(config_file))["policy"]["learn"]["learning_rate"] == 0.002
+
+
+class _Recorder(Tracker):
+    """A tracker that keeps what it is sent."""
+    name = "mlflow"
+
+    def __init__(self):
+        super().__init__()
+        self.run_id, self.sent, self.finished = "r7", [], None
+
+    def _log_scalars(self, scalars, step):
+        self.sent.append((step, dict(scalars)))
+
+    def _finish(self, artifacts):
+        self.finished = list(artifacts)
+
+
+def test_a_starting_tracker_keeps_the_writes_made_before_it_is_up_and_sends_them_in_order(tmp_path):
+    gate, recorder = threading.Event(), _Recorder()
+    kept_ids = []
+
+    def start():
+        assert gate.wait(30)
+        return recorder
+
+    tracker = trackers.StartingTracker("mlflow", start, kept_ids.append)
+    for step in range(3):  # the run goes on while the tracker starts: no write waits for it
+        tracker.log_scalars({"train/loss": float(step)}, step)
+    assert not tracker.wait_started(0.05) and recorder.sent == []
+    gate.set()
+    assert tracker.wait_started(30) and kept_ids == [recorder]
+    tracker.log_scalars({"train/loss": 3.0}, 3)
+    best = tmp_path / "best.pth.tar"
+    best.write_bytes(b"x")
+    tracker.finish([str(best), str(tmp_path / "absent")])
+    assert recorder.sent == [(step, {"train/loss": float(step)}) for step in range(4)]
+    assert recorder.finished == [str(best)] and tracker.run_id == "r7"
+
+
+def test_the_end_of_a_run_waits_for_a_start_under_way_then_says_what_was_not_sent(caplog):
+    gate = threading.Event()
+    tracker = trackers.StartingTracker("wandb", lambda: gate.wait(60) and _Recorder(), wait_s=0.2)
+    tracker.log_scalars({"train/loss": 1.0}, 0)
+    with caplog.at_level(logging.INFO):
+        tracker.finish([])
+    gate.set()
+    assert "log.wandb: waiting for it to start (at most 0 s more)" in caplog.text
+    assert ("log.wandb: still starting after 1 s; this run's scalars were not sent to it (they are in TensorBoard "
+            "and progress.csv)") in caplog.text
+
+
+def test_a_slow_tracker_start_does_not_hold_the_run_back(monkeypatch, tmp_path):
+    """A tracker whose start takes longer than the whole run (a tracking server's timeout) starts beside it:
+    the first iteration does not wait for it, and it still gets every write of the logger."""
+    first_iteration, seen = threading.Event(), {}
+
+    class _Slow(_Recorder):
+        def __init__(self, settings, run_dir, config, run_id=None):
+            seen["iterated before the start ended"] = first_iteration.wait(20)
+            super().__init__()
+            seen["tracker"] = self
+
+    real_log = trackers.StartingTracker._log_scalars
+
+    def log_and_mark(self, scalars, step):
+        first_iteration.set()
+        real_log(self, scalars, step)
+
+    monkeypatch.setitem(trackers.TRACKERS, "mlflow", (_Slow, "json", "mlflow"))
+    monkeypatch.setattr(trackers.StartingTracker, "_log_scalars", log_and_mark)
+    run = tmp_path / "run"
+    assert main(["train", "-c", CARTPOLE, "--max-env-step", "256", "--no-progress", "--exp-name", str(run),
+                 "policy.eval.evaluator.eval_freq=8", "log.mlflow.enable=true", "log.tensorboard=false"]) == 0
+    assert seen["iterated before the start ended"]
+    progress = read_progress(str(run / "progress.csv"))
+    assert [step for step, _ in seen["tracker"].sent] == [int(step) for step in progress["env_step"]]
+    assert seen["tracker"].finished == [str(run / "ckpt" / "best.pth.tar")]
+    assert json.loads((run / trackers.TRACKER_IDS_FILE).read_text()) == {"mlflow": "r7"}

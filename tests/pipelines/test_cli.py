@@ -83,3 +83,18 @@ def test_a_run_prints_baton_s_info_lines_and_other_libraries_warnings_only():
             "logging.getLogger('pipelines.assembly').info('baton info')")
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stderr
     assert "baton info" in err and "third-party warning" in err and "third-party info" not in err
+
+
+def test_mlflow_s_own_handler_prints_no_info_lines():
+    """MLflow gives its logger a handler of its own, past the root's level: its database's set-up lines
+    ("Creating initial MLflow database tables...") stayed in a run's output until MLFLOW_LOGGING_LEVEL was set."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mlflow")
+    code = ("import logging; from commands.options import configure_logging; configure_logging(); import mlflow; "
+            "logging.getLogger('mlflow.store.db.utils').info('mlflow info'); "
+            "logging.getLogger('mlflow.store.db.utils').warning('mlflow warning')")
+    env = {key: value for key, value in os.environ.items() if key != "MLFLOW_LOGGING_LEVEL"}
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env).stderr
+    assert "mlflow warning" in err and "mlflow info" not in err
