@@ -30,6 +30,7 @@ from data.envs import registered_id
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from policies.base import SpaceMismatchError
 
+from .algo_fit import AlgoEnvError
 from .catalog import ATARI_TYPE, GYM_TYPE
 
 __all__ = ["AlgoEnvError", "build_config", "algo_support", "default_budget", "GYM_TYPE"]
@@ -38,10 +39,6 @@ logger = logging.getLogger(__name__)
 
 _PROBE_OBS = gym.spaces.Box(-1.0, 1.0, (4,))
 _PROBE_ACTIONS = {"discrete": gym.spaces.Discrete(2), "continuous": gym.spaces.Box(-1.0, 1.0, (1,))}
-
-
-class AlgoEnvError(ValueError):
-    """An ``--algo`` / ``--env`` pair that cannot make a config; the message lists what would."""
 
 
 def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:

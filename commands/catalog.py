@@ -19,7 +19,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 from .class_facts import declared_facts
 
 __all__ = ["EnvFamilyRow", "ENV_FAMILIES", "TORCH_ENVS", "GYM_TYPE", "ATARI_TYPE", "GYM_IDS",
-           "describe_algos", "describe_envs"]
+           "describe_algos", "describe_envs", "declared_action_spaces"]
 
 #: the generic env type of ``--env`` (any gymnasium id with flat observations; commands/algo_env.py)
 GYM_TYPE = "gym"
@@ -75,6 +75,17 @@ def describe_algos() -> str:
         lines.append(f"{name:<9} {_yes('discrete' in spaces):<9} {_yes('continuous' in spaces):<11} "
                      f"{facts['pipeline'].replace('_', '-')}")
     return "\n".join(lines)
+
+
+def declared_action_spaces() -> Dict[str, Tuple[str, ...]]:
+    """Each registered algorithm's declared ``action_spaces`` ("discrete", "continuous"), read from its source;
+    an algorithm whose source cannot be read is left out."""
+    found: Dict[str, Tuple[str, ...]] = {}
+    for name, target in _declared("baton.policies", {}):
+        facts = declared_facts(target, name, ("action_spaces",)) if target else None
+        if facts and "action_spaces" in facts:
+            found[name] = tuple(facts["action_spaces"])
+    return found
 
 
 def describe_envs() -> str:

@@ -192,6 +192,11 @@ def _input_config(args: argparse.Namespace) -> Tuple[Any, Any]:
         FileNotFoundError, ValueError (ConfigError, AlgoEnvError), UnknownTypeError: each names what to fix.
     """
     if args.config is None:
+        from .algo_fit import AlgoEnvError, declared_misfit
+
+        misfit = declared_misfit(args.algo, args.env)  # before torch is imported: the common mistake at once
+        if misfit is not None:
+            raise AlgoEnvError(misfit)
         from .algo_env import build_config, default_budget
 
         input_cfg = build_config(args.algo, args.env)

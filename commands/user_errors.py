@@ -53,7 +53,7 @@ def _user_errors() -> Tuple[type, ...]:
 
     from pipelines.run_dir import RunDirError
 
-    from .algo_env import AlgoEnvError
+    from .algo_fit import AlgoEnvError
 
     return (ConfigError, UnknownTypeError, RunDirError, CheckpointError, DiskFullError, DatasetError,
             EmptyShardError, SpaceMismatchError, SlurmEnvError, UnknownEnvIdError, DeviceError,

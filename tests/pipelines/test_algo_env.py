@@ -92,3 +92,22 @@ def test_algo_support_asks_the_policy():
     assert algo_support("dqn") == {"discrete": True, "continuous": False}
     with pytest.raises(AlgoEnvError, match="Algorithms that fit: a2c, bc, cql, dqn, ppo"):
         build_config("sac", "CartPole-v1")
+
+
+@pytest.mark.parametrize("algo,env_id", [("dqn", "Pendulum-v1"), ("sac", "CartPole-v1"),
+                                         ("rainbow", "MountainCarContinuous-v0"), ("td3", "Acrobot-v1")])
+def test_an_action_space_the_algo_does_not_declare_is_refused_before_torch_loads(algo, env_id):
+    """The common mismatch is answered from the classes' declarations (commands.algo_fit), in a fraction of
+    a second, and names the same algorithms that fit as the full check, which builds each policy."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; from commands.cli import main; status = main(['train', '--algo', {algo!r}, '--env', "
+            f"{env_id!r}]); print('torch' in sys.modules, status)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "2"], done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"baton: --algo {algo} does not fit --env {env_id} (action space ")
+    with pytest.raises(AlgoEnvError) as full:
+        build_config(algo, env_id)
+    assert line.split("Algorithms that fit: ")[1] == str(full.value).split("Algorithms that fit: ")[1]
