@@ -30,7 +30,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from data.env_loop import EnvLoop
-from data.envs import make_vector_env
+from data.envs import MAX_EVAL_EPISODES, make_vector_env
 from engine.fileio import atomic_write_json
 from middleware.evaluator import evaluate_episodes
 from pipelines.stages import env_label, env_params
@@ -38,11 +38,13 @@ from pipelines.stages import env_label, env_params
 from .run_options import EVAL_FILE
 from .saved_run import load_saved_run
 
-__all__ = ["evaluate_run", "eval_main", "EVAL_FILE"]
+#: the most episodes one ``baton eval`` plays (a training evaluation's bound, ``data.envs.MAX_EVAL_EPISODES``,
+#: is 100 times smaller: this is the one-off evaluation that message points to)
+MAX_EPISODES = 1_000_000
+
+__all__ = ["evaluate_run", "eval_main", "EVAL_FILE", "MAX_EPISODES"]
 
 logger = logging.getLogger(__name__)
-
-#: where ``baton eval`` writes its result in the run directory (``baton report --score eval`` reads it)
 
 
 def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, seed: int = 0,
@@ -74,6 +76,14 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
     """
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    if episodes > MAX_EPISODES:
+        raise ValueError(f"--episodes {episodes:,}: one evaluation of more than {MAX_EPISODES:,} episodes would run for "
+                         f"days and keep every return; the mean of {MAX_EPISODES:,} already has a standard error of "
+                         f"0.1% of the returns' spread. Give --episodes <= {MAX_EPISODES:,} (several commands with "
+                         f"different --seed for more)")
+    if num_envs is not None and num_envs > MAX_EVAL_EPISODES:
+        raise ValueError(f"--num-envs {num_envs:,}: this process would make and step {num_envs:,} envs; give "
+                         f"--num-envs <= {MAX_EVAL_EPISODES:,} (the most a training evaluation uses)")
     if video_episodes is not None and video_episodes < 1:
         raise ValueError(f"--video-episodes must be >= 1, got {video_episodes}")
     if gif and video is None:

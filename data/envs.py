@@ -71,7 +71,8 @@ class EnvParams(Params):
     """Envs the collector steps together (one batch per step); refused beyond what the machine holds (memory,
     and processes with an async manager) or one collect uses (``policies.defaults.check_collection``)."""
     evaluator_env_num: int = param(5, rule="at_least_one")
-    """Envs the evaluator steps together."""
+    """Envs the evaluator steps together; no more are made than one evaluation has episodes
+    (``evaluator_envs``)."""
     n_evaluator_episode: int = param(5, rule="at_least_one")
     """Episodes per evaluation; their mean return is the evaluation's. At most 10,000 (``MAX_EVAL_EPISODES``)."""
     stop_value: float = param(math.inf)
@@ -80,6 +81,13 @@ class EnvParams(Params):
     """Truncate episodes after this many steps; None: the env's own limit."""
     manager: ManagerParams = section(ManagerParams)
     """How the collector's envs run (``ManagerParams``)."""
+
+    @property
+    def evaluator_envs(self) -> int:
+        """The evaluator envs made: ``evaluator_env_num``, but no more than ``n_evaluator_episode``: an env with no
+        episode of its own to play would only be built and stepped (``env.evaluator_env_num=100000`` made 100,000
+        envs for 5 episodes)."""
+        return max(1, min(self.evaluator_env_num, self.n_evaluator_episode))
 
 
 @dataclass

@@ -178,7 +178,7 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     background = shape.background_eval and getattr(evaluator_params, "background", False)
     evaluator_env = None
     if run.main and not background:  # a background evaluator's process builds its own
-        evaluator_env = make_vector_env(run.env_type, cfg.env, stages.env_params(cfg).evaluator_env_num, keys.seed,
+        evaluator_env = make_vector_env(run.env_type, cfg.env, stages.env_params(cfg).evaluator_envs, keys.seed,
                                         manager="sync", training=False)
         resources.callback(evaluator_env.close)
     run.policy = policy = _build_policy(policy_cls, cfg, observation_space, action_space, ddp_ctx)

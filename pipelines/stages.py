@@ -146,7 +146,7 @@ def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], 
 class EvalSide:
     """What the background evaluation process builds (``middleware.eval_worker.WorkerSide``): a policy
     from the run's config acting on the trainer's eval device, with the weights the trainer sends, and the
-    evaluator's envs as the blocking evaluator's (``env.evaluator_env_num``, seeded ``cfg.seed``). Plain
+    evaluator's envs as the blocking evaluator's (``EnvParams.evaluator_envs``, seeded ``cfg.seed``). Plain
     picklable data: ``spawn`` sends it to the process."""
 
     policy_cls: type
@@ -163,7 +163,7 @@ class EvalSide:
     def of(cls, cfg: Mapping[str, Any], policy: Policy) -> "EvalSide":
         return cls(type(policy), plain(cfg["policy"]), policy.observation_space, policy.action_space,
                    str(policy.mode_devices["eval"]), ENV_REGISTRY.get(cfg["env"]["type"]), plain(cfg["env"]),
-                   env_params(cfg).evaluator_env_num, RunParams.pick(cfg).seed)
+                   env_params(cfg).evaluator_envs, RunParams.pick(cfg).seed)
 
     def __call__(self) -> Tuple[Any, Callable[[Any], None], VectorEnv]:
         env = make_vector_env(self.env_type, self.env_cfg, self.num_envs, self.seed, manager="sync", training=False)

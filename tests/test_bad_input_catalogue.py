@@ -292,6 +292,11 @@ CLI = [
                                             "--exp-name", str(tmp / "r")],
      r"^baton: env.collector_env_num=100000: one collect steps every env at least once, 100,000 transitions .*"
      r"Give env.collector_env_num <= 20,000"),
+    ("eval of a billion episodes", lambda tmp: ["eval", str(tmp), "--episodes", "1000000000"],
+     r"^baton: --episodes 1,000,000,000: one evaluation of more than 1,000,000 episodes would run for days .*"
+     r"Give --episodes <= 1,000,000"),
+    ("eval on 100,000 envs", lambda tmp: ["eval", str(tmp), "--episodes", "100000", "--num-envs", "100000"],
+     r"^baton: --num-envs 100,000: this process would make and step 100,000 envs; give --num-envs <= 10,000"),
     ("tune n-step up to 1e23", lambda tmp: ["tune", "-c", CARTPOLE_DQN, "--trials", "1", "--max-env-step", "64",
                                             "--study-dir", str(tmp / "study"),
                                             "policy.nstep=int(1,99999999999999999999999)"],
@@ -423,4 +428,4 @@ def test_python_api_misuse_is_named():
 
 def test_catalogue_size():
     # the tables above, plus the two launcher-environment tests and the seven Python API misuses
-    assert len(CONFIG_VALUES) + len(RUNS) + len(CLI) + len(LAUNCH_ENV) + 2 + 7 >= 98
+    assert len(CONFIG_VALUES) + len(RUNS) + len(CLI) + len(LAUNCH_ENV) + 2 + 7 >= 100

@@ -96,3 +96,21 @@ def test_every_dizoo_config_fits(path, tmp_path, monkeypatch):
     except (ImportError, ValueError) as err:  # an extra not installed, a removed config
         pytest.skip(str(err))
     compile_config(main, create, save=False)
+
+
+def test_the_evaluator_makes_no_more_envs_than_an_evaluation_has_episodes(monkeypatch, tmp_path):
+    """``env.evaluator_env_num=100000`` made 100,000 envs for an evaluation of 5 episodes (issue 34): an env
+    with no episode of its own to play is not made (``EnvParams.evaluator_envs``)."""
+    import pipelines.assembly as assembly
+    from commands.cli import main
+
+    assert envs.EnvParams(evaluator_env_num=100_000, n_evaluator_episode=5).evaluator_envs == 5
+    assert envs.EnvParams(evaluator_env_num=3, n_evaluator_episode=5).evaluator_envs == 3
+    made, real = [], assembly.make_vector_env
+    monkeypatch.setattr(assembly, "make_vector_env", lambda env_type, cfg, n, *a, **k: made.append(n) or
+                        real(env_type, cfg, n, *a, **k))
+    config = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
+    assert main(["train", "-c", config, "--max-env-step", "64", "--no-progress", "--exp-name", str(tmp_path / "r"),
+                 "env.evaluator_env_num=100000", "env.n_evaluator_episode=2",
+                 "policy.eval.evaluator.background=false"]) == 0
+    assert made == [2]
