@@ -244,13 +244,35 @@ class OnlineLogger:
         scalars = self._evaluation_scalars(ctx)
         if self._last is not None and ctx.env_step > self._last[1]:
             scalars.update(self._interval_scalars(ctx, now))
-        self._write(ctx.env_step, ctx.train_iter, scalars)
-        if self._writer is not None:
-            self._writer.flush()
-            self._writer.close()
-            self._writer = None
-        if self._csv is not None:
-            self._csv.close()
+        try:
+            self._write(ctx.env_step, ctx.train_iter, scalars)
+        finally:  # a write a full disk refused still ends the writer's thread and closes the CSV
+            writer, self._writer = self._writer, None
+            try:
+                if writer is not None:
+                    _close_writer(writer)
+            finally:
+                if self._csv is not None:
+                    self._csv.close()
+
+
+def _close_writer(writer: Any) -> None:
+    """Close a tensorboardX ``SummaryWriter`` so that its writer threads end whatever its flush does.
+
+    tensorboardX stops each event file's thread only after a flush that succeeded; on a full disk the flush
+    raises, the thread is left reading its queue, and when the queue is collected the thread dies with a
+    traceback ("OSError: handle is closed", after every trial a full disk stopped in ``baton tune --jobs``).
+    The flush's error is still raised: the run says what failed."""
+    try:
+        writer.close()
+    finally:
+        for file_writer in list((getattr(writer, "all_writers", None) or {}).values()):
+            events = getattr(file_writer, "event_writer", None)
+            worker = getattr(events, "_worker", None)  # tensorboardX's own, left running by the failed close
+            if worker is not None and worker.is_alive():
+                worker.stop()
+            if events is not None:
+                events._closed = True
 
 
 def online_logger(log_dir: str, train_show_freq: int = 50, print_freq: int = 0, *, tensorboard: bool = True,

@@ -91,3 +91,33 @@ def test_async_env_manager_steps_in_subprocesses():
         assert len(ctx.trajectories.reward) == 8 and ctx.env_step == 8
     finally:
         env.close()
+
+
+def _tensorboard_threads():
+    import threading
+    return [t for t in threading.enumerate() if type(t).__name__ == "_EventLoggerThread" and t.is_alive()]
+
+
+def test_a_full_disk_at_the_end_leaves_no_tensorboard_thread_behind(tmp_path, monkeypatch):
+    """tensorboardX stops its writer thread only after a flush that succeeded: on a full disk the thread was left
+    reading a queue that was then collected, and printed "OSError: handle is closed" after each trial a full
+    disk stopped (issue 34, baton tune --jobs). The logger's end stops it whatever the flush and the CSV did,
+    and still raises the disk's error."""
+    import errno
+
+    from tensorboardX.event_file_writer import EventFileWriter
+
+    before = len(_tensorboard_threads())
+    logger = OnlineLogger(str(tmp_path / "log"), csv_path=str(tmp_path / "progress.csv"))
+    ctx = OnlineRLContext()
+    ctx.env_step, ctx.train_iter = 10, 1
+    logger.writer.add_scalar("train/loss", 1.0, 10)
+    assert len(_tensorboard_threads()) == before + 1
+
+    def full(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(EventFileWriter, "flush", full)
+    with pytest.raises(OSError, match="No space left"):
+        logger.on_finish(ctx)
+    assert len(_tensorboard_threads()) == before and logger._writer is None
