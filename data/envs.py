@@ -137,31 +137,29 @@ def check_env_section(cfg: Mapping[str, Any], processes: bool = True) -> None:
     env = cfg.get("env")
     if not isinstance(env, Mapping):
         return
-    _check_evaluation(env, lookup(cfg, "policy.eval.evaluator.eval_freq"))
+    settings = EnvParams.pick(env)  # the keys every env type has, typed (a wrong type is refused here)
+    _check_evaluation(settings, episode_limit(env), lookup(cfg, "policy.eval.evaluator.eval_freq"))
     if processes:
-        _check_worker_processes(env)
+        _check_worker_processes(settings)
 
 
-def _check_evaluation(env: Mapping[str, Any], eval_freq: Any) -> None:
-    episodes = env.get("n_evaluator_episode")
-    if not isinstance(episodes, int) or episodes <= MAX_EVAL_EPISODES:
+def _check_evaluation(env: EnvParams, limit: Optional[int], eval_freq: Any) -> None:
+    episodes, envs = env.n_evaluator_episode, env.evaluator_envs
+    if episodes <= MAX_EVAL_EPISODES:
         return
-    envs = env.get("evaluator_env_num") if isinstance(env.get("evaluator_env_num"), int) else 1
-    limit = episode_limit(env)
     steps = f", up to {episodes * limit:,} env steps of episodes of up to {limit:,}" if limit else ""
     every = f", and one comes every {eval_freq} train iterations (policy.eval.evaluator.eval_freq)" \
         if isinstance(eval_freq, int) else ""
     raise ConfigError(f"env.n_evaluator_episode={episodes}: every evaluation would play {episodes:,} episodes "
-                      f"({math.ceil(episodes / max(envs, 1)):,} on each of the {envs} evaluator envs{steps}){every}, "
+                      f"({math.ceil(episodes / envs):,} on each of the {envs} evaluator envs{steps}){every}, "
                       f"before training goes on; the mean of {MAX_EVAL_EPISODES:,} episodes already has a standard "
                       f"error of 1% of the returns' spread. Give env.n_evaluator_episode <= {MAX_EVAL_EPISODES:,}; "
                       f"to evaluate a saved run on more episodes: baton eval RUN_DIR --episodes N")
 
 
-def _check_worker_processes(env: Mapping[str, Any]) -> None:
-    manager = (env.get("manager") or {}).get("type", "sync")
-    count = env.get("collector_env_num")
-    if manager not in ("async", "subprocess") or not isinstance(count, int):
+def _check_worker_processes(env: EnvParams) -> None:
+    manager, count = env.manager.type, env.collector_env_num
+    if manager not in ("async", "subprocess"):
         return
     reasons, fits = [], []
     procs = process_limit()
