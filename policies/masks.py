@@ -3,7 +3,7 @@ one.
 
 A mask is a ``[B, A]`` tensor (bool, or 0/1 of any dtype) under the key ``action_mask`` of a dictionary
 observation: where PettingZoo and RLlib put it, and where ``data.action_masks`` moves gymnasium's
-``info["action_mask"]`` (Taxi-v3's). It is no input feature (``policies.encoders`` skips it); the policies read
+``info["action_mask"]`` (Taxi-v4's). It is no input feature (``policies.encoders`` skips it); the policies read
 it with ``action_mask(obs)`` and use the functions here, which keep the semantics of sb3-contrib's
 ``MaskablePPO``:
 

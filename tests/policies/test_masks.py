@@ -84,7 +84,7 @@ def test_a_state_without_a_legal_action_stays_finite():
 
 
 def test_a_mask_of_the_wrong_width_is_named():
-    check_mask_width(torch.ones(4, 6, dtype=torch.bool), 6, "env Taxi-v3")
-    with pytest.raises(ValueError, match=r"env Taxi-v3: the action mask has shape \(4, 5\), but the action space "
+    check_mask_width(torch.ones(4, 6, dtype=torch.bool), 6, "env Taxi-v4")
+    with pytest.raises(ValueError, match=r"env Taxi-v4: the action mask has shape \(4, 5\), but the action space "
                                          r"has 6 actions"):
-        check_mask_width(torch.ones(4, 5, dtype=torch.bool), 6, "env Taxi-v3")
+        check_mask_width(torch.ones(4, 5, dtype=torch.bool), 6, "env Taxi-v4")
