@@ -180,7 +180,7 @@ def test_multibinary_is_flattened_as_floats():
     assert out.dtype == torch.float32 and torch.equal(out, torch.tensor([[1.0, 0.0, 0.0, 1.0]]))
 
 
-# ---- nesting, order, the action mask -------------------------------------------------------------------------------
+# ---- nesting, order, the action mask -----------------------------------------------------------------------------
 
 
 def test_nested_dicts_and_tuples_are_encoded_key_by_key_in_the_space_order():
@@ -232,7 +232,7 @@ def test_leading_dims_are_kept():
     assert torch.allclose(out.reshape(6, -1), enc(flat), atol=1e-6)
 
 
-# ---- refused spaces and settings ------------------------------------------------------------------------------------
+# ---- refused spaces and settings ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad", [
@@ -302,7 +302,7 @@ def test_encoder_params_declares_its_keys_with_docs_and_rules():
     assert EncoderParams.of({}).normalise is None and EncoderParams.of({"normalise": False}).normalise is False
 
 
-# ---- learning-relevant behaviour ------------------------------------------------------------------------------------
+# ---- learning-relevant behaviour ---------------------------------------------------------------------------------
 
 
 def test_gradients_reach_every_encoder():
@@ -362,7 +362,7 @@ def test_torch_compile_makes_one_graph_of_the_encoder(tree):
     assert torch._dynamo.explain(enc)(batch).graph_count == 1
 
 
-# ---- the torso --------------------------------------------------------------------------------------------------------
+# ---- the torso ---------------------------------------------------------------------------------------------------
 
 
 def test_build_torso_fits_models_encoder_and_follows_the_encoders_with_an_mlp():
@@ -388,7 +388,7 @@ def test_build_torso_fits_models_encoder_and_follows_the_encoders_with_an_mlp():
         build_torso(spaces.Discrete(3), None, [8])
 
 
-# ---- running normalisation of vector keys ------------------------------------------------------------------------------
+# ---- running normalisation of vector keys ------------------------------------------------------------------------
 
 
 def test_only_vector_keys_that_are_not_scaled_are_normalised():
