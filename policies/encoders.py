@@ -51,6 +51,7 @@ from data.batch import make_batch, ttorch
 from engine.config import ConfigError
 from engine.params import Params, param
 
+from .masks import ACTION_MASK_KEY  # the top-level key of the legal-action mask: never encoded
 from .models import Linear, NatureCNN, encoder, mlp
 from .obs_norm import RunningObsNorm
 
@@ -59,8 +60,6 @@ __all__ = ["EncoderParams", "ENCODER_TYPES", "ACTION_MASK_KEY", "MultiInputEncod
 
 #: the words of ``EncoderParams.type``
 ENCODER_TYPES = ("auto", "cnn", "mlp", "embedding", "flatten")
-#: the top-level key that holds the legal-action mask: never encoded (module docstring)
-ACTION_MASK_KEY = "action_mask"
 #: where the encoders' settings sit in a config
 CONFIG_PATH = "policy.model.encoders"
 #: the smallest height and width the Nature CNN is used for (it needs 36x36; below 64 its 8x8/4 first layer

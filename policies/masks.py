@@ -33,12 +33,11 @@ from typing import Any, Optional
 
 import torch
 
+from data.action_masks import ACTION_MASK_KEY
+
 __all__ = ["ACTION_MASK_KEY", "action_mask", "effective_mask", "masked_argmax", "masked_logits", "random_legal",
            "rows_without_legal_action", "check_mask_width"]
 
-#: the observation key of a legal-action mask (PettingZoo's and RLlib's convention; ``data.action_masks`` puts
-#: gymnasium's ``info["action_mask"]`` there)
-ACTION_MASK_KEY = "action_mask"
 
 
 def action_mask(obs: Any) -> Optional[torch.Tensor]:
