@@ -4,6 +4,8 @@ Envs, as the loop sees them (``port``): a gymnasium vector env (numpy) yields ho
 no copy) and takes each step's action as one ``.numpy(force=True)``; a batched torch env (``data.torch_env``)
 yields tensors on its device and takes the action as it is, so nothing goes to the host. Both run in
 gymnasium's SAME_STEP autoreset mode. The policy (a collect or eval mode) sees a tensor and answers with tensors.
+A dictionary observation (gymnasium ``Dict``/``Tuple`` spaces: a dict of batched arrays, and ``final_obs`` one
+dict per env) reaches the policy, and every step, as a DI-treetensor tree of such tensors (``data.obs``).
 
 One loop step, for every env at once:
 
