@@ -368,3 +368,45 @@ def test_frame_stack_storage_refuses_a_tree_obs():
     storage = FrameStackStorage(64, num_envs=2, frame_stack=4)
     with pytest.raises(TypeError, match=r"dictionary observation with keys \[\['dir'\], \['image'\], \['vec'\]\]"):
         storage.extend(_transitions()[0])
+
+
+class ValueOfStep(Zero):
+    """An on-policy policy whose value is the step the observation says (read from every leaf it needs)."""
+
+    def forward(self, obs, **kwargs):
+        out = super().forward(obs)
+        return dict(out, logp=torch.zeros(num_rows(obs)), value=self.value(obs))
+
+    def value(self, obs):
+        return _t(obs).float() + obs.vec[:, 0] * 0  # a leaf of each dtype read: a mis-cut one errors or differs
+
+
+@pytest.mark.parametrize("seq_len", [None, 2], ids=["flat", "sequences"])
+def test_gae_on_a_time_major_tree_rollout(seq_len):
+    from middleware import gae_estimator
+
+    ctx = OnlineRLContext()
+    StepCollector(ValueOfStep(), _env(2), n_sample=8, time_major=True)(ctx)  # 4 steps of 2 envs
+    assert ctx.trajectories.obs.image.shape == (4, 2, 3, 5, 5)
+    gae_estimator(ValueOfStep(), gamma=1.0, lam=1.0, seq_len=seq_len)(ctx)
+    tr = ctx.trajectories
+    assert is_tree(tr.obs) and tr.obs.image.dtype == torch.uint8
+    if seq_len is None:  # [T * E]: with gamma = lam = 1, adv_t = sum of rewards to the chunk's end + V(last next_obs) - V(obs_t)
+        assert tr.obs.image.shape == (8, 3, 5, 5)
+        t = _t(tr.obs).float()
+        assert torch.allclose(tr.adv, (4 - t) + 4 - t)
+    else:  # [E * T / L, L]
+        assert tr.obs.image.shape == (4, 2, 3, 5, 5) and tr.obs.dir.shape == (4, 2)
+        assert _t(tr.obs.flatten(0, 1)).view(4, 2).tolist() == [[0, 1], [2, 3], [0, 1], [2, 3]]
+
+
+def test_a_batch_holds_a_tree_field_as_keys_of_its_own():
+    """make_batch takes a tree field's keys into the batch: batch-wide indexing, reshaping and moves reach
+    every leaf (an opaque tree leaf would fail them)."""
+    tree = to_tensor({"image": np.zeros((4, 2, 3), np.uint8), "nest": {"vec": np.arange(8, dtype=np.float32)
+                                                                        .reshape(4, 2)}})
+    batch = make_batch({"obs": tree, "reward": torch.arange(4.0)})
+    assert sorted(path for path, _ in leaves(batch)) == [("obs", "image"), ("obs", "nest", "vec"), ("reward",)]
+    part = batch[1:3].to("cpu")
+    assert part.obs.nest.vec.tolist() == [[2.0, 3.0], [4.0, 5.0]] and part.obs.image.dtype == torch.uint8
+    assert stack([batch, batch]).flatten(0, 1).obs.image.shape == (8, 2, 3)
