@@ -10,7 +10,8 @@ function takes either; a flat observation never becomes a tree, and its path cos
 - ``to_tensor``: a vector env's output as a tensor or a tree, without a copy (``torch.from_numpy`` per array);
 - ``index_rows`` / ``replace_rows``: some envs' rows, and a copy of a vector env's numpy output with some rows
   replaced (the real final observations where episodes ended);
-- ``stack`` / ``cat``: steps into a time-major ``[T, E, ...]`` chunk; env groups' rows into one step;
+- ``stack`` / ``cat``: steps into a time-major ``[T, E, ...]`` chunk; env groups' rows into one step
+  (``cat_numpy``: their numpy outputs, where ``data.env_groups`` steps them as one vector env);
 - ``to_device``: onto a device (a no-op where it already is);
 - ``all_finite``: whether every float value is finite, as a tensor (read it once per collection, not per step).
 
@@ -44,8 +45,8 @@ import torch
 from .batch import create_storage, ttorch
 from treevalue import TreeValue, flatten, mapping  # noqa: I001 - after data.batch, which silences its import warnings
 
-__all__ = ["Obs", "to_tensor", "index_rows", "replace_rows", "stack", "cat", "to_device", "all_finite", "is_tree",
-           "leaves", "map_leaves", "first_leaf", "num_rows", "nbytes", "to_plain", "from_plain", "space_nbytes"]
+__all__ = ["Obs", "to_tensor", "index_rows", "replace_rows", "stack", "cat", "to_device", "all_finite", "cat_numpy",
+           "is_tree", "leaves", "map_leaves", "first_leaf", "num_rows", "nbytes", "to_plain", "from_plain", "space_nbytes"]
 
 #: an observation: a tensor, or a tree of tensors (``treetensor.torch.Tensor``)
 Obs = Union[torch.Tensor, "ttorch.Tensor"]
@@ -177,6 +178,17 @@ def replace_rows(value: Any, rows: Sequence[int], new_rows: Sequence[Any]) -> An
     if isinstance(value, tuple):
         return tuple(replace_rows(v, rows, [new[i] for new in new_rows]) for i, v in enumerate(value))
     return replace_rows(np.asarray(value), rows, new_rows)
+
+
+def cat_numpy(values: Sequence[Any]) -> Any:
+    """Vector envs' numpy outputs (env groups', in env order) as one of all their rows: arrays concatenated,
+    a dict (or tuple) observation key by key."""
+    first = values[0]
+    if isinstance(first, Mapping):
+        return {key: cat_numpy([v[key] for v in values]) for key in first}
+    if isinstance(first, tuple):
+        return tuple(cat_numpy([v[i] for v in values]) for i in range(len(first)))
+    return np.concatenate(values)
 
 
 def stack(values: Sequence[Obs]) -> Obs:

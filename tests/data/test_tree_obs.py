@@ -410,3 +410,24 @@ def test_a_batch_holds_a_tree_field_as_keys_of_its_own():
     part = batch[1:3].to("cpu")
     assert part.obs.nest.vec.tolist() == [[2.0, 3.0], [4.0, 5.0]] and part.obs.image.dtype == torch.uint8
     assert stack([batch, batch]).flatten(0, 1).obs.image.shape == (8, 2, 3)
+
+
+def test_env_groups_stepped_as_one_vector_env_join_tree_obs():
+    """EnvGroups as a plain vector env (the loop not overlapped): its dict outputs joined key by key."""
+    env = _env(3, groups=2, terminate_at=2)
+    loop = EnvLoop(Zero(), env, seed=0, overlap=False)
+    steps = [loop.step() for _ in range(2)]
+    env.close()
+    assert loop.obs.image.shape == (3, 3, 5, 5) and _t(loop.obs).tolist() == [0, 0, 0]
+    assert _t(steps[1].next_obs).tolist() == [2, 2, 2] and steps[1].next_obs.dir.tolist() == [2, 2, 2]
+
+
+def test_episode_collector_joins_tree_episodes():
+    from middleware import EpisodeCollector
+
+    ctx = OnlineRLContext()
+    EpisodeCollector(Zero(), _env(2, terminate_at=3), n_episode=2)(ctx)
+    tr = ctx.trajectories
+    assert is_tree(tr.obs) and tr.obs.image.dtype == torch.uint8 and num_rows(tr.obs) == len(tr.reward) == 6
+    assert _t(tr.obs).tolist() == [0, 1, 2, 0, 1, 2] and _t(tr.next_obs).tolist() == [1, 2, 3, 1, 2, 3]
+    assert all(is_tree(episode.obs) and num_rows(episode.obs) == 3 for episode in ctx.episodes)
