@@ -206,9 +206,9 @@ def cat(values: Sequence[Obs]) -> Obs:
 def to_device(value: Obs, device: torch.device) -> Obs:
     """``value`` on ``device``; itself where it is there already (without a call into torch: an env step's
     share of time on a CPU)."""
-    if isinstance(value, TreeValue):
-        return value if all(leaf.device == device for _, leaf in flatten(value)) else value.to(device)
-    return value if value.device == device else value.to(device)
+    if isinstance(value, torch.Tensor):  # first: a policy's forward calls this on every step
+        return value if value.device == device else value.to(device)
+    return value if all(leaf.device == device for _, leaf in flatten(value)) else value.to(device)
 
 
 def all_finite(value: Obs) -> torch.Tensor:
