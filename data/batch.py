@@ -21,7 +21,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     import treetensor.torch as ttorch  # noqa: E402
-    from treevalue import TreeValue  # noqa: E402
+    from treevalue import TreeValue, flatten, mapping  # noqa: E402,F401 - data.obs takes them from here
     from treevalue.tree.common import create_storage  # noqa: E402
 
 __all__ = ["Batch", "make_batch", "ttorch"]

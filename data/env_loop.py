@@ -181,7 +181,7 @@ class _HostPort:
         self._send, self._recv = send, recv
         self._action: Optional[np.ndarray] = None
 
-    def reset(self, seeds: List[int]) -> torch.Tensor:
+    def reset(self, seeds: List[int]) -> Any:
         return to_tensor(self.env.reset(seed=seeds)[0])
 
     def send(self, action: torch.Tensor) -> None:
@@ -221,7 +221,7 @@ class _DevicePort:
         self.env = env
         self._action: Optional[torch.Tensor] = None
 
-    def reset(self, seeds: List[int]) -> torch.Tensor:
+    def reset(self, seeds: List[int]) -> Any:
         return self.env.reset(seed=seeds)[0]
 
     def send(self, action: torch.Tensor) -> None:

@@ -42,11 +42,11 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from .batch import create_storage, ttorch
-from treevalue import TreeValue, flatten, mapping  # noqa: I001 - after data.batch, which silences its import warnings
+from .batch import TreeValue, create_storage, flatten, mapping, ttorch  # treevalue, imported without its warnings
 
 __all__ = ["Obs", "to_tensor", "index_rows", "replace_rows", "stack", "cat", "to_device", "all_finite", "cat_numpy",
-           "is_tree", "leaves", "map_leaves", "first_leaf", "num_rows", "nbytes", "to_plain", "from_plain", "space_nbytes"]
+           "is_tree", "leaves", "map_leaves", "first_leaf", "num_rows", "nbytes", "to_plain", "from_plain",
+           "space_nbytes"]
 
 #: an observation: a tensor, or a tree of tensors (``treetensor.torch.Tensor``)
 Obs = Union[torch.Tensor, "ttorch.Tensor"]

@@ -391,7 +391,7 @@ def test_gae_on_a_time_major_tree_rollout(seq_len):
     gae_estimator(ValueOfStep(), gamma=1.0, lam=1.0, seq_len=seq_len)(ctx)
     tr = ctx.trajectories
     assert is_tree(tr.obs) and tr.obs.image.dtype == torch.uint8
-    if seq_len is None:  # [T * E]: with gamma = lam = 1, adv_t = sum of rewards to the chunk's end + V(last next_obs) - V(obs_t)
+    if seq_len is None:  # [T * E]; gamma = lam = 1: adv_t = rewards to the chunk's end + V(last next_obs) - V(obs_t)
         assert tr.obs.image.shape == (8, 3, 5, 5)
         t = _t(tr.obs).float()
         assert torch.allclose(tr.adv, (4 - t) + 4 - t)
