@@ -62,6 +62,11 @@ class Normalisation:
         if not policy_cls.supports_obs_norm:
             raise ValueError(f"policy.obs_norm=True: {name} does not normalise observations (policies that "
                              f"do: ppo, a2c, sac, td3, ddpg); set policy.obs_norm=False")
+        if isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):  # per vector key, never images
+            from .encoders import KeyedObsNorm
+
+            encoders = getattr(getattr(settings, "model", None), "encoders", None)
+            return cls(KeyedObsNorm(observation_space, encoders, settings.obs_norm_clip).to(device))
         shape = getattr(observation_space, "shape", None) or ()
         if not isinstance(observation_space, gym.spaces.Box) or len(shape) != 1:
             raise ValueError(f"policy.obs_norm=True needs flat Box observations (a vector per step), got "
