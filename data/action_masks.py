@@ -107,6 +107,8 @@ def with_action_mask(env: gym.Env, key: str = ACTION_MASK_KEY, seed: Optional[in
     observation already holding ``action_mask`` is left as it is); ``env`` itself otherwise. A ``key`` other
     than the conventional name that is found nowhere is an ``ActionMaskError`` (it was asked for by name)."""
     space = env.observation_space
+    if key == ACTION_MASK_KEY and not isinstance(env.action_space, gym.spaces.Discrete):
+        return env  # masks are of discrete actions: nothing to look for (a key asked for by name is checked)
     if key == ACTION_MASK_KEY and isinstance(space, gym.spaces.Dict) and ACTION_MASK_KEY in space.spaces:
         return env
     if isinstance(space, gym.spaces.Dict) and key in space.spaces:

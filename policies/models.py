@@ -8,8 +8,9 @@ nothing is added to the fp32 path).
 from __future__ import annotations
 
 import functools
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
@@ -96,18 +97,26 @@ class QNetwork(nn.Module):
         (torch.Size([3, 2, 51]), torch.Size([3, 2]))
     """
 
-    def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, hidden_sizes: Sequence[int],
+    def __init__(self, obs_shape: Sequence[int] | int | gym.Space, action_dim: int, hidden_sizes: Sequence[int],
                  dueling: bool = True, distribution: str = "none", n_atoms: int = 1, v_min: float = 0.0,
-                 v_max: float = 0.0, noisy: bool = False, sigma0: float = 0.5) -> None:
+                 v_max: float = 0.0, noisy: bool = False, sigma0: float = 0.5,
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         if not hidden_sizes:
             raise ValueError("policy.model.encoder_hidden_size_list must name at least one layer")
         if distribution not in Q_DISTRIBUTIONS:
             raise ValueError(f"policy.model.distribution must be one of {Q_DISTRIBUTIONS}, got {distribution!r}")
-        obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
-        self.is_image = len(obs_shape) == 3
         linear: Linear = functools.partial(NoisyLinear, sigma0=sigma0) if noisy else nn.Linear
-        self.torso, feat = encoder(obs_shape, hidden_sizes, linear=linear)
+        self.multi_input = isinstance(obs_shape, gym.Space)  # a Dict/Tuple space: one encoder per key
+        if self.multi_input:
+            from .encoders import build_torso  # it builds on this module's torsos
+
+            self.is_image = False
+            self.torso, feat = build_torso(obs_shape, encoders, hidden_sizes, linear=linear)
+        else:
+            obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
+            self.is_image = len(obs_shape) == 3
+            self.torso, feat = encoder(obs_shape, hidden_sizes, linear=linear)
         self.dueling = dueling
         self.distribution = distribution
         self.n_atoms = 1 if distribution == "none" else int(n_atoms)
@@ -125,7 +134,7 @@ class QNetwork(nn.Module):
     @property
     def host_acting(self) -> bool:
         """Whether ``host_greedy_action`` serves this network (a deterministic, scalar MLP)."""
-        return not self.is_image and not self.noisy and self.distribution == "none"
+        return not self.is_image and not self.multi_input and not self.noisy and self.distribution == "none"
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.torso(obs)
@@ -134,7 +143,7 @@ class QNetwork(nn.Module):
                 return self.head(x).float()
             adv = self.advantage(x).float()
             return self.value(x).float() + adv - adv.mean(dim=-1, keepdim=True)
-        shape = (x.shape[0], self.action_dim, self.n_atoms)
+        shape = (x.shape[0], self.action_dim, self.n_atoms)  # x: [B, features] (obs may be a tree)
         if self.dueling:
             adv = self.advantage(x).float().view(shape)
             out = self.value(x).float().unsqueeze(1) + adv - adv.mean(dim=1, keepdim=True)
