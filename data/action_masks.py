@@ -104,9 +104,12 @@ class ActionMaskInObservation(gym.Wrapper):
 
 def with_action_mask(env: gym.Env, key: str = ACTION_MASK_KEY, seed: Optional[int] = None) -> gym.Env:
     """``env`` wrapped in ``ActionMaskInObservation`` when its first reset shows a mask under ``key`` (a dict
-    observation already holding ``action_mask`` is left as it is); ``env`` itself otherwise. A ``key`` other
+    observation already holding ``action_mask`` is left as it is); ``env`` itself otherwise, and for a ``key``
+    of "" (masks off: an info mask is ignored). A ``key`` other
     than the conventional name that is found nowhere is an ``ActionMaskError`` (it was asked for by name)."""
     space = env.observation_space
+    if not key:  # masks switched off (env.action_mask_key=""): the env acts as if it gave none
+        return env
     if key == ACTION_MASK_KEY and not isinstance(env.action_space, gym.spaces.Discrete):
         return env  # masks are of discrete actions: nothing to look for (a key asked for by name is checked)
     if key == ACTION_MASK_KEY and isinstance(space, gym.spaces.Dict) and ACTION_MASK_KEY in space.spaces:

@@ -101,7 +101,8 @@ class GymEnvParams(EnvParams):
     action_mask_key: str = param(ACTION_MASK_KEY)
     """Where the env gives its legal-action mask (discrete actions): ``info[key]`` or a key of its dict
     observation; found at the first reset and moved to the observation's ``action_mask`` key
-    (``data.action_masks``). The default, gymnasium's and PettingZoo's name, needs no configuration."""
+    (``data.action_masks``). The default, gymnasium's and PettingZoo's name, needs no configuration; "": masks
+    off (an info mask is ignored; a dict observation's own ``action_mask`` key stays a key of it)."""
 
 
 def env_settings(env_type: Any, env_cfg: Mapping[str, Any]) -> EnvParams:

@@ -85,3 +85,8 @@ def test_bad_masks_are_named_with_env_and_step():
     with pytest.raises(ActionMaskError, match=r"env Pendulum-v1: an action mask \(info key 'action_mask'\) applies "
                                               r"to Discrete actions"):
         ActionMaskInObservation(gym.make("Pendulum-v1"))
+
+
+def test_an_empty_key_switches_masks_off():
+    taxi = gym.make("Taxi-v4")
+    assert with_action_mask(taxi, key="") is taxi
