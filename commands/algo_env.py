@@ -26,7 +26,7 @@ from typing import Any, Dict, Optional, Tuple
 import gymnasium as gym
 from easydict import EasyDict
 
-from data.action_masks import with_action_mask
+from data.action_masks import as_trainable
 from data.envs import registered_id
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from policies.base import SpaceMismatchError
@@ -155,8 +155,8 @@ def _spaces(env_id: str, env_type: Any = None) -> Tuple[gym.Space, gym.Space]:
     try:
         if env_type is not None:
             env = env_type.make(dict(env_type.default_config(), env_id=env_id))
-        else:  # as the generic type makes it: an info mask joins the observation (data.action_masks)
-            env = with_action_mask(gym.make(env_id))
+        else:  # as the generic type makes it: a mask in the observation, a lone Discrete in a dict
+            env = as_trainable(gym.make(env_id))
     except (ImportError, gym.error.Error) as err:  # e.g. box2d ids without the box2d extra
         raise AlgoEnvError(f"--env {env_id}: cannot make it: {err}") from err
     try:

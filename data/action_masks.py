@@ -28,7 +28,8 @@ from typing import Any, Dict, Optional, Tuple
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["ACTION_MASK_KEY", "OBSERVATION_KEY", "ActionMaskInObservation", "with_action_mask", "ActionMaskError"]
+__all__ = ["ACTION_MASK_KEY", "OBSERVATION_KEY", "ActionMaskInObservation", "with_action_mask", "ActionMaskError",
+           "ObservationInDict", "as_trainable"]
 
 #: where the policies read a mask (``policies.masks.ACTION_MASK_KEY`` is the same name)
 ACTION_MASK_KEY = "action_mask"
@@ -133,3 +134,29 @@ def _name(env: gym.Env) -> str:
 
 def _keys(space: gym.Space) -> str:
     return f"keys {sorted(space.spaces)}" if isinstance(space, gym.spaces.Dict) else f"a {type(space).__name__}"
+
+
+class ObservationInDict(gym.ObservationWrapper):
+    """An env whose observation is a lone ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` (FrozenLake's cell,
+    Taxi's state without its mask), given as ``{"observation": obs}``: the models take a Box as a tensor and
+    everything else key by key (``policies.encoders``: an embedding for a discrete key), so the one key makes
+    such an env trainable with no code of the user's. The key is the one an info mask's env gets too
+    (``ActionMaskInObservation``)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.observation_space = gym.spaces.Dict({OBSERVATION_KEY: env.observation_space})
+
+    def observation(self, observation: Any) -> Dict[str, Any]:
+        return {OBSERVATION_KEY: observation}
+
+
+#: observation spaces a model takes only as a key of a dict (``ObservationInDict``)
+KEYED_ONLY = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
+
+def as_trainable(env: gym.Env, mask_key: str = ACTION_MASK_KEY) -> gym.Env:
+    """``env`` as the policies take it: its legal-action mask in its observation (``with_action_mask``) and a
+    lone discrete observation in a dict (``ObservationInDict``)."""
+    env = with_action_mask(env, mask_key)
+    return ObservationInDict(env) if isinstance(env.observation_space, KEYED_ONLY) else env

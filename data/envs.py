@@ -24,7 +24,7 @@ from engine.params import Params, param, section
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
 from engine.registry import ENV_REGISTRY
 
-from .action_masks import ACTION_MASK_KEY, with_action_mask
+from .action_masks import ACTION_MASK_KEY, as_trainable
 
 __all__ = ["EnvParams", "ManagerParams", "GymEnvParams", "env_settings", "GymEnvType", "AnyGymEnvType", "GYM_TYPE", "make_vector_env",
            "check_env_id", "registered_id", "UnknownEnvIdError", "episode_limit", "check_env_section", "MAX_EVAL_EPISODES",
@@ -278,7 +278,7 @@ class GymEnvType:
         kwargs = dict(settings.env_kwargs)
         if settings.max_episode_steps:
             kwargs["max_episode_steps"] = settings.max_episode_steps
-        return with_action_mask(gym.make(settings.env_id, **kwargs), settings.action_mask_key)
+        return as_trainable(gym.make(settings.env_id, **kwargs), settings.action_mask_key)
 
 
 class AnyGymEnvType(GymEnvType):

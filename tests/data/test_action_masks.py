@@ -90,3 +90,15 @@ def test_bad_masks_are_named_with_env_and_step():
 def test_an_empty_key_switches_masks_off():
     taxi = gym.make("Taxi-v4")
     assert with_action_mask(taxi, key="") is taxi
+
+
+def test_a_lone_discrete_observation_becomes_a_key_of_a_dict():
+    from data.action_masks import as_trainable
+
+    frozen = as_trainable(gym.make("FrozenLake-v1"))
+    assert frozen.observation_space == gym.spaces.Dict({"observation": gym.spaces.Discrete(16)})
+    assert frozen.reset(seed=0)[0] == {"observation": 0}
+    unmasked_taxi = as_trainable(gym.make("Taxi-v4"), mask_key="")
+    assert sorted(unmasked_taxi.observation_space.spaces) == ["observation"]
+    cartpole = gym.make("CartPole-v1")
+    assert as_trainable(cartpole) is cartpole
