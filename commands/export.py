@@ -39,7 +39,7 @@ import torch
 
 from engine.fileio import DiskFullError, atomic_write_path
 from pipelines.stages import env_label, env_params
-from policies.greedy import NotExportableError
+from policies.greedy import NotExportableError, check_exportable_observation
 
 from .run_options import FORMATS
 from .saved_run import load_saved_run
@@ -79,6 +79,7 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
     """
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    check_exportable_observation(observation_space, fmt)
     if not isinstance(observation_space, gym.spaces.Box):
         raise NotExportableError(f"observations of space {observation_space} are not one array: only Box "
                                  f"observations export as one input tensor")
