@@ -6,8 +6,12 @@ between the env and the action is inside, so the exported file needs neither bat
 - observations as the env gives them: float vectors (cast to float32 here) or uint8 image stacks (the
   Nature CNN scales them to [0, 1] itself), then the policy's preprocessing (``policy.obs_norm``: the
   running statistics as they were, ``policies.obs_norm.FrozenObsNorm``);
-- the network's output turned into an action: ``argmax`` for discrete actions; for continuous ones the
-  squashed output scaled from [-1, 1] to the action bounds and/or clipped to them, as the eval mode does.
+- the network's output turned into an action: ``argmax`` for discrete actions (over the legal ones where the
+  observation is a tree with an ``action_mask``, ``policies.masks``); for continuous ones the squashed output
+  scaled from [-1, 1] to the action bounds and/or clipped to them, as the eval mode does.
+
+A policy of Dict or Tuple observations gets a module that takes the tree (``structured``); ``baton export``'s
+formats take one tensor, so it refuses such a policy (``commands.export``).
 
 The module holds a copy of the weights on the CPU, in eval mode and without gradients: exporting never
 touches the live policy.
@@ -20,6 +24,8 @@ from typing import Optional
 import numpy as np
 import torch
 from torch import nn
+
+from .masks import action_mask, masked_argmax
 
 __all__ = ["GreedyActor", "NotExportableError", "TanhMean", "ActorOut"]
 
@@ -39,6 +45,9 @@ class GreedyActor(nn.Module):
         scale, bias: continuous actions: ``action = out * scale + bias`` (from [-1, 1] to the bounds).
         low, high: continuous actions: clip to these bounds (after scaling).
         preprocess: applied to the float observations before ``net`` (observation normalisation); copied.
+        structured: observations are trees (Dict/Tuple spaces) whose keys ``net``'s encoders cast themselves:
+            not cast here, only preprocessed; a discrete action is the argmax over the legal actions of their
+            ``action_mask``, where they carry one.
 
     Examples:
         >>> actor = GreedyActor(nn.Linear(3, 2), discrete=True)
@@ -48,12 +57,14 @@ class GreedyActor(nn.Module):
 
     def __init__(self, net: nn.Module, discrete: bool, image: bool = False, scale: Optional[np.ndarray] = None,
                  bias: Optional[np.ndarray] = None, low: Optional[np.ndarray] = None,
-                 high: Optional[np.ndarray] = None, preprocess: Optional[nn.Module] = None) -> None:
+                 high: Optional[np.ndarray] = None, preprocess: Optional[nn.Module] = None,
+                 structured: bool = False) -> None:
         super().__init__()
         self.net = copy.deepcopy(net).cpu().eval().requires_grad_(False)
         self.preprocess = None if preprocess is None else copy.deepcopy(preprocess).cpu().eval().requires_grad_(False)
         self.discrete = bool(discrete)
         self.image = bool(image)
+        self.structured = bool(structured)
         self.scaled = scale is not None
         self.clipped = low is not None
         if (scale is None) != (bias is None) or (low is None) != (high is None):
@@ -63,11 +74,17 @@ class GreedyActor(nn.Module):
                 self.register_buffer(name, torch.as_tensor(np.asarray(value, dtype=np.float32)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.structured:
+            return self._act(obs if self.preprocess is None else self.preprocess(obs), action_mask(obs))
         if not self.image:
             obs = obs.float() if self.preprocess is None else self.preprocess(obs.float())
+        return self._act(obs, None)
+
+    def _act(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """The action of the network's output on ``obs`` (preprocessed); ``mask``: the legal actions, or None."""
         out = self.net(obs)
         if self.discrete:
-            return out.argmax(dim=-1)
+            return masked_argmax(out, mask)
         if self.scaled:
             out = out * self.scale + self.bias
         if self.clipped:
