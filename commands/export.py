@@ -110,9 +110,11 @@ def _not_one_tensor(policy: Any, observation_space: gym.Space) -> str:
     kind = type(observation_space).__name__
     keys = getattr(observation_space, "spaces", None)
     named = f" (keys {', '.join(map(str, keys))})" if isinstance(keys, Mapping) else ""
+    in_python = "" if getattr(policy, "recurrent", False) else \
+        ", or act in Python with policy.greedy_module(), which takes the observation tree"
     return (f"policy {type(policy).__name__} acts on {kind} observations{named}, and both export formats "
             f"({', '.join(FORMATS)}) take one observation tensor: a {kind} observation is not exported; evaluate it "
-            f"with baton eval, or act in Python with policy.greedy_module(), which takes the observation tree")
+            f"with baton eval{in_python}")
 
 
 def _place(path: str) -> str:

@@ -18,6 +18,10 @@ normalised over every rank's minibatch); what differs is where the memory lives 
   the acting forward exactly (tests/policies/test_ppo_lstm.py). One forward and one backward per update, so
   DDP wraps it like any model (``baton check-ddp``).
 
+Dict and Tuple observations and legal-action masks are PPO's (``policies.ppo``): each core's encoder starts with
+the keys' encoders (``policy.model.encoders``), and a sequence's stored observations hold the masks its actions
+were sampled under, which the loss's distribution uses.
+
 Checkpoints hold the model and optimizer, as PPO's. The acting memory is not kept: a resumed run restarts its
 envs' episodes (an env's state is not in a checkpoint either), and an episode starts from zero memory.
 ``baton export`` refuses this policy: its action depends on a memory that a one-input module cannot carry.
@@ -51,7 +55,8 @@ class PPOLSTMModelParams(PPOModelParams):
     """PPO-LSTM's ``model`` section: PPO's heads after a recurrent core (``policies.models.RecurrentActorCritic``)."""
 
     encoder_hidden_size_list: List[int] = param([64])
-    """The MLP (a Nature CNN and an MLP for image observations) before the recurrent layer."""
+    """The MLP (a Nature CNN and an MLP for image observations; the keys' encoders and an MLP for Dict or Tuple
+    observations) before the recurrent layer."""
     rnn_type: str = param("lstm", choices=RNN_TYPES)
     """The recurrent cell: "lstm" or "gru"."""
     hidden_size: int = param(64)
