@@ -10,8 +10,9 @@ between the env and the action is inside, so the exported file needs neither bat
   observation is a tree with an ``action_mask``, ``policies.masks``); for continuous ones the squashed output
   scaled from [-1, 1] to the action bounds and/or clipped to them, as the eval mode does.
 
-A policy of Dict or Tuple observations gets a module that takes the tree (``structured``); ``baton export``'s
-formats take one tensor, so it refuses such a policy (``commands.export``).
+Dict or Tuple observations: the module takes the tree (a ``ttorch.Tensor`` or nested mappings of tensors), whose
+keys the network's encoders cast themselves, and masks with its ``action_mask``; ``baton export``'s formats take
+one tensor, so it refuses such a policy (``commands.export``).
 
 The module holds a copy of the weights on the CPU, in eval mode and without gradients: exporting never
 touches the live policy.
@@ -45,9 +46,9 @@ class GreedyActor(nn.Module):
         scale, bias: continuous actions: ``action = out * scale + bias`` (from [-1, 1] to the bounds).
         low, high: continuous actions: clip to these bounds (after scaling).
         preprocess: applied to the float observations before ``net`` (observation normalisation); copied.
-        structured: observations are trees (Dict/Tuple spaces) whose keys ``net``'s encoders cast themselves:
-            not cast here, only preprocessed; a discrete action is the argmax over the legal actions of their
-            ``action_mask``, where they carry one.
+
+    A tree of observations (Dict/Tuple spaces) is not cast (``net``'s encoders cast each key), only preprocessed,
+    and a discrete action is the argmax over the legal actions of its ``action_mask``, where it carries one.
 
     Examples:
         >>> actor = GreedyActor(nn.Linear(3, 2), discrete=True)
@@ -57,14 +58,12 @@ class GreedyActor(nn.Module):
 
     def __init__(self, net: nn.Module, discrete: bool, image: bool = False, scale: Optional[np.ndarray] = None,
                  bias: Optional[np.ndarray] = None, low: Optional[np.ndarray] = None,
-                 high: Optional[np.ndarray] = None, preprocess: Optional[nn.Module] = None,
-                 structured: bool = False) -> None:
+                 high: Optional[np.ndarray] = None, preprocess: Optional[nn.Module] = None) -> None:
         super().__init__()
         self.net = copy.deepcopy(net).cpu().eval().requires_grad_(False)
         self.preprocess = None if preprocess is None else copy.deepcopy(preprocess).cpu().eval().requires_grad_(False)
         self.discrete = bool(discrete)
         self.image = bool(image)
-        self.structured = bool(structured)
         self.scaled = scale is not None
         self.clipped = low is not None
         if (scale is None) != (bias is None) or (low is None) != (high is None):
@@ -74,7 +73,7 @@ class GreedyActor(nn.Module):
                 self.register_buffer(name, torch.as_tensor(np.asarray(value, dtype=np.float32)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.structured:
+        if not isinstance(obs, torch.Tensor):  # a tree (module docstring)
             return self._act(obs if self.preprocess is None else self.preprocess(obs), action_mask(obs))
         if not self.image:
             obs = obs.float() if self.preprocess is None else self.preprocess(obs.float())

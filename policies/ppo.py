@@ -389,9 +389,9 @@ class PPOPolicy(Policy):
         the module takes the tree (``baton export`` refuses them: its formats take one tensor)."""
         if self.continuous:
             return GreedyActor(ActorOut(self.model), discrete=False, image=self._image, low=self._low, high=self._high,
-                               preprocess=self.normalisation.frozen_obs_norm(), structured=self._structured)
+                               preprocess=self.normalisation.frozen_obs_norm())
         return GreedyActor(ActorOut(self.model), discrete=True, image=self._image,
-                           preprocess=self.normalisation.frozen_obs_norm(), structured=self._structured)
+                           preprocess=self.normalisation.frozen_obs_norm())
 
     @torch.inference_mode()
     def _value(self, obs: Obs) -> torch.Tensor:

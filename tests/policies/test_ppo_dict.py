@@ -342,3 +342,41 @@ def test_masked_ppo_learns_a_masked_task():
         env.close()
     trained = _greedy_return(policy, seed=1)
     assert untrained < 6.0 and trained >= 7.5, (untrained, trained)
+
+
+def test_greedy_actor_masks_any_tree_it_is_given():
+    """``GreedyActor`` on a tree (a ``ttorch.Tensor`` or plain dicts, as any policy's greedy module gets one)
+    takes the best legal action and leaves the keys' dtypes to the network."""
+    from data.batch import ttorch
+    from policies.greedy import GreedyActor
+
+    class Logits(torch.nn.Module):
+        def forward(self, obs):
+            assert obs["room"].dtype == torch.int64  # not cast to float on the way
+            return torch.tensor([[3.0, 2.0, 1.0]]).expand(len(obs["room"]), 3)
+
+    mask = torch.tensor([[1, 1, 1], [0, 1, 1], [0, 0, 1], [0, 0, 0]], dtype=torch.int8)
+    obs = {"room": torch.zeros(4, dtype=torch.long), "action_mask": mask}
+    actor = GreedyActor(Logits(), discrete=True)
+    assert actor(obs).tolist() == [0, 1, 2, 0]  # no legal action: as if all were legal
+    assert actor(ttorch.Tensor(obs)).tolist() == [0, 1, 2, 0]
+
+
+@pytest.mark.parametrize("algo,env_id", [("ppo", "Taxi-v4"), ("a2c", "FrozenLake-v1"), ("ppo_lstm", "Taxi-v4")])
+def test_trains_and_resumes_from_algo_and_env(tmp_path, algo, env_id):
+    """``--algo ppo|a2c|ppo_lstm --env Taxi-v4|FrozenLake-v1``: Taxi's info mask joins its observation, FrozenLake's
+    lone Discrete becomes a key of a dict (``data.action_masks``); a short run trains, checkpoints and resumes."""
+    from commands.algo_env import build_config
+    from pipelines import serial_pipeline
+
+    main, create = build_config(algo, env_id)
+    main.update(exp_name=str(tmp_path / "run"), log=dict(progress=False))
+    main["env"].update(collector_env_num=2, evaluator_env_num=1, n_evaluator_episode=1)
+    main["policy"] = dict(collect=dict(n_sample=32), learn=dict(batch_size=16, epoch_per_collect=1),
+                          eval=dict(evaluator=dict(eval_freq=1000)))
+    if algo == "ppo_lstm":
+        main["policy"]["learn"]["seq_len"] = 8
+    first = serial_pipeline((main, create), max_env_step=64)
+    assert first["env_step"] == 64 and first["train_iter"] == 4
+    resumed = serial_pipeline((main, create), max_env_step=128, resume=True)
+    assert resumed["env_step"] == 128 and resumed["train_iter"] == 8
