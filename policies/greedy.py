@@ -6,15 +6,20 @@ between the env and the action is inside, so the exported file needs neither bat
 - observations as the env gives them: float vectors (cast to float32 here) or uint8 image stacks (the
   Nature CNN scales them to [0, 1] itself), then the policy's preprocessing (``policy.obs_norm``: the
   running statistics as they were, ``policies.obs_norm.FrozenObsNorm``);
-- the network's output turned into an action: ``argmax`` for discrete actions; for continuous ones the
-  squashed output scaled from [-1, 1] to the action bounds and/or clipped to them, as the eval mode does.
+- the network's output turned into an action: ``argmax`` for discrete actions (over the legal ones where the
+  observation is a tree with an ``action_mask``, ``policies.masks``); for continuous ones the squashed output
+  scaled from [-1, 1] to the action bounds and/or clipped to them, as the eval mode does.
+
+Dict or Tuple observations: the module takes the tree (a ``ttorch.Tensor`` or nested mappings of tensors), whose
+keys the network's encoders cast themselves, and masks with its ``action_mask``; ``baton export``'s formats take
+one tensor, so it refuses such a policy (``commands.export``).
 
 The module holds a copy of the weights on the CPU, in eval mode and without gradients: exporting never
 touches the live policy.
 
-A policy whose observation is a Dict/Tuple has a greedy module too (``structured``: it takes the observation
-tree, a ``ttorch.Tensor`` or nested dicts, each key in the env's dtype), which runs in Python; the exported
-formats take one ``obs`` tensor, so ``baton export`` refuses such a policy (``check_exportable_observation``).
+A policy whose observation is a Dict/Tuple has a greedy module too: it takes the observation tree (a
+``ttorch.Tensor`` or nested dicts, each key in the env's dtype) and runs in Python; the exported formats take
+one ``obs`` tensor, so ``baton export`` refuses such a policy in one line (``commands.export``).
 """
 from __future__ import annotations
 
@@ -26,29 +31,13 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["GreedyActor", "NotExportableError", "TanhMean", "ActorOut", "check_exportable_observation"]
+from .masks import action_mask, masked_argmax
+
+__all__ = ["GreedyActor", "NotExportableError", "TanhMean", "ActorOut"]
 
 
 class NotExportableError(TypeError):
     """A policy, or a part of it, that cannot be written as a standalone acting module; the message names it."""
-
-
-def check_exportable_observation(observation_space: gym.Space, fmt: str) -> None:
-    """Refuse to write a ``fmt`` file (ONNX, TorchScript) of a policy whose observation is a Dict/Tuple.
-
-    Why: the file's graph takes one input tensor ``obs`` of one shape and dtype, and such an observation is
-    several arrays of their own shapes and dtypes (an image uint8, a position float32), keyed by name; the
-    policy's greedy module takes the tree in Python.
-
-    Raises:
-        NotExportableError: in one line naming the format and why.
-    """
-    if isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
-        raise NotExportableError(f"--format {fmt}: a policy whose observation is a Dict/Tuple cannot be exported: "
-                                 f"a {fmt} file takes one observation tensor, and this observation is "
-                                 f"{len(observation_space.spaces)} keyed arrays of their own shapes and dtypes "
-                                 f"({type(observation_space).__name__} space); act with the policy in Python "
-                                 f"(baton eval)")
 
 
 class GreedyActor(nn.Module):
@@ -62,8 +51,9 @@ class GreedyActor(nn.Module):
         scale, bias: continuous actions: ``action = out * scale + bias`` (from [-1, 1] to the bounds).
         low, high: continuous actions: clip to these bounds (after scaling).
         preprocess: applied to the float observations before ``net`` (observation normalisation); copied.
-        structured: observations are trees (a Dict/Tuple observation space) that ``net`` encodes key by key,
-            casting each itself: they go to ``preprocess`` and ``net`` as they come.
+
+    A tree of observations (Dict/Tuple spaces) is not cast (``net``'s encoders cast each key), only preprocessed,
+    and a discrete action is the argmax over the legal actions of its ``action_mask``, where it carries one.
 
     Examples:
         >>> actor = GreedyActor(nn.Linear(3, 2), discrete=True)
@@ -73,14 +63,12 @@ class GreedyActor(nn.Module):
 
     def __init__(self, net: nn.Module, discrete: bool, image: bool = False, scale: Optional[np.ndarray] = None,
                  bias: Optional[np.ndarray] = None, low: Optional[np.ndarray] = None,
-                 high: Optional[np.ndarray] = None, preprocess: Optional[nn.Module] = None,
-                 structured: bool = False) -> None:
+                 high: Optional[np.ndarray] = None, preprocess: Optional[nn.Module] = None) -> None:
         super().__init__()
         self.net = copy.deepcopy(net).cpu().eval().requires_grad_(False)
         self.preprocess = None if preprocess is None else copy.deepcopy(preprocess).cpu().eval().requires_grad_(False)
         self.discrete = bool(discrete)
         self.image = bool(image)
-        self.structured = bool(structured)
         self.scaled = scale is not None
         self.clipped = low is not None
         if (scale is None) != (bias is None) or (low is None) != (high is None):
@@ -90,13 +78,17 @@ class GreedyActor(nn.Module):
                 self.register_buffer(name, torch.as_tensor(np.asarray(value, dtype=np.float32)))
 
     def forward(self, obs: Any) -> torch.Tensor:
-        if self.structured:
-            obs = obs if self.preprocess is None else self.preprocess(obs)
-        elif not self.image:
+        if not isinstance(obs, torch.Tensor):  # a tree (module docstring)
+            return self._act(obs if self.preprocess is None else self.preprocess(obs), action_mask(obs))
+        if not self.image:
             obs = obs.float() if self.preprocess is None else self.preprocess(obs.float())
+        return self._act(obs, None)
+
+    def _act(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """The action of the network's output on ``obs`` (preprocessed); ``mask``: the legal actions, or None."""
         out = self.net(obs)
         if self.discrete:
-            return out.argmax(dim=-1)
+            return masked_argmax(out, mask)
         if self.scaled:
             out = out * self.scale + self.bias
         if self.clipped:

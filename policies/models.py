@@ -15,8 +15,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from data.obs import Obs, first_leaf, is_tree, map_leaves
+
 from .distributional import support
 from .noisy import NoisyLinear
+from .spaces import is_structured
 
 __all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "Q_DISTRIBUTIONS", "ActorCritic", "RecurrentActorCritic",
            "RNN_TYPES", "SquashedGaussianActor",
@@ -193,32 +196,60 @@ def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
     return layer
 
 
+#: what an actor-critic is built for: a Box observation's shape (its size for vectors), or a Dict/Tuple space
+ObsSpec = Union[Sequence[int], int, gym.Space]
+
+
+def _actor_critic_torso(obs: ObsSpec, encoders: Optional[Mapping[str, Any]]) -> Tuple[nn.Module, int, type]:
+    """The torso an actor-critic's actor and critic share, its output size, and the activation of their MLPs.
+
+    Flat vectors: none (each MLP reads the observation; tanh); images: one Nature CNN (the Atari PPO setup;
+    ReLU); a Dict or Tuple space: one ``MultiInputEncoder`` (its keys' encoders, ReLU inside) with tanh MLPs on
+    its features, as SB3's ``MultiInputPolicy`` puts its ``net_arch`` on ``CombinedExtractor``."""
+    if is_structured(obs):
+        from .encoders import build_torso  # policies.encoders builds on this module: imported when used
+
+        torso, out_dim = build_torso(obs, encoders, [])  # [] hidden: the MultiInputEncoder alone
+        return torso, out_dim, nn.Tanh
+    shape = [obs] if isinstance(obs, int) else list(obs)
+    activation = nn.Tanh if len(shape) == 1 else nn.ReLU
+    if len(shape) == 3:
+        cnn = NatureCNN(*shape)
+        return cnn, cnn.out_dim, activation
+    return nn.Identity(), int(shape[0]), activation
+
+
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs (tanh, orthogonal init, as in the PPO paper's implementation details).
 
     ``forward(obs)`` returns ``(logits, value)`` for discrete actions or ``((mean, log_std), value)`` for
     continuous ones: learning goes through ``forward`` so that a DDP wrapper sees every parameter used.
 
+    ``obs_shape`` is a Box observation's shape, or a Dict/Tuple observation space: its observations (trees,
+    ``data.obs``) go through one ``MultiInputEncoder`` shared by actor and critic (``encoders``: the per-key
+    settings, ``policy.model.encoders``), as an image's go through one CNN (``_actor_critic_torso``).
+
     Examples:
         >>> ac = ActorCritic(4, 2, [64, 64], [64, 64], continuous=False)
         >>> logits, value = ac(torch.zeros(3, 4))
         >>> logits.shape, value.shape
         (torch.Size([3, 2]), torch.Size([3]))
+        >>> space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (3,)), "room": gym.spaces.Discrete(4)})
+        >>> logits, value = ActorCritic(space, 2, [8], [8], continuous=False)({"pos": torch.zeros(3, 3),
+        ...                                                                     "room": torch.zeros(3).long()})
+        >>> logits.shape, value.shape
+        (torch.Size([3, 2]), torch.Size([3]))
     """
 
-    def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, actor_hidden: Sequence[int],
-                 critic_hidden: Sequence[int], continuous: bool, init_log_std: float = 0.0) -> None:
+    def __init__(self, obs_shape: ObsSpec, action_dim: int, actor_hidden: Sequence[int],
+                 critic_hidden: Sequence[int], continuous: bool, init_log_std: float = 0.0,
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.continuous = continuous
-        obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
-        # images: one Nature-CNN torso shared by actor and critic (the Atari PPO setup); flat: separate MLPs
-        self.shared: nn.Module = nn.Identity()
-        in_dim = int(obs_shape[0])
-        if len(obs_shape) == 3:
-            self.shared = NatureCNN(*obs_shape)
-            in_dim = self.shared.out_dim
-        self.actor = mlp(in_dim, actor_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
-        self.critic = mlp(in_dim, critic_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
+        # images and Dict/Tuple observations: one torso shared by actor and critic; flat: separate MLPs
+        self.shared, in_dim, activation = _actor_critic_torso(obs_shape, encoders)
+        self.actor = mlp(in_dim, actor_hidden, activation)
+        self.critic = mlp(in_dim, critic_hidden, activation)
         for layer in list(self.actor) + list(self.critic) + list(self.shared.modules()):
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
                 _orthogonal(layer, 2 ** 0.5)
@@ -227,7 +258,7 @@ class ActorCritic(nn.Module):
         if continuous:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
-    def forward(self, obs: torch.Tensor):
+    def forward(self, obs: Obs):
         features = self.shared(obs)
         value = self.critic_head(self.critic(features)).squeeze(-1).float()
         out = self.actor_head(self.actor(features)).float()
@@ -235,10 +266,10 @@ class ActorCritic(nn.Module):
             return (out, self.log_std.expand_as(out)), value
         return out, value
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: Obs) -> torch.Tensor:
         return self.critic_head(self.critic(self.shared(obs))).squeeze(-1).float()
 
-    def actor_out(self, obs: torch.Tensor) -> torch.Tensor:
+    def actor_out(self, obs: Obs) -> torch.Tensor:
         """The actor's output alone (logits, or the mean for continuous actions): ``forward``'s first part
         without the critic, for a module that only acts (``policies.greedy``)."""
         return self.actor_head(self.actor(self.shared(obs))).float()
@@ -248,14 +279,27 @@ class ActorCritic(nn.Module):
 RNN_TYPES = ("lstm", "gru")
 
 
+def _recurrent_encoder(obs: ObsSpec, hidden: Sequence[int],
+                       encoders: Optional[Mapping[str, Any]]) -> Tuple[nn.Module, int]:
+    """The encoder before a recurrent layer and its output size: an MLP of ``hidden`` on flat vectors (tanh), the
+    Nature CNN and an MLP on images, a Dict or Tuple space's ``MultiInputEncoder`` and an MLP on its features
+    (ReLU, as the keys' encoders and the CNN)."""
+    if is_structured(obs):
+        from .encoders import build_torso  # policies.encoders builds on this module: imported when used
+
+        return build_torso(obs, encoders, hidden, nn.ReLU)
+    return encoder(obs, hidden, nn.Tanh if len(obs) == 1 else nn.ReLU)
+
+
 class _RecurrentCore(nn.Module):
     """An encoder and one LSTM or GRU layer: observations and a memory ``[B, S, H]`` in, features and the next
     memory out."""
 
-    def __init__(self, obs_shape: Sequence[int], encoder_hidden: Sequence[int], lstm: bool, hidden_size: int) -> None:
+    def __init__(self, obs_shape: ObsSpec, encoder_hidden: Sequence[int], lstm: bool, hidden_size: int,
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.lstm = lstm
-        self.encoder, in_dim = encoder(obs_shape, encoder_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
+        self.encoder, in_dim = _recurrent_encoder(obs_shape, encoder_hidden, encoders)
         self.rnn = (nn.LSTM if lstm else nn.GRU)(in_dim, hidden_size, batch_first=True)
         for layer in self.encoder.modules():
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
@@ -266,8 +310,12 @@ class _RecurrentCore(nn.Module):
             else:
                 nn.init.zeros_(param)
 
-    def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        """``obs [B, L, *obs_shape]`` -> ``[B, L, in]``."""
+    def encode(self, obs: Obs) -> torch.Tensor:
+        """``obs [B, L, *obs_shape]`` (a tree: every leaf ``[B, L, ...]``) -> ``[B, L, in]``."""
+        if is_tree(obs):
+            batch, length = first_leaf(obs).shape[:2]
+            rows = map_leaves(lambda leaf: leaf.reshape((batch * length,) + tuple(leaf.shape[2:])), obs)
+            return self.encoder(rows).reshape(batch, length, -1)
         batch, length = obs.shape[:2]
         return self.encoder(obs.reshape((batch * length,) + tuple(obs.shape[2:]))).reshape(batch, length, -1)
 
@@ -297,6 +345,10 @@ class RecurrentActorCritic(nn.Module):
       acting zeroed it there, so the unroll reproduces acting exactly. Learning goes through ``forward``: one
       forward per update for a DDP wrapper, every parameter used.
 
+    ``obs_shape`` may be a Dict or Tuple observation space: each core's encoder is then its ``MultiInputEncoder``
+    (``encoders``: ``policy.model.encoders``) and an MLP of ``encoder_hidden``, and observations are trees whose
+    leaves are ``[B, ...]`` (acting) or ``[B, L, ...]`` (the unroll).
+
     The unroll runs the recurrent layers over whole stretches of time in one call (torch's fused LSTM/GRU, ~5x
     faster on a CPU than a Python loop over time steps), and splits the sequences only at the time steps where
     some sequence starts an episode, where the memory of those rows is zeroed. Finding those steps reads
@@ -314,7 +366,8 @@ class RecurrentActorCritic(nn.Module):
 
     def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, encoder_hidden: Sequence[int], rnn_type: str,
                  hidden_size: int, actor_hidden: Sequence[int], critic_hidden: Sequence[int], continuous: bool,
-                 init_log_std: float = 0.0, shared_core: bool = False) -> None:
+                 init_log_std: float = 0.0, shared_core: bool = False,
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         if rnn_type not in RNN_TYPES:
             raise ValueError(f"policy.model.rnn_type={rnn_type!r} is not a recurrent layer baton builds: choose one "
@@ -323,9 +376,10 @@ class RecurrentActorCritic(nn.Module):
             raise ValueError(f"policy.model.hidden_size must be >= 1, got {hidden_size}")
         self.continuous = continuous
         self.hidden_size = int(hidden_size)
-        obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
+        if not is_structured(obs_shape):
+            obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
         lstm = rnn_type == "lstm"
-        self.cores = nn.ModuleList(_RecurrentCore(obs_shape, encoder_hidden, lstm, self.hidden_size)
+        self.cores = nn.ModuleList(_RecurrentCore(obs_shape, encoder_hidden, lstm, self.hidden_size, encoders)
                                    for _ in range(1 if shared_core else 2))
         self.core_rows = 2 if lstm else 1
         self.actor = mlp(self.hidden_size, actor_hidden, nn.Tanh)
@@ -360,17 +414,18 @@ class RecurrentActorCritic(nn.Module):
             return (out, self.log_std.expand_as(out)), value
         return out, value
 
-    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple:
-        xs = [core.encode(obs.unsqueeze(1)) for core in self.cores]
+    def step(self, obs: Obs, state: torch.Tensor) -> tuple:
+        steps = map_leaves(lambda leaf: leaf.unsqueeze(1), obs) if is_tree(obs) else obs.unsqueeze(1)
+        xs = [core.encode(steps) for core in self.cores]
         actor, critic, next_state = self._unroll(xs, state)
         head, value = self._heads(actor[:, 0], critic[:, 0])
         return head, value, next_state
 
-    def value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: Obs, state: torch.Tensor) -> torch.Tensor:
         """V of ``obs`` for envs whose memory before it is ``state``."""
         return self.step(obs, state)[1]
 
-    def forward(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor) -> tuple:
+    def forward(self, obs: Obs, state: torch.Tensor, episode_start: torch.Tensor) -> tuple:
         batch, length = episode_start.shape[:2]
         xs = [core.encode(obs) for core in self.cores]
         keep = (~episode_start.bool()).to(state.dtype).reshape(batch, length, 1, 1)

@@ -250,8 +250,7 @@ class SACPolicy(Policy):
     def greedy_module(self) -> torch.nn.Module:
         """``tanh`` of the Gaussian mean, scaled to the bounds (``Policy.greedy_module``)."""
         return GreedyActor(TanhMean(self.model.actor), discrete=False, scale=self._scale.numpy(),
-                           bias=self._bias.numpy(), preprocess=self.normalisation.frozen_obs_norm(),
-                           structured=is_structured(self.observation_space))
+                           bias=self._bias.numpy(), preprocess=self.normalisation.frozen_obs_norm())
 
     # the acting hot paths (compiled with policy.compile)
     @hot_path("collect")

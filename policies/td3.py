@@ -413,8 +413,7 @@ class TD3Policy(Policy):
     def greedy_module(self) -> torch.nn.Module:
         """``pi(obs)`` scaled to the bounds (``Policy.greedy_module``)."""
         return GreedyActor(self.model.actor, discrete=False, scale=self._scale.numpy(), bias=self._bias.numpy(),
-                           preprocess=self.normalisation.frozen_obs_norm(),
-                           structured=is_structured(self.observation_space))
+                           preprocess=self.normalisation.frozen_obs_norm())
 
     # ---- state -----------------------------------------------------------------------------------
     _checkpointed = (("model", "model"), ("target_model", "_target_model"))
