@@ -31,12 +31,16 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import gymnasium as gym
+
 import torch
 
 from data.action_masks import ACTION_MASK_KEY
 
+from .spaces import SpaceMismatchError
+
 __all__ = ["ACTION_MASK_KEY", "action_mask", "effective_mask", "masked_argmax", "masked_logits", "random_legal",
-           "rows_without_legal_action", "check_mask_width"]
+           "rows_without_legal_action", "check_mask_width", "observation_has_mask"]
 
 
 
@@ -91,3 +95,29 @@ def check_mask_width(mask: torch.Tensor, action_dim: int, where: str) -> None:
         raise ValueError(f"{where}: the action mask has shape {tuple(mask.shape)}, but the action space has "
                          f"{action_dim} actions: a mask holds one entry per action (1 or True: legal); check the "
                          f"env's action_mask, or the name it is read under (env.action_mask_key)")
+
+
+def observation_has_mask(observation_space: gym.Space, action_space: gym.Space, policy: str) -> bool:
+    """Whether the observations carry a legal-action mask (a Dict's top-level ``action_mask``): acting and the
+    loss then use it.
+
+    Raises:
+        policies.spaces.SpaceMismatchError: a mask with continuous actions, or one whose width is not the number
+            of actions.
+    """
+    spaces = getattr(observation_space, "spaces", None)
+    if not isinstance(observation_space, gym.spaces.Dict) or ACTION_MASK_KEY not in spaces:
+        return False
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise SpaceMismatchError(
+            f"policy {policy}: the observations carry an action mask (observation[{ACTION_MASK_KEY!r}]), which marks "
+            f"the legal ones of discrete actions, but the action space is {action_space}: a continuous action is not "
+            f"masked. Drop the mask from the observations (env.action_mask_key='', or "
+            f"gymnasium.wrappers.FilterObservation), or use a Discrete action space")
+    shape = tuple(spaces[ACTION_MASK_KEY].shape or ())
+    if shape != (int(action_space.n),):
+        raise SpaceMismatchError(
+            f"policy {policy}: observation[{ACTION_MASK_KEY!r}] has shape {shape}, but the action space "
+            f"{action_space} has {int(action_space.n)} actions: a mask holds one entry per action (1 or True: "
+            f"legal); check the env's action_mask")
+    return True

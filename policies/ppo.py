@@ -59,15 +59,15 @@ from .accel import hot_path
 from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OnlineEvalParams, PolicyParams
 from .greedy import ActorOut, GreedyActor
-from .masks import ACTION_MASK_KEY, action_mask, masked_argmax, masked_logits
+from .masks import action_mask, masked_argmax, masked_logits, observation_has_mask
 from .models import ActorCritic
-from .spaces import SpaceMismatchError
+from .spaces import model_observation
 from .obs_norm import RunningObsNorm
 from .optim import OptimizerStep
 from .placement import PerDevice
 
-__all__ = ["PPOPolicy", "A2CPolicy", "PPOParams", "PPOModelParams", "PPOLearnParams", "PPOCollectParams",
-           "A2CParams", "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
+__all__ = ["PPOPolicy", "PPOParams", "PPOModelParams", "PPOLearnParams", "PPOCollectParams",
+           "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
 
 
 #: ``policy.learn.lr_schedule``'s choices
@@ -188,13 +188,9 @@ class PPOPolicy(Policy):
                                                             images=True, structured=True)
         self._structured = obs_shape is None  # Dict/Tuple observations: trees, encoded key by key
         self._image = not self._structured and len(obs_shape) == 3
-        self._masked = self._has_action_mask(observation_space, action_space, action_dim)
+        self._masked = observation_has_mask(observation_space, action_space, self.algo)
         model_cfg = cfg["model"]
-        if self._structured:
-            _refuse_obs_shape(model_cfg, observation_space, self.algo)
-        else:
-            resolve_shape(model_cfg, "obs_shape", observation_space.shape, self.algo, f"observation shape "
-                          f"{observation_space.shape}")
+        model_observation(model_cfg, observation_space, obs_shape, self.algo)
         resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
         model_obs = observation_space if self._structured else obs_shape
         self.model = self.placement.build(lambda: self._make_model(model_obs, action_dim))
@@ -218,7 +214,6 @@ class PPOPolicy(Policy):
         if params.reward_norm:
             self.normalisation.reward_norm = RunningObsNorm((), params.reward_norm_clip,
                                                             name="policy.reward_norm_clip").to(self.device)
-        self._running_return: Optional[torch.Tensor] = None  # each env's discounted return so far (reward_norm)
 
     def _make_model(self, obs: Union[tuple, gym.Space], action_dim: int) -> torch.nn.Module:
         """The actor-critic of ``policy.model`` (a recurrent one for ``ppo_lstm``) for ``obs``: a Box
@@ -226,31 +221,6 @@ class PPOPolicy(Policy):
         model = self.params.model
         return ActorCritic(obs, action_dim, model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
                            self.continuous, model.init_log_std, encoders=model.encoders)
-
-    def _has_action_mask(self, observation_space: gym.Space, action_space: gym.Space, action_dim: int) -> bool:
-        """Whether the observations carry a legal-action mask (a Dict's top-level ``action_mask``, module
-        docstring): acting and the loss then use the masked distribution.
-
-        Raises:
-            SpaceMismatchError: a mask with continuous actions, or one whose width is not the number of actions.
-        """
-        spaces = getattr(observation_space, "spaces", None)
-        if not isinstance(observation_space, gym.spaces.Dict) or ACTION_MASK_KEY not in spaces:
-            return False
-        if self.continuous:
-            raise SpaceMismatchError(
-                f"policy {self.algo}: the observations carry an action mask (observation[{ACTION_MASK_KEY!r}]), "
-                f"which marks the legal ones of discrete actions, but the action space is {action_space}: a "
-                f"continuous action is not masked. Drop the mask from the observations (leave "
-                f"env.action_mask_key unset, or gymnasium.wrappers.FilterObservation), or use a Discrete action "
-                f"space")
-        shape = tuple(spaces[ACTION_MASK_KEY].shape or ())
-        if shape != (action_dim,):
-            raise SpaceMismatchError(
-                f"policy {self.algo}: observation[{ACTION_MASK_KEY!r}] has shape {shape}, but the action space "
-                f"{action_space} has {action_dim} actions: a mask holds one entry per action (1 or True: legal); "
-                f"check the env's action_mask")
-        return True
 
     def _mask(self, obs: Obs) -> Optional[torch.Tensor]:
         """The ``[B, A]`` legal-action mask of observations already on their device (``[B, L, A]`` for a recurrent
@@ -420,7 +390,7 @@ class PPOPolicy(Policy):
     def _obs(self, obs: Obs, mode: str = "learn") -> Obs:
         """Observations on ``mode``'s device: float vectors (normalised with ``policy.obs_norm``), uint8 frames
         left to the CNN; a tree (Dict/Tuple observations) moved as it is, each key cast by its encoder (an image
-        stays uint8, an index an integer), its vector keys normalised (``policies.encoders.KeyedObsNorm``)."""
+        stays uint8, an index an integer), its vector keys normalised (``policies.keyed_obs_norm.KeyedObsNorm``)."""
         device = self.device if mode == "learn" else self.mode_devices[mode]
         if self._structured:
             return self.normalisation.norm_obs(to_device(obs, device))
@@ -433,28 +403,10 @@ class PPOPolicy(Policy):
         """Whether ``policy.reward_norm`` is on (the GAE stage then calls ``scale_rewards``)."""
         return self.normalisation.reward_norm is not None
 
-    @torch.no_grad()
     def scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-        """A time-major ``[T, E]`` rollout's rewards divided by the running standard deviation of the
-        discounted return and clipped (module docstring), with the statistics as they stood before it; its
-        discounted returns (SB3's ``VecNormalize``: ``G = gamma G + r``, 0 again after an episode's end)
-        join the pending statistics, merged after the learner (``merge_statistics``)."""
-        reward_norm = self.normalisation.reward_norm
-        if reward_norm is None:
-            return reward
-        shape = tuple(reward.shape[1:])
-        running = self._running_return
-        if running is None or tuple(running.shape) != shape or running.device != reward.device:
-            running = torch.zeros(shape, dtype=torch.float64, device=reward.device)
-        returns = torch.empty(reward.shape, dtype=torch.float64, device=reward.device)
-        not_done = ~done.bool()
-        for t in range(len(reward)):
-            running = running * self._gamma + reward[t]
-            returns[t] = running
-            running = running * not_done[t]
-        self._running_return = running
-        reward_norm.observe(returns.reshape(-1))
-        return reward_norm.scale(reward)
+        """A time-major ``[T, E]`` rollout's rewards scaled by the running return's deviation
+        (``Normalisation.scale_rewards``, at this policy's discount)."""
+        return self.normalisation.scale_rewards(reward, done, self._gamma)
 
     # ---- state -----------------------------------------------------------------------------------
     def optimizer_settings(self) -> List[Dict[str, float]]:
@@ -491,42 +443,3 @@ def normalise_advantages(adv: torch.Tensor) -> torch.Tensor:
     mean = total / count
     std = ((squares - count * mean * mean).clamp_min(0) / (count - 1)).sqrt()  # unbiased, as Tensor.std
     return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + 1e-8)
-
-
-def _refuse_obs_shape(model_cfg: Mapping[str, Any], observation_space: gym.Space, algo: str) -> None:
-    """A Dict or Tuple observation has no one shape: a declared ``policy.model.obs_shape`` is a mistake (a config
-    written for a Box env), told with the fix rather than compared.
-
-    Raises:
-        SpaceMismatchError: ``policy.model.obs_shape`` is set.
-    """
-    declared = model_cfg.get("obs_shape")
-    if declared is not None:
-        raise SpaceMismatchError(
-            f"policy.model.obs_shape={declared!r} of {algo}: the env's observations are {observation_space}, a "
-            f"{type(observation_space).__name__} of keys with shapes of their own, which the encoders take key by "
-            f"key; remove policy.model.obs_shape (set a key's encoder under policy.model.encoders)")
-
-
-@dataclass
-class A2CParams(PPOParams):
-    """A2C's ``policy`` section: PPO's, with one pass over each collect as one minibatch."""
-
-    learn: PPOLearnParams = section(PPOLearnParams, epoch_per_collect=1, batch_size=80, learning_rate=7e-4,
-                                    entropy_weight=0.01)
-    """One epoch over each collect in one minibatch (``batch_size`` = ``collect.n_sample``), at 7e-4 and with an
-    entropy bonus of 0.01; ``clip_ratio`` serves ``value_clip`` only."""
-    collect: PPOCollectParams = section(PPOCollectParams, n_sample=80, gae_lambda=1.0)
-    """Short rollouts (80 transitions per collect, over all collector envs), advantages from the rewards to each
-    rollout's end (``gae_lambda=1``: A2C's n-step returns)."""
-
-
-@POLICY_REGISTRY.register("a2c")
-class A2CPolicy(PPOPolicy):
-    """Advantage actor-critic (``type='a2c'``): the unclipped policy gradient, one pass per collect."""
-
-    algo = "A2C"
-    Params = A2CParams
-
-    def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor) -> tuple:
-        return -(logp * adv).mean(), {}

@@ -38,10 +38,9 @@ from .accel import hot_path
 from .base import Policy
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor, TanhMean
-from .models import ObsInput, SquashedGaussianActor, TwinQ
+from .continuous_models import ObsInput, SquashedGaussianActor, TwinQ
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
-from .spaces import is_structured
 from .td3 import EncodedActorCriticModelParams, model_input, model_obs
 
 __all__ = ["SACPolicy", "SACModel", "sac_target", "SACParams", "SACLearnParams", "SACOtherParams"]
@@ -57,7 +56,7 @@ def sac_target(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.T
 class SACModel(nn.Module):
     """Actor, twin critic and the log of the entropy temperature, used through one ``forward``. ``obs``: a flat
     observation's size, or a Dict/Tuple observation space, for which the actor and the critic each have their
-    own encoder (``policies.models.TwinQ`` says why), configured by ``encoders`` (``policy.model.encoders``)."""
+    own encoder (``policies.continuous_models.TwinQ`` says why), configured by ``encoders`` (``policy.model.encoders``)."""
 
     def __init__(self, obs: ObsInput, action_dim: int, actor_hidden: Any, critic_hidden: Any, init_alpha: float,
                  auto_alpha: bool, encoders: Optional[Mapping[str, Any]] = None) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import gymnasium as gym
 
-__all__ = ["SpaceMismatchError", "resolve_shape", "space_dims", "is_structured"]
+__all__ = ["SpaceMismatchError", "resolve_shape", "space_dims", "is_structured", "model_observation"]
 
 
 class SpaceMismatchError(ValueError):
@@ -71,3 +71,25 @@ def space_dims(observation_space: gym.Space, action_space: gym.Space, policy: st
                                  f"is {action_space}; use a continuous-action policy such as 'sac' or 'ppo'")
     obs_shape = None if ndim is None else tuple(int(d) for d in observation_space.shape)
     return obs_shape, action_dim, is_continuous
+
+
+def model_observation(cfg_model: Dict[str, Any], observation_space: gym.Space, obs_shape: Optional[tuple],
+                      policy: str) -> Any:
+    """What a model is built for: a Box observation's shape (``policy.model.obs_shape`` filled from the env, or
+    checked against it), or a Dict/Tuple observation space itself (``obs_shape`` None, from ``space_dims``),
+    which the model's encoders take key by key.
+
+    Raises:
+        SpaceMismatchError: a declared shape that does not fit; any declared shape for a Dict/Tuple observation,
+            which has none (a config written for a Box env), told with the fix.
+    """
+    if obs_shape is not None:
+        return resolve_shape(cfg_model, "obs_shape", observation_space.shape, policy,
+                             f"observation shape {observation_space.shape}")
+    declared = cfg_model.get("obs_shape")
+    if declared is not None:
+        raise SpaceMismatchError(
+            f"policy.model.obs_shape={declared!r} of {policy}: the env's observations are {observation_space}, a "
+            f"{type(observation_space).__name__} of keys with shapes of their own, which the encoders take key by "
+            f"key; remove policy.model.obs_shape (set a key's encoder under policy.model.encoders)")
+    return observation_space

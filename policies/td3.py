@@ -55,10 +55,9 @@ from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .base import Policy, SpaceMismatchError, resolve_shape, space_dims
-from .spaces import is_structured
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor
-from .models import DeterministicActor, ObsInput, SingleQ, TwinQ
+from .continuous_models import DeterministicActor, ObsInput, SingleQ, TwinQ
 from .normalisation import Normalisation
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
@@ -71,7 +70,7 @@ __all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise", "TD3Params"
 class TD3Model(nn.Module):
     """The deterministic actor ``tanh(mu(s))`` and two critics (one with ``twin_critic=False``), used
     through one ``forward``. ``obs``: a flat observation's size, or a Dict/Tuple observation space, for which
-    the actor and the critics each have their own encoder (``policies.models.TwinQ`` says why), configured by
+    the actor and the critics each have their own encoder (``policies.continuous_models.TwinQ`` says why), configured by
     ``encoders`` (``policy.model.encoders``)."""
 
     def __init__(self, obs: ObsInput, action_dim: int, actor_hidden: Any, critic_hidden: Any,

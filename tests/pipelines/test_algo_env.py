@@ -116,6 +116,6 @@ def test_envs_with_discrete_or_dict_observations_and_masks_make_configs():
     """Issue 31: a lone Discrete observation (FrozenLake) reaches the model as a key of a dict, and Taxi-v4's info
     mask joins its observation; both build with DQN and PPO."""
     for env_id in ("FrozenLake-v1", "Taxi-v4"):
-        for algo in ("dqn", "rainbow"):
+        for algo in ("dqn", "rainbow", "ppo", "a2c"):
             main_config, create_config = build_config(algo, env_id)
             assert create_config["env"]["type"] == "gym" and main_config["env"]["env_id"] == env_id

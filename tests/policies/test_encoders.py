@@ -14,8 +14,9 @@ from torch import nn
 import policies.encoders as encoders_module
 from data.batch import ttorch
 from engine.config import ConfigError
-from policies.encoders import (CategoricalEncoder, DenseEncoder, EncoderParams, KeyedObsNorm, MultiInputEncoder,
-                               build_torso, normalisable_paths, plan_encoders)
+from policies.encoders import EncoderParams, MultiInputEncoder, build_torso, plan_encoders
+from policies.key_encoders import CategoricalEncoder, DenseEncoder
+from policies.keyed_obs_norm import KeyedObsNorm, normalisable_paths
 from policies.models import encoder
 from policies.noisy import NoisyLinear
 from policies.normalisation import Normalisation

@@ -157,6 +157,16 @@ def _encoder_params(model):
             if isinstance(module, MultiInputEncoder) for leaf in module.leaves]
 
 
+def _collected(algo, env_name, **overrides):
+    """``algo``'s policy and one collected rollout of the env ``env_name``, its envs closed."""
+    env = _vector(ENVS[env_name])
+    try:
+        policy = _policy(algo, env, **overrides)
+        return policy, _collect(policy, env, algo)
+    finally:
+        env.close()
+
+
 # ---- building, collecting and learning on trees -------------------------------------------------------------
 @pytest.mark.parametrize("env_name", ["dict", "tuple", "taxi", "continuous"])
 @pytest.mark.parametrize("algo", ALGOS)
@@ -164,12 +174,7 @@ def test_builds_collects_and_learns_on_tree_observations(algo, env_name):
     """The rollout's observations are trees; learning's forward on them gives the log-probs and values acting
     gave (masked ones where the env has a mask), so the first update's ratio is 1; the update trains every key's
     encoder."""
-    env = _vector(ENVS[env_name])
-    try:
-        policy = _policy(algo, env)
-        batch = _collect(policy, env, algo)
-    finally:
-        env.close()
+    policy, batch = _collected(algo, env_name)
     assert is_tree(batch.obs) and num_rows(batch.obs) == (NUM_ENVS * STEPS // SEQ_LEN if algo == "ppo_lstm"
                                                           else NUM_ENVS * STEPS)
     head, value, mask = _learn_forward(policy, batch)
@@ -197,12 +202,7 @@ def test_builds_collects_and_learns_on_tree_observations(algo, env_name):
 def test_dict_observations_with_obs_norm_normalise_the_vector_keys():
     """``policy.obs_norm`` on a Dict space: collecting updates the statistics of the vector key only, and learning
     runs on the normalised trees."""
-    env = _vector(ENVS["dict"])
-    try:
-        policy = _policy("ppo", env, obs_norm=True)
-        batch = _collect(policy, env, "ppo")
-    finally:
-        env.close()
+    policy, batch = _collected("ppo", "dict", obs_norm=True)
     norm = policy.normalisation.obs_norm
     policy.normalisation.merge()
     assert norm.paths == [("vec",)] and float(norm.norms[0].count) >= NUM_ENVS * STEPS
@@ -215,12 +215,7 @@ def test_dict_observations_with_obs_norm_normalise_the_vector_keys():
 def test_masked_acting_never_picks_an_illegal_action(algo, env_name):
     """Over a whole collection (and the eval mode on the same observations) every action is legal, where the
     unmasked distribution gives the illegal actions most of the mass and its argmax picks them often."""
-    env = _vector(ENVS[env_name])
-    try:
-        policy = _policy(algo, env)
-        batch = _collect(policy, env, algo)
-    finally:
-        env.close()
+    policy, batch = _collected(algo, env_name)
     mask = policy._rows(batch.obs.action_mask).bool()
     action = policy._rows(batch.action).long()
     rows = torch.arange(len(action))
@@ -280,12 +275,7 @@ def test_encoder_settings_reach_the_model():
 def test_greedy_module_takes_the_tree_masks_and_export_refuses_it(tmp_path):
     from commands.export import export_policy
 
-    env = _vector(ENVS["taxi"])
-    try:
-        policy = _policy("ppo", env)
-        batch = _collect(policy, env, "ppo")
-    finally:
-        env.close()
+    policy, batch = _collected("ppo", "taxi")
     module = policy.greedy_module()
     with torch.no_grad():
         greedy = module(batch.obs)
@@ -293,18 +283,13 @@ def test_greedy_module_takes_the_tree_masks_and_export_refuses_it(tmp_path):
     mask = batch.obs.action_mask.bool()
     assert mask[torch.arange(len(greedy)), greedy].all()
     with pytest.raises(NotExportableError) as err:
-        export_policy(policy, env.single_observation_space, str(tmp_path / "p.onnx"), "onnx")
+        export_policy(policy, policy.observation_space, str(tmp_path / "p.onnx"), "onnx")
     message = str(err.value)
     assert "\n" not in message and "torchscript, onnx" in message and "keys action_mask, observation" in message
 
 
 def test_greedy_module_of_continuous_actions_on_a_dict_space_is_the_clipped_mean():
-    env = _vector(ENVS["continuous"])
-    try:
-        policy = _policy("ppo", env)
-        batch = _collect(policy, env, "ppo")
-    finally:
-        env.close()
+    policy, batch = _collected("ppo", "continuous")
     with torch.no_grad():
         action = policy.greedy_module()(batch.obs)
         mean = policy.model.actor_out(batch.obs)

@@ -29,9 +29,11 @@ from data.obs import is_tree, stack
 from data.replay import ReplayBuffer
 from engine.config import deep_merge
 from policies import SACPolicy, SpaceMismatchError
-from policies.encoders import KeyedObsNorm, MultiInputEncoder
+from policies.encoders import MultiInputEncoder
+from policies.keyed_obs_norm import KeyedObsNorm
 from policies.greedy import NotExportableError
-from policies.models import SquashedGaussianActor, TwinQ, mlp
+from policies.continuous_models import SquashedGaussianActor, TwinQ
+from policies.models import mlp
 from policies.td3 import DDPGPolicy, TD3Policy, model_obs
 from policies.td3bc import TD3BCPolicy
 
