@@ -43,16 +43,17 @@ from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path, warn_once
-from .base import Policy, SpaceMismatchError, resolve_shape, space_dims
+from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .distributional import categorical_projection, quantile_huber_loss, support
 from .greedy import GreedyActor
-from .masks import action_mask, masked_argmax
+from .masks import action_mask, masked_argmax, observation_has_mask
 from .models import Q_DISTRIBUTIONS, QNetwork
 from .noisy import noise_off
 from .optim import OptimizerStep
 from .epsilon import EpsilonDraws, EpsilonParams
 from .placement import DeviceGenerators
+from .spaces import model_observation
 
 __all__ = ["DQNPolicy", "DQNParams", "QModelParams", "QLearnParams", "EpsilonParams", "EpsilonDraws", "check_q_head",
            "check_exploration"]
@@ -249,7 +250,8 @@ class DQNPolicy(QValuePolicy):
         model, learn = self.params.model, self.params.learn
         check_q_head(model, learn)
         check_exploration(model, self.params.other.eps)
-        obs_shape = self._obs_shape(cfg["model"], observation_space) if obs_shape is not None else observation_space
+        obs_shape = model_observation(cfg["model"], observation_space, obs_shape, self._name)
+        observation_has_mask(observation_space, action_space, self._name)  # a mask that cannot be used: named here
         action_shape = resolve_shape(cfg["model"], "action_shape", int(action_space.n), self._name,
                                      f"action space {action_space}")
         action_dim = int(action_shape if not isinstance(action_shape, list) else action_shape[0])
@@ -277,11 +279,6 @@ class DQNPolicy(QValuePolicy):
     def _name(self) -> str:
         """The registered name errors call the algorithm by."""
         return "dqn"
-
-    def _obs_shape(self, cfg_model: Dict[str, Any], observation_space: gym.Space) -> Any:
-        """A Box observation's shape, from the config or the env (``resolve_shape``)."""
-        return resolve_shape(cfg_model, "obs_shape", observation_space.shape, self._name,
-                             f"observation shape {observation_space.shape}")
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:

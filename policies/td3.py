@@ -61,6 +61,7 @@ from .continuous_models import DeterministicActor, ObsInput, SingleQ, TwinQ
 from .normalisation import Normalisation
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
+from .spaces import model_observation
 
 __all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise", "TD3Params", "DDPGParams",
            "ActorCriticModelParams", "TD3ModelParams", "TD3UpdateParams", "TD3LearnParams", "TD3CollectParams",
@@ -119,17 +120,8 @@ def model_input(cfg: Mapping[str, Any], observation_space: gym.Space, action_spa
     """
     obs_shape, action_dim, _ = space_dims(observation_space, action_space, algo, continuous=True,
                                           structured=structured)
-    if obs_shape is None:
-        declared = cfg["model"].get("obs_shape")
-        if declared is not None:
-            raise SpaceMismatchError(f"policy.model.obs_shape={declared!r} of {algo} describes a Box observation, "
-                                     f"but the env's observation space is {observation_space}, encoded key by "
-                                     f"key (policy.model.encoders): leave policy.model.obs_shape unset")
-        obs_in: ObsInput = observation_space
-    else:
-        resolve_shape(cfg["model"], "obs_shape", observation_space.shape, algo,
-                      f"observation shape {observation_space.shape}")
-        obs_in = obs_shape[0]
+    model_observation(cfg["model"], observation_space, obs_shape, algo)  # cfg.model.obs_shape filled or checked
+    obs_in: ObsInput = observation_space if obs_shape is None else int(obs_shape[0])
     resolve_shape(cfg["model"], "action_shape", action_dim, algo, f"action space {action_space}")
     return obs_in, action_dim
 
