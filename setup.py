@@ -87,7 +87,7 @@ setup(
             "dqn=policies.dqn",
             "rainbow=policies.rainbow",
             "ppo=policies.ppo",
-            "a2c=policies.ppo",
+            "a2c=policies.a2c",
             "ppo_lstm=policies.ppo_lstm",
             "sac=policies.sac",
             "td3=policies.td3",

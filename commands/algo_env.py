@@ -26,6 +26,7 @@ from typing import Any, Dict, Optional, Tuple
 import gymnasium as gym
 from easydict import EasyDict
 
+from data.action_masks import as_trainable
 from data.envs import registered_id
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from policies.base import SpaceMismatchError
@@ -124,10 +125,11 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
 def _flat_spaces(env_id: str, env_type: Any = None) -> Tuple[gym.Space, gym.Space]:
     """``_spaces``, refusing an observation that is not one flat Box (what ``--env`` takes)."""
     observation_space, action_space = _spaces(env_id, env_type)
-    if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
-        raise AlgoEnvError(f"--env {env_id}: its observation space {observation_space} is not a flat Box; --env "
-                           f"takes ids with flat observations and Atari ids (write a config with an env type of "
-                           f"your own for others)")
+    flat = isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1
+    if not (flat or isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple))):
+        raise AlgoEnvError(f"--env {env_id}: its observation space {observation_space} is neither a flat Box nor a "
+                           f"Dict/Tuple of spaces; --env takes those and Atari ids (wrap the env's observation "
+                           f"in a Dict with a gymnasium wrapper, or write a config with an env type of your own)")
     return observation_space, action_space
 
 
@@ -153,8 +155,8 @@ def _spaces(env_id: str, env_type: Any = None) -> Tuple[gym.Space, gym.Space]:
     try:
         if env_type is not None:
             env = env_type.make(dict(env_type.default_config(), env_id=env_id))
-        else:
-            env = gym.make(env_id)
+        else:  # as the generic type makes it: a mask in the observation, a lone Discrete in a dict
+            env = as_trainable(gym.make(env_id))
     except (ImportError, gym.error.Error) as err:  # e.g. box2d ids without the box2d extra
         raise AlgoEnvError(f"--env {env_id}: cannot make it: {err}") from err
     try:

@@ -31,7 +31,7 @@ import os
 import re
 import sys
 import warnings
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -80,8 +80,7 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if not isinstance(observation_space, gym.spaces.Box):
-        raise NotExportableError(f"observations of space {observation_space} are not one array: only Box "
-                                 f"observations export as one input tensor")
+        raise NotExportableError(_not_one_tensor(policy, observation_space))
     module = policy.greedy_module().eval()
     example = _example(observation_space, 2, seed=0)
     what = f"policy {type(policy).__name__}'s greedy module {_describe(module)}"
@@ -104,6 +103,18 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
                           f"directory you can write") from None
     _check_file(module, observation_space, path, fmt, what)
     return path
+
+
+def _not_one_tensor(policy: Any, observation_space: gym.Space) -> str:
+    """Why a policy of Dict/Tuple (or other non-Box) observations is not exported, on one line with what to do."""
+    kind = type(observation_space).__name__
+    keys = getattr(observation_space, "spaces", None)
+    named = f" (keys {', '.join(map(str, keys))})" if isinstance(keys, Mapping) else ""
+    in_python = "" if getattr(policy, "recurrent", False) else \
+        ", or act in Python with policy.greedy_module(), which takes the observation tree"
+    return (f"policy {type(policy).__name__} acts on {kind} observations{named}, and both export formats "
+            f"({', '.join(FORMATS)}) take one observation tensor: a {kind} observation is not exported; evaluate it "
+            f"with baton eval{in_python}")
 
 
 def _place(path: str) -> str:

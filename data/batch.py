@@ -21,6 +21,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     import treetensor.torch as ttorch  # noqa: E402
+    from treevalue import TreeValue, flatten, mapping  # noqa: E402,F401 - data.obs takes them from here
     from treevalue.tree.common import create_storage  # noqa: E402
 
 __all__ = ["Batch", "make_batch", "ttorch"]
@@ -37,5 +38,16 @@ def make_batch(fields: Mapping[str, Any]) -> Batch:
         >>> b = make_batch({"obs": torch.zeros(4, 2), "reward": torch.ones(4)})
         >>> b.obs.shape, sorted(b.keys())
         (torch.Size([4, 2]), ['obs', 'reward'])
+        >>> nested = make_batch({"obs": b, "reward": torch.ones(4)})  # a tree field's keys join the batch's
+        >>> nested[1:3].obs.obs.shape
+        torch.Size([2, 2])
     """
-    return ttorch.Tensor(create_storage(dict(fields)))
+    return ttorch.Tensor(create_storage(_nodes(fields)))
+
+
+def _nodes(fields: Mapping[str, Any]) -> dict:
+    """``fields`` as ``create_storage`` takes them, a field that is a tree (a dictionary observation,
+    ``data.obs``) as its storage: given as it is, the tree would be one opaque leaf of the batch, which every
+    batch-wide operation (``flatten``, indexing, ``to``) would then apply to as if it were a tensor, and fail."""
+    return {key: value._detach() if isinstance(value, TreeValue) else _nodes(value) if isinstance(value, Mapping)
+            else value for key, value in fields.items()}

@@ -25,6 +25,8 @@ from gymnasium.vector.utils import batch_space
 from engine.lazy import moved_names
 from engine.protocols import VectorEnv
 
+from .obs import cat_numpy
+
 __all__ = ["EnvGroups", "group_sizes"]
 
 logger = logging.getLogger(__name__)
@@ -164,7 +166,7 @@ class EnvGroups:
             else:
                 group_seed = [int(s) for s in list(seed)[offset:offset + size]]
             results.append(group.reset(seed=group_seed, options=options))
-        return (np.concatenate([obs for obs, _ in results]),
+        return (cat_numpy([obs for obs, _ in results]),
                 _merge_info([info for _, info in results], self.sizes, self.offsets))
 
     def step(self, actions: Any) -> StepResult:
@@ -172,7 +174,7 @@ class EnvGroups:
         for g, offset, size in zip(range(len(self.groups)), self.offsets, self.sizes):
             self.send(g, actions[offset:offset + size])
         results = [self.recv(g) for g in range(len(self.groups))]
-        return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]),
+        return (cat_numpy([r[0] for r in results]), np.concatenate([r[1] for r in results]),
                 np.concatenate([r[2] for r in results]), np.concatenate([r[3] for r in results]),
                 _merge_info([r[4] for r in results], self.sizes, self.offsets))
 

@@ -4,6 +4,8 @@ Envs, as the loop sees them (``port``): a gymnasium vector env (numpy) yields ho
 no copy) and takes each step's action as one ``.numpy(force=True)``; a batched torch env (``data.torch_env``)
 yields tensors on its device and takes the action as it is, so nothing goes to the host. Both run in
 gymnasium's SAME_STEP autoreset mode. The policy (a collect or eval mode) sees a tensor and answers with tensors.
+A dictionary observation (gymnasium ``Dict``/``Tuple`` spaces: a dict of batched arrays, and ``final_obs`` one
+dict per env) reaches the policy, and every step, as a DI-treetensor tree of such tensors (``data.obs``).
 
 One loop step, for every env at once:
 
@@ -179,7 +181,7 @@ class _HostPort:
         self._send, self._recv = send, recv
         self._action: Optional[np.ndarray] = None
 
-    def reset(self, seeds: List[int]) -> torch.Tensor:
+    def reset(self, seeds: List[int]) -> Any:
         return to_tensor(self.env.reset(seed=seeds)[0])
 
     def send(self, action: torch.Tensor) -> None:
@@ -219,7 +221,7 @@ class _DevicePort:
         self.env = env
         self._action: Optional[torch.Tensor] = None
 
-    def reset(self, seeds: List[int]) -> torch.Tensor:
+    def reset(self, seeds: List[int]) -> Any:
         return self.env.reset(seed=seeds)[0]
 
     def send(self, action: torch.Tensor) -> None:

@@ -24,6 +24,8 @@ from engine.params import Params, param, section
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
 from engine.registry import ENV_REGISTRY
 
+from .action_masks import ACTION_MASK_KEY, as_trainable
+
 __all__ = ["EnvParams", "ManagerParams", "GymEnvParams", "env_settings", "GymEnvType", "AnyGymEnvType", "GYM_TYPE", "make_vector_env",
            "check_env_id", "registered_id", "UnknownEnvIdError", "episode_limit", "check_env_section", "MAX_EVAL_EPISODES",
            "WORKER_BYTES"]
@@ -96,6 +98,11 @@ class GymEnvParams(EnvParams):
 
     env_kwargs: Dict[str, Any] = param({})
     """Keyword arguments of ``gymnasium.make`` (any keys)."""
+    action_mask_key: str = param(ACTION_MASK_KEY)
+    """Where the env gives its legal-action mask (discrete actions): ``info[key]`` or a key of its dict
+    observation; found at the first reset and moved to the observation's ``action_mask`` key
+    (``data.action_masks``). The default, gymnasium's and PettingZoo's name, needs no configuration; "": masks
+    off (an info mask is ignored; a dict observation's own ``action_mask`` key stays a key of it)."""
 
 
 def env_settings(env_type: Any, env_cfg: Mapping[str, Any]) -> EnvParams:
@@ -271,7 +278,7 @@ class GymEnvType:
         kwargs = dict(settings.env_kwargs)
         if settings.max_episode_steps:
             kwargs["max_episode_steps"] = settings.max_episode_steps
-        return gym.make(settings.env_id, **kwargs)
+        return as_trainable(gym.make(settings.env_id, **kwargs), settings.action_mask_key)
 
 
 class AnyGymEnvType(GymEnvType):

@@ -3,7 +3,8 @@
 Input is time-major chunks of one-step transitions, ``[T, E, ...]`` for ``E`` envs, where ``next_obs`` is
 the *real* next observation (the final one where an episode ended). For a start step ``s`` of env ``e``
 the window runs over steps ``s .. s+n-1`` of that same env and stops at the first step that ends the
-episode (terminated or truncated). Each output transition has
+episode (terminated or truncated). ``obs`` and ``next_obs`` may be trees (a dictionary observation,
+``data.obs``): every leaf is cut, joined and indexed alike. Each output transition has
 
 - ``reward``     = sum_k gamma^k r_{s+k} over the window,
 - ``next_obs``   = next_obs of the window's last step (a truncated episode bootstraps from it),
@@ -29,9 +30,11 @@ import torch
 
 from engine.config import ConfigError
 
+from .obs import Obs, cat
+
 __all__ = ["NStepBuilder", "MAX_SPAN", "useful_horizon", "check_nstep", "collect_bytes"]
 
-Batch = Dict[str, torch.Tensor]
+Batch = Dict[str, Obs]  # a field is a tensor, or a tree of them for a dictionary observation (data.obs)
 _REQUIRED = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 
 #: the longest window a transition can record: its ``span`` is a uint8, by which frame-stack replay
@@ -148,7 +151,7 @@ class NStepBuilder:
         if self.nstep == 1:
             return self._one_step(chunk)
         if self._carry is not None:
-            chunk = {k: torch.cat([self._carry[k], v]) for k, v in chunk.items()}
+            chunk = {k: cat([self._carry[k], v]) for k, v in chunk.items()}
         length = len(chunk["reward"])
         n = self.nstep
         starts = length - (n - 1)
@@ -158,7 +161,7 @@ class NStepBuilder:
         return self._windows(chunk, starts)
 
     def _one_step(self, chunk: Batch) -> Batch:
-        flat = {k: v.reshape((-1,) + tuple(v.shape[2:])) for k, v in chunk.items()}
+        flat = {k: v.flatten(0, 1) for k, v in chunk.items()}  # [T, E, ...] -> [T * E, ...], per leaf of a tree
         flat["reward"] = flat["reward"].float()
         flat["discount"] = torch.full_like(flat["reward"], self.gamma)
         flat["span"] = torch.ones(len(flat["reward"]), dtype=torch.uint8, device=flat["reward"].device)
@@ -182,9 +185,9 @@ class NStepBuilder:
         env = torch.arange(num_envs, device=device).unsqueeze(0).expand(starts, num_envs)
         out = {k: v[:starts] for k, v in chunk.items() if k not in ("reward", "next_obs", "terminated", "truncated")}
         out["reward"] = ret
-        out["next_obs"] = chunk["next_obs"][t_last, env]
+        out["next_obs"] = chunk["next_obs"][t_last, env]  # every leaf of a tree alike
         out["terminated"] = chunk["terminated"][t_last, env]
         out["truncated"] = chunk["truncated"][t_last, env]
         out["discount"] = self._gamma_pow.to(device)[last + 1]
         out["span"] = (last + 1).to(torch.uint8)
-        return {k: v.reshape((-1,) + tuple(v.shape[2:])) for k, v in out.items()}
+        return {k: v.flatten(0, 1) for k, v in out.items()}

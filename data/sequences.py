@@ -22,6 +22,8 @@ from typing import Any, Dict, Mapping
 
 import torch
 
+from .obs import Obs, map_leaves
+
 __all__ = ["to_sequences", "check_seq_len", "SequenceError"]
 
 
@@ -29,12 +31,13 @@ class SequenceError(ValueError):
     """A sequence length that does not fit the rollout."""
 
 
-def to_sequences(fields: Mapping[str, torch.Tensor], seq_len: int) -> Dict[str, torch.Tensor]:
+def to_sequences(fields: Mapping[str, Obs], seq_len: int) -> Dict[str, Obs]:
     """The ``[T, E]`` fields of a rollout as ``[E * T / seq_len, seq_len]`` sequences (module docstring).
 
     Args:
         fields: time-major tensors ``[T, E, ...]`` with ``terminated``, ``truncated`` and ``state``
-            (``[T, E, ...]``, the memory before each step).
+            (``[T, E, ...]``, the memory before each step); a dictionary observation's fields are trees of
+            them (``data.obs``), each leaf cut alike.
         seq_len: steps per sequence; must divide ``T``.
 
     Raises:
@@ -93,8 +96,12 @@ def check_seq_len(steps: int, envs: int, seq_len: int) -> int:
     return seq_len
 
 
-def _cut(value: torch.Tensor, chunks: int, seq_len: int) -> torch.Tensor:
-    """``[T, E, ...]`` -> ``[E * chunks, seq_len, ...]``, env-major."""
+def _cut(value: Obs, chunks: int, seq_len: int) -> Obs:
+    """``[T, E, ...]`` -> ``[E * chunks, seq_len, ...]``, env-major (every leaf of a tree)."""
+    return map_leaves(lambda leaf: _cut_tensor(leaf, chunks, seq_len), value)
+
+
+def _cut_tensor(value: torch.Tensor, chunks: int, seq_len: int) -> torch.Tensor:
     envs, rest = value.shape[1], tuple(value.shape[2:])
     return value.reshape((chunks, seq_len, envs) + rest).transpose(1, 2).transpose(0, 1).reshape(
         (envs * chunks, seq_len) + rest)

@@ -28,7 +28,7 @@ import torch
 from data.batch import make_batch
 from data.env_loop import EnvLoop
 from data.nstep import NStepBuilder, collect_bytes
-from data.obs import all_finite, index_rows, stack
+from data.obs import all_finite, cat, index_rows, leaves, space_nbytes, stack
 from engine.config import ConfigError
 from engine.context import OnlineRLContext
 from engine.distributed import get_world_size
@@ -43,7 +43,7 @@ class NonFiniteDataError(ValueError):
 
 
 def _check_finite(obs: np.ndarray, next_obs: np.ndarray, reward: np.ndarray, env_id: Optional[str] = None,
-                  env_step: Optional[int] = None) -> None:
+                  env_step: Optional[int] = None, key: str = "") -> None:
     """Name bad data where it enters, not as a NaN loss many updates later (one vectorized pass per call).
 
     Each array is ``[T, E, *shape]``: the first non-finite value of the earliest step is named with its
@@ -51,7 +51,7 @@ def _check_finite(obs: np.ndarray, next_obs: np.ndarray, reward: np.ndarray, env
     steps before this collection when given (a simulator that diverged, e.g. MuJoCo's, is found by them).
     """
     first = None  # (step, env, name, element, value); within a step, in the order the env produced them
-    for name, values in (("observation", obs), ("reward", reward), ("next observation", next_obs)):
+    for name, values in ((f"observation{key}", obs), ("reward", reward), (f"next observation{key}", next_obs)):
         if values.dtype.kind != "f":
             continue
         finite = np.isfinite(values)
@@ -69,6 +69,16 @@ def _check_finite(obs: np.ndarray, next_obs: np.ndarray, reward: np.ndarray, env
                                  f"collection{' (' + ', '.join(where) + ')' if where else ''}: the env must return "
                                  f"finite numbers (check its wrapper, its reward computation or, for a simulator, "
                                  f"its stability at these actions)")
+
+
+def _check_finite_obs(obs: Any, next_obs: Any, reward: torch.Tensor, env_id: Optional[str] = None,
+                      env_step: Optional[int] = None) -> None:
+    """``_check_finite`` on a chunk's tensors, leaf by leaf for a dictionary observation (``data.obs``): the
+    error then names the key that held the non-finite value (``observation ['vec']``)."""
+    reward_np = reward.numpy(force=True)
+    for (path, o), (_, n) in zip(leaves(obs), leaves(next_obs)):
+        _check_finite(o.numpy(force=True), n.numpy(force=True), reward_np, env_id, env_step,
+                      key=f" {list(path)}" if path else "")
 
 
 def record_counts(ctx: OnlineRLContext, env_steps: int, samples: int, returns: List[float], start: float) -> None:
@@ -167,8 +177,7 @@ class StepCollector:
                  "truncated": torch.stack(truncated), **policy_out}
         returns = self._loop.finished().returns
         if not bool(all_finite(chunk["obs"]) & all_finite(chunk["next_obs"]) & all_finite(chunk["reward"])):
-            _check_finite(chunk["obs"].numpy(force=True), chunk["next_obs"].numpy(force=True),
-                          chunk["reward"].numpy(force=True), self._env_id, ctx.env_step)
+            _check_finite_obs(chunk["obs"], chunk["next_obs"], chunk["reward"], self._env_id, ctx.env_step)
         # 3. n-step transitions or the time-major chunk, and the counters
         record_chunk(ctx, chunk, self._nstep, steps * envs, returns.tolist(), start)
 
@@ -183,12 +192,11 @@ def _check_collect_memory(env: Any, num_envs: int, n_sample: int, nstep: int) ->
             the machine's memory.
     """
     space = getattr(env, "single_observation_space", None)
-    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
     device = getattr(env, "device", None)
-    if shape is None or dtype is None or (device is not None and torch.device(device).type != "cpu"):
+    obs_bytes = space_nbytes(space) if space is not None else 0  # every leaf of a Dict or Tuple space
+    if not obs_bytes or (device is not None and torch.device(device).type != "cpu"):
         return
     memory = host_memory_bytes()
-    obs_bytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     needed = collect_bytes(obs_bytes, num_envs, n_sample, nstep)
     if memory is None or needed <= memory:
         return
@@ -244,7 +252,7 @@ class EpisodeCollector:
             if ended:
                 returns.extend(loop.finished().returns.tolist())
         ctx.episodes = episodes
-        ctx.trajectories = make_batch({k: torch.cat([e[k] for e in episodes])
+        ctx.trajectories = make_batch({k: cat([e[k] for e in episodes])
                                        for k in ("obs", "action", "reward", "next_obs", "terminated",
                                                  "truncated", "discount")})
         record_counts(ctx, env_steps, len(ctx.trajectories.reward), returns, start)

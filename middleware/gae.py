@@ -49,7 +49,7 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
         if traj is None:
             return
         steps, envs = traj.reward.shape[:2]
-        rows = lambda x: x.reshape((steps * envs,) + tuple(x.shape[2:]))  # noqa: E731
+        rows = lambda x: x.flatten(0, 1)  # noqa: E731 - [T, E, ...] -> [T * E, ...], every leaf of a tree obs
         memory = {"state": rows(traj.next_state)} if "next_state" in traj else {}
         next_value = policy.value(rows(traj.next_obs), **memory)
         reward = traj.reward if reward_scale is None else reward_scale(traj.reward, traj.terminated | traj.truncated)

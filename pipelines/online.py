@@ -67,7 +67,8 @@ class OffPolicyShape(_OnlineShape):
 
     def empty_buffer(self, run: Run, seed: Optional[int] = None) -> ReplayBuffer:
         cfg = run.cfg
-        images = len(self.collector_env.single_observation_space.shape) == 3
+        shape = self.collector_env.single_observation_space.shape  # None for a Dict/Tuple space
+        images = shape is not None and len(shape) == 3
         env, params = stages.env_params(cfg), run.policy.params
         return stages.replay_buffer(params.other.replay_buffer, priority=getattr(params, "priority", False),
                                     obs_shape=run.policy.observation_space.shape, seed=seed,

@@ -1,7 +1,8 @@
 """Algorithms and their torch models. Each policy registers under a ``type`` name for ``create_config``."""
 from .base import CollectMode, EvalMode, LearnMode, NonFiniteLossError, Policy, SpaceMismatchError
 from .dqn import DQNPolicy
-from .ppo import A2CPolicy, PPOPolicy
+from .a2c import A2CPolicy
+from .ppo import PPOPolicy
 from .ppo_lstm import PPOLSTMPolicy
 from .rainbow import RainbowPolicy
 from .sac import SACPolicy

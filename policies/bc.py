@@ -26,7 +26,8 @@ from .accel import hot_path
 from .base import Policy, resolve_shape, space_dims
 from .defaults import OfflineEvalParams, PolicyParams
 from .greedy import GreedyActor
-from .models import DeterministicActor, QNetwork
+from .continuous_models import DeterministicActor
+from .models import QNetwork
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
 

@@ -36,7 +36,7 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from data.obs import to_device
+from data.obs import cat, is_tree, to_device
 from data.replay import PrioritizedReplayParams
 from engine.config import ConfigError
 from engine.params import Params, param, section
@@ -47,11 +47,13 @@ from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .distributional import categorical_projection, quantile_huber_loss, support
 from .greedy import GreedyActor
+from .masks import action_mask, masked_argmax, observation_has_mask
 from .models import Q_DISTRIBUTIONS, QNetwork
 from .noisy import noise_off
 from .optim import OptimizerStep
 from .epsilon import EpsilonDraws, EpsilonParams
 from .placement import DeviceGenerators
+from .spaces import model_observation
 
 __all__ = ["DQNPolicy", "DQNParams", "QModelParams", "QLearnParams", "EpsilonParams", "EpsilonDraws", "check_q_head",
            "check_exploration"]
@@ -69,6 +71,9 @@ class QModelParams(Params):
     """The widths of the MLP encoder's layers (image observations: the CNN's features, then these)."""
     dueling: bool = param(True)
     """A dueling head: Q = V + A - mean(A), which learns the state's value apart from each action's advantage."""
+    encoders: Dict[str, Any] = param({})
+    """Dict/Tuple observations: how each key is encoded, by its key path as nested mappings
+    (``policies.encoders.EncoderParams``: ``encoders.image.type=cnn``); a key not named is encoded by its space."""
 
 
 @dataclass
@@ -190,18 +195,22 @@ class QValuePolicy(Policy):
             return model.host_greedy_action(obs if obs.dtype == torch.float32 else obs.float())
         # evaluation acts on the noisy layers' mean weights; collection on a new noise draw per step
         with torch.inference_mode(), (noise_off(model) if mode == "eval" else contextlib.nullcontext()):
-            return self._greedy_action[mode](model, obs if model.is_image else obs.float())
+            return self._greedy_action[mode](model, obs if model.is_image or is_tree(obs) else obs.float())
 
     @hot_path("collect", "eval", name="greedy")
-    def _greedy_action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        """The acting hot path: ``argmax_a Q(obs, a)`` (a distributional head's expected values)."""
-        return model.expectation(model(obs)).argmax(dim=1)
+    def _greedy_action(self, model: torch.nn.Module, obs: Any) -> torch.Tensor:
+        """The acting hot path: ``argmax_a Q(obs, a)`` (a distributional head's expected values), over the legal
+        actions where the observation carries a mask (``policies.masks``)."""
+        return masked_argmax(model.expectation(model(obs)), action_mask(obs))
 
-    def _forward_collect(self, obs: torch.Tensor, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:
+    def _forward_collect(self, obs: Any, eps: float = 0.0, random: bool = False) -> Dict[str, Any]:
         """Epsilon-greedy: each env acts at random with probability ``eps`` (always when ``random``, as during
-        ``random_collect_size``). With noisy layers the greedy action is the noisy network's (and ``eps`` is 0:
-        ``check_exploration``)."""
-        return {"action": self._explore(self._greedy(obs, "collect"), 1.0 if random else eps)}
+        ``random_collect_size``), among the legal actions where the observation carries a mask. With noisy layers
+        the greedy action is the noisy network's (and ``eps`` is 0: ``check_exploration``)."""
+        greedy = self._greedy(obs, "collect")
+        mask = action_mask(obs)
+        return {"action": self._explore(greedy, 1.0 if random else eps,
+                                        None if mask is None else to_device(mask, greedy.device))}
 
     def _forward_eval(self, obs: torch.Tensor) -> Dict[str, Any]:
         return {"action": self._greedy(obs, "eval")}
@@ -210,10 +219,10 @@ class QValuePolicy(Policy):
         """``argmax_a Q(obs, a)`` (``Policy.greedy_module``)."""
         return GreedyActor(self.model, discrete=True, image=self.model.is_image)
 
-    def _explore(self, action: torch.Tensor, eps: float) -> torch.Tensor:
-        """``action`` with each row replaced by a uniformly random action with probability ``eps``
-        (``EpsilonDraws``: drawn on the action's device, nothing read back to the host)."""
-        return self._eps_draws.apply(action, eps)
+    def _explore(self, action: torch.Tensor, eps: float, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``action`` with each row replaced by a uniformly random (legal, with a ``mask``) action with
+        probability ``eps`` (``EpsilonDraws``: drawn on the action's device, nothing read back to the host)."""
+        return self._eps_draws.apply(action, eps, mask)
 
     # ---- state -----------------------------------------------------------------------------------
     _checkpointed = (("model", "model"), ("target_model", "_target_model"))
@@ -236,12 +245,13 @@ class DQNPolicy(QValuePolicy):
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
-        space_dims(observation_space, action_space, self._name, continuous=False, images=True)
+        obs_shape, _, _ = space_dims(observation_space, action_space, self._name, continuous=False, images=True,
+                                     structured=True)
         model, learn = self.params.model, self.params.learn
         check_q_head(model, learn)
         check_exploration(model, self.params.other.eps)
-        obs_shape = resolve_shape(cfg["model"], "obs_shape", observation_space.shape, self._name,
-                                  f"observation shape {observation_space.shape}")
+        obs_shape = model_observation(cfg["model"], observation_space, obs_shape, self._name)
+        observation_has_mask(observation_space, action_space, self._name)  # a mask that cannot be used: named here
         action_shape = resolve_shape(cfg["model"], "action_shape", int(action_space.n), self._name,
                                      f"action space {action_space}")
         action_dim = int(action_shape if not isinstance(action_shape, list) else action_shape[0])
@@ -250,7 +260,7 @@ class DQNPolicy(QValuePolicy):
         self.model = self.placement.build(lambda: QNetwork(
             obs_shape, action_dim, model.encoder_hidden_size_list, model.dueling, distribution=model.distribution,
             n_atoms=model.n_atoms, v_min=self._v_min, v_max=self._v_max, noisy=model.noisy,
-            sigma0=float(model.noise_sigma0)))
+            sigma0=float(model.noise_sigma0), encoders=model.encoders))
         self._target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self._name)
         self._target_update_freq = learn.target_update_freq
@@ -283,8 +293,8 @@ class DQNPolicy(QValuePolicy):
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         obs = batch.obs.to(self.device, non_blocking=True)
         next_obs = batch.next_obs.to(self.device, non_blocking=True)
-        if not self.model.is_image:  # image frames stay uint8 until the CNN scales them
-            obs, next_obs = obs.float(), next_obs.float()
+        if not self.model.is_image and not is_tree(obs):  # frames stay uint8 until the CNN scales them; a
+            obs, next_obs = obs.float(), next_obs.float()            # tree's encoders cast each key themselves
         action = batch.action.to(self.device).long()
         reward = batch.reward.to(self.device).float()
         discount = batch.discount.to(self.device).float()
@@ -296,22 +306,23 @@ class DQNPolicy(QValuePolicy):
         return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": priority}
 
     @hot_path("learn")
-    def _loss(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+    def _loss(self, obs: Any, next_obs: Any, action: torch.Tensor, reward: torch.Tensor,
               discount: torch.Tensor, not_done: torch.Tensor, weight: Optional[torch.Tensor]) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, q, target, priority)``, all but
-        the loss detached; q and target are expected values of the taken action (the distributions' means)."""
-        n = len(obs)
-        rows = torch.arange(n, device=obs.device)
+        the loss detached; q and target are expected values of the taken action (the distributions' means).
+        Where the observations carry a legal-action mask, the next action is the best legal one."""
+        n = action.shape[0]
+        rows = torch.arange(n, device=action.device)
         # one forward of the online net over obs and next_obs: fewer kernel launches, one DDP forward (and with
         # noisy layers one noise draw, shared by both halves)
-        out_both = self.learn_model(torch.cat([obs, next_obs]))
+        out_both = self.learn_model(cat([obs, next_obs]))
         out, out_next_online = out_both[:n], out_both[n:].detach()
         taken = out[rows, action]                       # [B] values, or [B, n_atoms] log-probs / quantiles
         with torch.no_grad():
             out_next_target = self._target_model(next_obs)
             # double Q: the online net picks a*, the target net rates it (by expected value for distributions)
             pick = out_next_online if self._double_q else out_next_target
-            next_action = self.model.expectation(pick).argmax(dim=1)
+            next_action = masked_argmax(self.model.expectation(pick), action_mask(next_obs))
             next_taken = out_next_target[rows, next_action]
             bootstrap = discount * not_done
 

@@ -4,12 +4,13 @@ decide, on the acting device, which envs act at random and how (``EpsilonDraws``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
 from engine.params import Params, param
 
+from .masks import random_legal
 from .placement import DeviceGenerators
 
 __all__ = ["EpsilonParams", "EpsilonDraws"]
@@ -53,9 +54,10 @@ class EpsilonDraws:
         self._ahead = int(ahead)
         self._rows: Dict[tuple, List[tuple]] = {}  # (device, envs, eps) -> (explore, random action) per step
 
-    def apply(self, action: torch.Tensor, eps: float) -> torch.Tensor:
+    def apply(self, action: torch.Tensor, eps: float, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``action`` with the rows that explore replaced by their random action (``action`` itself for an
-        ``eps`` of 0)."""
+        ``eps`` of 0); with a legal-action ``mask`` (``[B, A]`` bool) the random action is drawn among the legal
+        ones (``policies.masks.random_legal``, from the same uniform draw)."""
         if eps <= 0:
             return action
         key = (action.device, action.shape[0], eps)
@@ -64,13 +66,16 @@ class EpsilonDraws:
             if key not in self._rows:
                 self._rows = {k: v for k, v in self._rows.items() if k[2] == eps}  # an old eps's draws go
             rows = self._rows[key] = self._draw(action.device, action.shape[0], eps)
-        explore, random_action = rows.pop()
+        explore, random_action, scaled = rows.pop()
+        if mask is not None:
+            random_action = random_legal(scaled, mask)
         return random_action if eps >= 1 else torch.where(explore, random_action, action)  # eps 1: every row
 
     def _draw(self, device: torch.device, envs: int, eps: float) -> List[tuple]:
         u = torch.rand((self._ahead, envs), generator=self._generators.on(device), device=device)
         # u * (A / eps) < A for u < eps; the modulo guards against the float rounding up to A
         random_action = (u * (self._action_dim / eps)).long() % self._action_dim
-        rows = list(zip((u < eps).unbind(0), random_action.unbind(0)))
+        scaled = u / eps  # uniform on [0, 1) where the env explores: a masked draw picks its legal action by it
+        rows = list(zip((u < eps).unbind(0), random_action.unbind(0), scaled.unbind(0)))
         rows.reverse()  # spent from the end: the first step takes the first row
         return rows

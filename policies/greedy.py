@@ -6,20 +6,32 @@ between the env and the action is inside, so the exported file needs neither bat
 - observations as the env gives them: float vectors (cast to float32 here) or uint8 image stacks (the
   Nature CNN scales them to [0, 1] itself), then the policy's preprocessing (``policy.obs_norm``: the
   running statistics as they were, ``policies.obs_norm.FrozenObsNorm``);
-- the network's output turned into an action: ``argmax`` for discrete actions; for continuous ones the
-  squashed output scaled from [-1, 1] to the action bounds and/or clipped to them, as the eval mode does.
+- the network's output turned into an action: ``argmax`` for discrete actions (over the legal ones where the
+  observation is a tree with an ``action_mask``, ``policies.masks``); for continuous ones the squashed output
+  scaled from [-1, 1] to the action bounds and/or clipped to them, as the eval mode does.
+
+Dict or Tuple observations: the module takes the tree (a ``ttorch.Tensor`` or nested mappings of tensors), whose
+keys the network's encoders cast themselves, and masks with its ``action_mask``; ``baton export``'s formats take
+one tensor, so it refuses such a policy (``commands.export``).
 
 The module holds a copy of the weights on the CPU, in eval mode and without gradients: exporting never
 touches the live policy.
+
+A policy whose observation is a Dict/Tuple has a greedy module too: it takes the observation tree (a
+``ttorch.Tensor`` or nested dicts, each key in the env's dtype) and runs in Python; the exported formats take
+one ``obs`` tensor, so ``baton export`` refuses such a policy in one line (``commands.export``).
 """
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from typing import Any, Optional
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+
+from .masks import action_mask, masked_argmax
 
 __all__ = ["GreedyActor", "NotExportableError", "TanhMean", "ActorOut"]
 
@@ -39,6 +51,9 @@ class GreedyActor(nn.Module):
         scale, bias: continuous actions: ``action = out * scale + bias`` (from [-1, 1] to the bounds).
         low, high: continuous actions: clip to these bounds (after scaling).
         preprocess: applied to the float observations before ``net`` (observation normalisation); copied.
+
+    A tree of observations (Dict/Tuple spaces) is not cast (``net``'s encoders cast each key), only preprocessed,
+    and a discrete action is the argmax over the legal actions of its ``action_mask``, where it carries one.
 
     Examples:
         >>> actor = GreedyActor(nn.Linear(3, 2), discrete=True)
@@ -62,12 +77,18 @@ class GreedyActor(nn.Module):
             if value is not None:
                 self.register_buffer(name, torch.as_tensor(np.asarray(value, dtype=np.float32)))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: Any) -> torch.Tensor:
+        if not isinstance(obs, torch.Tensor):  # a tree (module docstring)
+            return self._act(obs if self.preprocess is None else self.preprocess(obs), action_mask(obs))
         if not self.image:
             obs = obs.float() if self.preprocess is None else self.preprocess(obs.float())
+        return self._act(obs, None)
+
+    def _act(self, obs: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """The action of the network's output on ``obs`` (preprocessed); ``mask``: the legal actions, or None."""
         out = self.net(obs)
         if self.discrete:
-            return out.argmax(dim=-1)
+            return masked_argmax(out, mask)
         if self.scaled:
             out = out * self.scale + self.bias
         if self.clipped:

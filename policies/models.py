@@ -8,18 +8,21 @@ nothing is added to the fp32 path).
 from __future__ import annotations
 
 import functools
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
+from data.obs import Obs, first_leaf, is_tree, map_leaves
+
 from .distributional import support
 from .noisy import NoisyLinear
+from .spaces import is_structured
 
 __all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "Q_DISTRIBUTIONS", "ActorCritic", "RecurrentActorCritic",
-           "RNN_TYPES", "SquashedGaussianActor",
-           "DeterministicActor", "TwinQ", "SingleQ"]
+           "RNN_TYPES"]
 
 
 class NatureCNN(nn.Module):
@@ -96,18 +99,26 @@ class QNetwork(nn.Module):
         (torch.Size([3, 2, 51]), torch.Size([3, 2]))
     """
 
-    def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, hidden_sizes: Sequence[int],
+    def __init__(self, obs_shape: Sequence[int] | int | gym.Space, action_dim: int, hidden_sizes: Sequence[int],
                  dueling: bool = True, distribution: str = "none", n_atoms: int = 1, v_min: float = 0.0,
-                 v_max: float = 0.0, noisy: bool = False, sigma0: float = 0.5) -> None:
+                 v_max: float = 0.0, noisy: bool = False, sigma0: float = 0.5,
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         if not hidden_sizes:
             raise ValueError("policy.model.encoder_hidden_size_list must name at least one layer")
         if distribution not in Q_DISTRIBUTIONS:
             raise ValueError(f"policy.model.distribution must be one of {Q_DISTRIBUTIONS}, got {distribution!r}")
-        obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
-        self.is_image = len(obs_shape) == 3
         linear: Linear = functools.partial(NoisyLinear, sigma0=sigma0) if noisy else nn.Linear
-        self.torso, feat = encoder(obs_shape, hidden_sizes, linear=linear)
+        self.multi_input = isinstance(obs_shape, gym.Space)  # a Dict/Tuple space: one encoder per key
+        if self.multi_input:
+            from .encoders import build_torso  # it builds on this module's torsos
+
+            self.is_image = False
+            self.torso, feat = build_torso(obs_shape, encoders, hidden_sizes, linear=linear)
+        else:
+            obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
+            self.is_image = len(obs_shape) == 3
+            self.torso, feat = encoder(obs_shape, hidden_sizes, linear=linear)
         self.dueling = dueling
         self.distribution = distribution
         self.n_atoms = 1 if distribution == "none" else int(n_atoms)
@@ -125,7 +136,7 @@ class QNetwork(nn.Module):
     @property
     def host_acting(self) -> bool:
         """Whether ``host_greedy_action`` serves this network (a deterministic, scalar MLP)."""
-        return not self.is_image and not self.noisy and self.distribution == "none"
+        return not self.is_image and not self.multi_input and not self.noisy and self.distribution == "none"
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.torso(obs)
@@ -134,7 +145,7 @@ class QNetwork(nn.Module):
                 return self.head(x).float()
             adv = self.advantage(x).float()
             return self.value(x).float() + adv - adv.mean(dim=-1, keepdim=True)
-        shape = (x.shape[0], self.action_dim, self.n_atoms)
+        shape = (x.shape[0], self.action_dim, self.n_atoms)  # x: [B, features] (obs may be a tree)
         if self.dueling:
             adv = self.advantage(x).float().view(shape)
             out = self.value(x).float().unsqueeze(1) + adv - adv.mean(dim=1, keepdim=True)
@@ -184,32 +195,60 @@ def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
     return layer
 
 
+#: what an actor-critic is built for: a Box observation's shape (its size for vectors), or a Dict/Tuple space
+ObsSpec = Union[Sequence[int], int, gym.Space]
+
+
+def _actor_critic_torso(obs: ObsSpec, encoders: Optional[Mapping[str, Any]]) -> Tuple[nn.Module, int, type]:
+    """The torso an actor-critic's actor and critic share, its output size, and the activation of their MLPs.
+
+    Flat vectors: none (each MLP reads the observation; tanh); images: one Nature CNN (the Atari PPO setup;
+    ReLU); a Dict or Tuple space: one ``MultiInputEncoder`` (its keys' encoders, ReLU inside) with tanh MLPs on
+    its features, as SB3's ``MultiInputPolicy`` puts its ``net_arch`` on ``CombinedExtractor``."""
+    if is_structured(obs):
+        from .encoders import build_torso  # policies.encoders builds on this module: imported when used
+
+        torso, out_dim = build_torso(obs, encoders, [])  # [] hidden: the MultiInputEncoder alone
+        return torso, out_dim, nn.Tanh
+    shape = [obs] if isinstance(obs, int) else list(obs)
+    activation = nn.Tanh if len(shape) == 1 else nn.ReLU
+    if len(shape) == 3:
+        cnn = NatureCNN(*shape)
+        return cnn, cnn.out_dim, activation
+    return nn.Identity(), int(shape[0]), activation
+
+
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs (tanh, orthogonal init, as in the PPO paper's implementation details).
 
     ``forward(obs)`` returns ``(logits, value)`` for discrete actions or ``((mean, log_std), value)`` for
     continuous ones: learning goes through ``forward`` so that a DDP wrapper sees every parameter used.
 
+    ``obs_shape`` is a Box observation's shape, or a Dict/Tuple observation space: its observations (trees,
+    ``data.obs``) go through one ``MultiInputEncoder`` shared by actor and critic (``encoders``: the per-key
+    settings, ``policy.model.encoders``), as an image's go through one CNN (``_actor_critic_torso``).
+
     Examples:
         >>> ac = ActorCritic(4, 2, [64, 64], [64, 64], continuous=False)
         >>> logits, value = ac(torch.zeros(3, 4))
         >>> logits.shape, value.shape
         (torch.Size([3, 2]), torch.Size([3]))
+        >>> space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (3,)), "room": gym.spaces.Discrete(4)})
+        >>> logits, value = ActorCritic(space, 2, [8], [8], continuous=False)({"pos": torch.zeros(3, 3),
+        ...                                                                     "room": torch.zeros(3).long()})
+        >>> logits.shape, value.shape
+        (torch.Size([3, 2]), torch.Size([3]))
     """
 
-    def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, actor_hidden: Sequence[int],
-                 critic_hidden: Sequence[int], continuous: bool, init_log_std: float = 0.0) -> None:
+    def __init__(self, obs_shape: ObsSpec, action_dim: int, actor_hidden: Sequence[int],
+                 critic_hidden: Sequence[int], continuous: bool, init_log_std: float = 0.0,
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.continuous = continuous
-        obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
-        # images: one Nature-CNN torso shared by actor and critic (the Atari PPO setup); flat: separate MLPs
-        self.shared: nn.Module = nn.Identity()
-        in_dim = int(obs_shape[0])
-        if len(obs_shape) == 3:
-            self.shared = NatureCNN(*obs_shape)
-            in_dim = self.shared.out_dim
-        self.actor = mlp(in_dim, actor_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
-        self.critic = mlp(in_dim, critic_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
+        # images and Dict/Tuple observations: one torso shared by actor and critic; flat: separate MLPs
+        self.shared, in_dim, activation = _actor_critic_torso(obs_shape, encoders)
+        self.actor = mlp(in_dim, actor_hidden, activation)
+        self.critic = mlp(in_dim, critic_hidden, activation)
         for layer in list(self.actor) + list(self.critic) + list(self.shared.modules()):
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
                 _orthogonal(layer, 2 ** 0.5)
@@ -218,7 +257,7 @@ class ActorCritic(nn.Module):
         if continuous:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
-    def forward(self, obs: torch.Tensor):
+    def forward(self, obs: Obs):
         features = self.shared(obs)
         value = self.critic_head(self.critic(features)).squeeze(-1).float()
         out = self.actor_head(self.actor(features)).float()
@@ -226,10 +265,10 @@ class ActorCritic(nn.Module):
             return (out, self.log_std.expand_as(out)), value
         return out, value
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: Obs) -> torch.Tensor:
         return self.critic_head(self.critic(self.shared(obs))).squeeze(-1).float()
 
-    def actor_out(self, obs: torch.Tensor) -> torch.Tensor:
+    def actor_out(self, obs: Obs) -> torch.Tensor:
         """The actor's output alone (logits, or the mean for continuous actions): ``forward``'s first part
         without the critic, for a module that only acts (``policies.greedy``)."""
         return self.actor_head(self.actor(self.shared(obs))).float()
@@ -239,14 +278,27 @@ class ActorCritic(nn.Module):
 RNN_TYPES = ("lstm", "gru")
 
 
+def _recurrent_encoder(obs: ObsSpec, hidden: Sequence[int],
+                       encoders: Optional[Mapping[str, Any]]) -> Tuple[nn.Module, int]:
+    """The encoder before a recurrent layer and its output size: an MLP of ``hidden`` on flat vectors (tanh), the
+    Nature CNN and an MLP on images, a Dict or Tuple space's ``MultiInputEncoder`` and an MLP on its features
+    (ReLU, as the keys' encoders and the CNN)."""
+    if is_structured(obs):
+        from .encoders import build_torso  # policies.encoders builds on this module: imported when used
+
+        return build_torso(obs, encoders, hidden, nn.ReLU)
+    return encoder(obs, hidden, nn.Tanh if len(obs) == 1 else nn.ReLU)
+
+
 class _RecurrentCore(nn.Module):
     """An encoder and one LSTM or GRU layer: observations and a memory ``[B, S, H]`` in, features and the next
     memory out."""
 
-    def __init__(self, obs_shape: Sequence[int], encoder_hidden: Sequence[int], lstm: bool, hidden_size: int) -> None:
+    def __init__(self, obs_shape: ObsSpec, encoder_hidden: Sequence[int], lstm: bool, hidden_size: int,
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.lstm = lstm
-        self.encoder, in_dim = encoder(obs_shape, encoder_hidden, nn.Tanh if len(obs_shape) == 1 else nn.ReLU)
+        self.encoder, in_dim = _recurrent_encoder(obs_shape, encoder_hidden, encoders)
         self.rnn = (nn.LSTM if lstm else nn.GRU)(in_dim, hidden_size, batch_first=True)
         for layer in self.encoder.modules():
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
@@ -257,8 +309,12 @@ class _RecurrentCore(nn.Module):
             else:
                 nn.init.zeros_(param)
 
-    def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        """``obs [B, L, *obs_shape]`` -> ``[B, L, in]``."""
+    def encode(self, obs: Obs) -> torch.Tensor:
+        """``obs [B, L, *obs_shape]`` (a tree: every leaf ``[B, L, ...]``) -> ``[B, L, in]``."""
+        if is_tree(obs):
+            batch, length = first_leaf(obs).shape[:2]
+            rows = map_leaves(lambda leaf: leaf.reshape((batch * length,) + tuple(leaf.shape[2:])), obs)
+            return self.encoder(rows).reshape(batch, length, -1)
         batch, length = obs.shape[:2]
         return self.encoder(obs.reshape((batch * length,) + tuple(obs.shape[2:]))).reshape(batch, length, -1)
 
@@ -288,6 +344,10 @@ class RecurrentActorCritic(nn.Module):
       acting zeroed it there, so the unroll reproduces acting exactly. Learning goes through ``forward``: one
       forward per update for a DDP wrapper, every parameter used.
 
+    ``obs_shape`` may be a Dict or Tuple observation space: each core's encoder is then its ``MultiInputEncoder``
+    (``encoders``: ``policy.model.encoders``) and an MLP of ``encoder_hidden``, and observations are trees whose
+    leaves are ``[B, ...]`` (acting) or ``[B, L, ...]`` (the unroll).
+
     The unroll runs the recurrent layers over whole stretches of time in one call (torch's fused LSTM/GRU, ~5x
     faster on a CPU than a Python loop over time steps), and splits the sequences only at the time steps where
     some sequence starts an episode, where the memory of those rows is zeroed. Finding those steps reads
@@ -305,7 +365,8 @@ class RecurrentActorCritic(nn.Module):
 
     def __init__(self, obs_shape: Sequence[int] | int, action_dim: int, encoder_hidden: Sequence[int], rnn_type: str,
                  hidden_size: int, actor_hidden: Sequence[int], critic_hidden: Sequence[int], continuous: bool,
-                 init_log_std: float = 0.0, shared_core: bool = False) -> None:
+                 init_log_std: float = 0.0, shared_core: bool = False,
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         if rnn_type not in RNN_TYPES:
             raise ValueError(f"policy.model.rnn_type={rnn_type!r} is not a recurrent layer baton builds: choose one "
@@ -314,9 +375,10 @@ class RecurrentActorCritic(nn.Module):
             raise ValueError(f"policy.model.hidden_size must be >= 1, got {hidden_size}")
         self.continuous = continuous
         self.hidden_size = int(hidden_size)
-        obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
+        if not is_structured(obs_shape):
+            obs_shape = [obs_shape] if isinstance(obs_shape, int) else list(obs_shape)
         lstm = rnn_type == "lstm"
-        self.cores = nn.ModuleList(_RecurrentCore(obs_shape, encoder_hidden, lstm, self.hidden_size)
+        self.cores = nn.ModuleList(_RecurrentCore(obs_shape, encoder_hidden, lstm, self.hidden_size, encoders)
                                    for _ in range(1 if shared_core else 2))
         self.core_rows = 2 if lstm else 1
         self.actor = mlp(self.hidden_size, actor_hidden, nn.Tanh)
@@ -351,17 +413,18 @@ class RecurrentActorCritic(nn.Module):
             return (out, self.log_std.expand_as(out)), value
         return out, value
 
-    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple:
-        xs = [core.encode(obs.unsqueeze(1)) for core in self.cores]
+    def step(self, obs: Obs, state: torch.Tensor) -> tuple:
+        steps = map_leaves(lambda leaf: leaf.unsqueeze(1), obs) if is_tree(obs) else obs.unsqueeze(1)
+        xs = [core.encode(steps) for core in self.cores]
         actor, critic, next_state = self._unroll(xs, state)
         head, value = self._heads(actor[:, 0], critic[:, 0])
         return head, value, next_state
 
-    def value(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: Obs, state: torch.Tensor) -> torch.Tensor:
         """V of ``obs`` for envs whose memory before it is ``state``."""
         return self.step(obs, state)[1]
 
-    def forward(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor) -> tuple:
+    def forward(self, obs: Obs, state: torch.Tensor, episode_start: torch.Tensor) -> tuple:
         batch, length = episode_start.shape[:2]
         xs = [core.encode(obs) for core in self.cores]
         keep = (~episode_start.bool()).to(state.dtype).reshape(batch, length, 1, 1)
@@ -374,57 +437,3 @@ class RecurrentActorCritic(nn.Module):
             critic.append(c)
         return self._heads(torch.cat(actor, 1).reshape(batch * length, -1),
                            torch.cat(critic, 1).reshape(batch * length, -1))
-
-
-class SquashedGaussianActor(nn.Module):
-    """SAC's actor: a Gaussian whose samples are squashed by tanh into (-1, 1), then scaled to the bounds.
-
-    ``forward(obs)`` returns ``(mean, log_std)`` with log_std clamped to [-20, 2].
-    """
-
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
-        super().__init__()
-        self.torso = mlp(obs_dim, hidden_sizes)
-        self.mean = nn.Linear(hidden_sizes[-1], action_dim)
-        self.log_std = nn.Linear(hidden_sizes[-1], action_dim)
-
-    def forward(self, obs: torch.Tensor):
-        x = self.torso(obs)
-        return self.mean(x).float(), self.log_std(x).float().clamp(-20.0, 2.0)
-
-
-class DeterministicActor(nn.Module):
-    """``tanh(mu(obs))``: a deterministic action in (-1, 1) (continuous behaviour cloning, TD3, DDPG, TD3+BC)."""
-
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
-        super().__init__()
-        self.torso = mlp(obs_dim, hidden_sizes)
-        self.head = nn.Linear(hidden_sizes[-1], action_dim)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.head(self.torso(obs)).float())
-
-
-class TwinQ(nn.Module):
-    """Two independent Q(s, a) MLPs; ``forward`` returns both, shape ``[B]`` each."""
-
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
-        super().__init__()
-        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
-        self.q2 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
-
-    def forward(self, obs: torch.Tensor, action: torch.Tensor):
-        x = torch.cat([obs, action], dim=-1)
-        return self.q1(x).squeeze(-1).float(), self.q2(x).squeeze(-1).float()
-
-
-class SingleQ(nn.Module):
-    """One Q(s, a) MLP with TwinQ's interface (``q1``; ``forward`` returns a tuple, of one ``[B]`` tensor), so
-    a loss written over "every critic" serves DDPG's single critic and TD3's twins alike."""
-
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
-        super().__init__()
-        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
-
-    def forward(self, obs: torch.Tensor, action: torch.Tensor):
-        return (self.q1(torch.cat([obs, action], dim=-1)).squeeze(-1).float(),)

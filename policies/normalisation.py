@@ -42,6 +42,7 @@ class Normalisation:
     def __init__(self, obs_norm: Optional[RunningObsNorm] = None) -> None:
         self.obs_norm = obs_norm
         self.reward_norm: Optional[RunningObsNorm] = None
+        self._running_return: Optional[torch.Tensor] = None  # each env's discounted return so far (reward_norm)
 
     @classmethod
     def from_config(cls, settings: Any, observation_space: gym.Space, policy_cls: type,
@@ -62,11 +63,40 @@ class Normalisation:
         if not policy_cls.supports_obs_norm:
             raise ValueError(f"policy.obs_norm=True: {name} does not normalise observations (policies that "
                              f"do: ppo, a2c, sac, td3, ddpg); set policy.obs_norm=False")
+        if isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):  # per vector key, never images
+            from .keyed_obs_norm import KeyedObsNorm
+
+            encoders = getattr(getattr(settings, "model", None), "encoders", None)
+            return cls(KeyedObsNorm(observation_space, encoders, settings.obs_norm_clip).to(device))
         shape = getattr(observation_space, "shape", None) or ()
         if not isinstance(observation_space, gym.spaces.Box) or len(shape) != 1:
             raise ValueError(f"policy.obs_norm=True needs flat Box observations (a vector per step), got "
                              f"{observation_space}; set policy.obs_norm=False")
         return cls(RunningObsNorm(shape, settings.obs_norm_clip).to(device))
+
+    # ---- rewards -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def scale_rewards(self, reward: torch.Tensor, done: torch.Tensor, gamma: float) -> torch.Tensor:
+        """A time-major ``[T, E]`` rollout's rewards divided by the running standard deviation of the
+        discounted return and clipped (``policy.reward_norm``), with the statistics as they stood before it; its
+        discounted returns (SB3's ``VecNormalize``: ``G = gamma G + r``, 0 again after an episode's end)
+        join the pending statistics, merged after the learner (``merge_statistics``)."""
+        reward_norm = self.reward_norm
+        if reward_norm is None:
+            return reward
+        shape = tuple(reward.shape[1:])
+        running = self._running_return
+        if running is None or tuple(running.shape) != shape or running.device != reward.device:
+            running = torch.zeros(shape, dtype=torch.float64, device=reward.device)
+        returns = torch.empty(reward.shape, dtype=torch.float64, device=reward.device)
+        not_done = ~done.bool()
+        for t in range(len(reward)):
+            running = running * gamma + reward[t]
+            returns[t] = running
+            running = running * not_done[t]
+        self._running_return = running
+        reward_norm.observe(returns.reshape(-1))
+        return reward_norm.scale(reward)
 
     # ---- observations --------------------------------------------------------------------------------
     def norm_obs(self, obs: torch.Tensor) -> torch.Tensor:

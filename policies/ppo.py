@@ -10,6 +10,13 @@ epochs and minibatches over what was just collected. The PPO loss, on one screen
     loss    = pg + value_weight * value - entropy_weight * entropy
 
 A2C is the same with ``pg = -mean(log pi(a|s) * adv)`` and, by its config, one pass over the whole batch.
+
+Dict and Tuple observations (trees, ``data.obs``) go through one ``policies.encoders.MultiInputEncoder`` torso
+shared by actor and critic (``policy.model.encoders``: per-key settings). A legal-action mask under the
+observation's ``action_mask`` key (discrete actions only; ``data.action_masks``, ``policies.masks``) makes every
+distribution the masked one, as sb3-contrib's ``MaskablePPO``: acting samples among the legal actions, the eval
+mode and ``greedy_module`` take the most likely legal one, and the loss's log-probs and entropy are those of the
+stored observation's mask (it rides in the observation, so a rollout keeps the mask each action was drawn under).
 Continuous actions: the env gets the sample clipped to its bounds (``action``); the unclipped sample is kept
 as ``raw_action`` and the log-probs are taken on it, so they stay exact.
 
@@ -46,17 +53,21 @@ from engine.distributed import allreduce_data, is_distributed
 from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
+from data.obs import Obs, first_leaf, to_device
+
 from .accel import hot_path
 from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OnlineEvalParams, PolicyParams
 from .greedy import ActorOut, GreedyActor
+from .masks import action_mask, masked_argmax, masked_logits, observation_has_mask
 from .models import ActorCritic
+from .spaces import model_observation
 from .obs_norm import RunningObsNorm
 from .optim import OptimizerStep
 from .placement import PerDevice
 
-__all__ = ["PPOPolicy", "A2CPolicy", "PPOParams", "PPOModelParams", "PPOLearnParams", "PPOCollectParams",
-           "A2CParams", "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
+__all__ = ["PPOPolicy", "PPOParams", "PPOModelParams", "PPOLearnParams", "PPOCollectParams",
+           "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
 
 
 #: ``policy.learn.lr_schedule``'s choices
@@ -69,7 +80,8 @@ class PPOModelParams(Params):
 
     obs_shape: Optional[Union[int, List[int]]] = param(None)
     """The observation's shape: its size for vectors, ``[C, H, W]`` for image stacks (a Nature CNN torso shared by
-    actor and critic). None: taken from the env at construction; a value given is checked against the env."""
+    actor and critic). None: taken from the env at construction; a value given is checked against the env. A Dict
+    or Tuple observation has no one shape: leave it None (its keys are set under ``encoders``)."""
     action_shape: Optional[Union[int, List[int]]] = param(None)
     """The number of actions (discrete), or the action vector's size (continuous); None: as ``obs_shape``."""
     actor_head_hidden_size_list: List[int] = param([64, 64])
@@ -79,6 +91,11 @@ class PPOModelParams(Params):
     """Likewise for the critic, a network of its own (only an image torso is shared)."""
     init_log_std: float = param(0.0)
     """Continuous actions: the Gaussian's initial log standard deviation (learned, one per action dimension)."""
+    encoders: Dict[str, Any] = param({})
+    """Dict or Tuple observations: the encoder settings per key (``policies.encoders.EncoderParams``, nested
+    mappings by key path, e.g. ``{"image": {"type": "cnn"}}``); keys not named get "auto". The keys' encoders form
+    one torso shared by actor and critic (``ppo_lstm``: each core's, before its ``encoder_hidden_size_list``).
+    Unused by Box observations."""
 
 
 @dataclass
@@ -168,13 +185,15 @@ class PPOPolicy(Policy):
         super().__init__(cfg, observation_space, action_space, device)
         params = self.params
         obs_shape, action_dim, self.continuous = space_dims(observation_space, action_space, params.type or "ppo",
-                                                            images=True)
-        self._image = len(obs_shape) == 3
+                                                            images=True, structured=True)
+        self._structured = obs_shape is None  # Dict/Tuple observations: trees, encoded key by key
+        self._image = not self._structured and len(obs_shape) == 3
+        self._masked = observation_has_mask(observation_space, action_space, self.algo)
         model_cfg = cfg["model"]
-        resolve_shape(model_cfg, "obs_shape", observation_space.shape, self.algo, f"observation shape "
-                      f"{observation_space.shape}")
+        model_observation(model_cfg, observation_space, obs_shape, self.algo)
         resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
-        self.model = self.placement.build(lambda: self._make_model(obs_shape, action_dim))
+        model_obs = observation_space if self._structured else obs_shape
+        self.model = self.placement.build(lambda: self._make_model(model_obs, action_dim))
         learn = params.learn
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self.algo,
                                                  eps=1e-5)
@@ -195,23 +214,31 @@ class PPOPolicy(Policy):
         if params.reward_norm:
             self.normalisation.reward_norm = RunningObsNorm((), params.reward_norm_clip,
                                                             name="policy.reward_norm_clip").to(self.device)
-        self._running_return: Optional[torch.Tensor] = None  # each env's discounted return so far (reward_norm)
 
-    def _make_model(self, obs_shape: tuple, action_dim: int) -> torch.nn.Module:
-        """The actor-critic of ``policy.model`` (a recurrent one for ``ppo_lstm``)."""
+    def _make_model(self, obs: Union[tuple, gym.Space], action_dim: int) -> torch.nn.Module:
+        """The actor-critic of ``policy.model`` (a recurrent one for ``ppo_lstm``) for ``obs``: a Box
+        observation's shape, or a Dict/Tuple observation space (``policy.model.encoders``)."""
         model = self.params.model
-        return ActorCritic(obs_shape, action_dim, model.actor_head_hidden_size_list,
-                           model.critic_head_hidden_size_list, self.continuous, model.init_log_std)
+        return ActorCritic(obs, action_dim, model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
+                           self.continuous, model.init_log_std, encoders=model.encoders)
+
+    def _mask(self, obs: Obs) -> Optional[torch.Tensor]:
+        """The ``[B, A]`` legal-action mask of observations already on their device (``[B, L, A]`` for a recurrent
+        policy's sequences), or None where the observations carry none. Read outside the hot paths, so that a
+        compiled one takes a tensor and never looks up a tree's key."""
+        return action_mask(obs) if self._masked else None
 
     # ---- distributions ---------------------------------------------------------------------------
-    def _dist(self, head: Any) -> torch.distributions.Distribution:
+    def _dist(self, head: Any, mask: Optional[torch.Tensor] = None) -> torch.distributions.Distribution:
         """The action distribution of a head, without argument validation: it reads a check's result back to the
         host at each construction and each ``log_prob`` (a wait for a GPU per vector step and per update;
-        tests/middleware/test_device_collector.py counts them)."""
+        tests/middleware/test_device_collector.py counts them). With a legal-action ``mask`` (discrete only) the
+        illegal actions get probability 0 (``policies.masks.masked_logits``): samples, log-probs and the entropy
+        are those of the legal actions, in acting and in the loss alike (sb3-contrib's ``MaskablePPO``)."""
         if self.continuous:
             mean, log_std = head
             return Normal(mean, log_std.exp(), validate_args=False)
-        return Categorical(logits=head, validate_args=False)
+        return Categorical(logits=masked_logits(head, mask), validate_args=False)
 
     def _log_prob(self, dist: torch.distributions.Distribution, action: torch.Tensor) -> torch.Tensor:
         logp = dist.log_prob(action)
@@ -240,8 +267,10 @@ class PPOPolicy(Policy):
         returns = rows(batch.returns.to(dev).float())
         logp_old = rows(batch.logp.to(dev).float())
         value_old = rows(batch.value.to(dev).float()) if self._value_clip else None
+        mask = self._mask(inputs[0])  # the stored observations' masks: the distribution they were acted from
+        mask = None if mask is None else rows(mask)
 
-        loss, stats = self._loss(inputs, action, adv, returns, logp_old, value_old)
+        loss, stats = self._loss(inputs, action, adv, returns, logp_old, value_old, mask)
         self.optimizer_step.step(loss, self._grad_clip)
         if self._adaptive_lr and "approx_kl" in stats:
             self._epoch_kls.append(stats["approx_kl"])
@@ -279,13 +308,14 @@ class PPOPolicy(Policy):
 
     @hot_path("learn")
     def _loss(self, inputs: tuple, action: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor,
-              logp_old: torch.Tensor, value_old: Optional[torch.Tensor]) -> tuple:
+              logp_old: torch.Tensor, value_old: Optional[torch.Tensor], mask: Optional[torch.Tensor] = None) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``; the
         advantages arrive normalised (``normalise_advantages``: its collective stays out of the compiled
         graph). One forward of the learn model on ``inputs`` (``_learn_inputs``), so that a DDP wrapper sees
-        one forward and one backward per update."""
+        one forward and one backward per update. ``mask``: the legal actions of each row, whose masked
+        distribution gives the log-probs and the entropy (``_dist``)."""
         head, value = self.learn_model(*inputs)
-        dist = self._dist(head)
+        dist = self._dist(head, mask)
         logp = self._log_prob(dist, action)
         policy_loss, stats = self._policy_loss(logp, logp_old, adv)
         if value_old is not None:  # learn.value_clip
@@ -300,19 +330,22 @@ class PPOPolicy(Policy):
 
     # ---- act -------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _forward_collect(self, obs: torch.Tensor, random: bool = False) -> Dict[str, torch.Tensor]:
+    def _forward_collect(self, obs: Obs, random: bool = False) -> Dict[str, torch.Tensor]:
         """Sample an action; also return its log-prob and the state value, for GAE and the ratio. A continuous
         action goes to the env clipped to the bounds (``action``) and is learned from as sampled
         (``raw_action``)."""
-        action, logp, value = self._sample(self.placement.actor("collect"), self._obs(obs, "collect"))
+        obs = self._obs(obs, "collect")
+        action, logp, value = self._sample(self.placement.actor("collect"), obs, self._mask(obs))
         out = {"action": action, "logp": logp, "value": value}
         if self.continuous:
             out["raw_action"], out["action"] = action, self._in_bounds(action)
         return out
 
     @torch.inference_mode()
-    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, torch.Tensor]:
-        action = self._mode_action(self.placement.actor("eval"), self._obs(obs, "eval"))
+    def _forward_eval(self, obs: Obs) -> Dict[str, torch.Tensor]:
+        """The most likely action (of the legal ones, where the observations carry a mask)."""
+        obs = self._obs(obs, "eval")
+        action = self._mode_action(self.placement.actor("eval"), obs, self._mask(obs))
         return {"action": self._in_bounds(action) if self.continuous else action}
 
     def _in_bounds(self, action: torch.Tensor) -> torch.Tensor:
@@ -321,8 +354,9 @@ class PPOPolicy(Policy):
         return torch.clamp(action, low, high)
 
     def greedy_module(self) -> torch.nn.Module:
-        """The most likely action: ``argmax`` of the logits, or the Gaussian mean clipped to the bounds
-        (``Policy.greedy_module``)."""
+        """The most likely action: ``argmax`` of the logits (over the legal actions where the observations carry a
+        mask), or the Gaussian mean clipped to the bounds (``Policy.greedy_module``). Dict/Tuple observations:
+        the module takes the tree (``baton export`` refuses them: its formats take one tensor)."""
         if self.continuous:
             return GreedyActor(ActorOut(self.model), discrete=False, image=self._image, low=self._low, high=self._high,
                                preprocess=self.normalisation.frozen_obs_norm())
@@ -330,32 +364,37 @@ class PPOPolicy(Policy):
                            preprocess=self.normalisation.frozen_obs_norm())
 
     @torch.inference_mode()
-    def _value(self, obs: torch.Tensor) -> torch.Tensor:
+    def _value(self, obs: Obs) -> torch.Tensor:
         """V(obs) for a batch of observations (GAE bootstraps from it), on ``obs``'s device (where the rollout
         is: the host for gymnasium envs, a device env's device)."""
-        return self._state_value(self.placement.actor("collect"), self._obs(obs, "collect")).to(obs.device)
+        value = self._state_value(self.placement.actor("collect"), self._obs(obs, "collect"))
+        return value.to(first_leaf(obs).device)
 
     # the acting hot paths (compiled with policy.compile)
     @hot_path("collect")
-    def _sample(self, model: torch.nn.Module, obs: torch.Tensor) -> tuple:
+    def _sample(self, model: torch.nn.Module, obs: Obs, mask: Optional[torch.Tensor] = None) -> tuple:
         head, value = model(obs)
-        dist = self._dist(head)
+        dist = self._dist(head, mask)
         action = dist.sample()
         return action, self._log_prob(dist, action), value
 
     @hot_path("eval", name="mode")
-    def _mode_action(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    def _mode_action(self, model: torch.nn.Module, obs: Obs, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         head, _ = model(obs)
-        return head[0] if self.continuous else head.argmax(dim=-1)
+        return head[0] if self.continuous else masked_argmax(head, mask)
 
     @hot_path("collect", name="value")
-    def _state_value(self, model: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    def _state_value(self, model: torch.nn.Module, obs: Obs) -> torch.Tensor:
         return model.value(obs)
 
-    def _obs(self, obs: torch.Tensor, mode: str = "learn") -> torch.Tensor:
+    def _obs(self, obs: Obs, mode: str = "learn") -> Obs:
         """Observations on ``mode``'s device: float vectors (normalised with ``policy.obs_norm``), uint8 frames
-        left to the CNN."""
-        obs = obs.to(self.device if mode == "learn" else self.mode_devices[mode])
+        left to the CNN; a tree (Dict/Tuple observations) moved as it is, each key cast by its encoder (an image
+        stays uint8, an index an integer), its vector keys normalised (``policies.keyed_obs_norm.KeyedObsNorm``)."""
+        device = self.device if mode == "learn" else self.mode_devices[mode]
+        if self._structured:
+            return self.normalisation.norm_obs(to_device(obs, device))
+        obs = obs.to(device)
         return obs if self._image else self.normalisation.norm_obs(obs.float())
 
     # ---- reward scaling (policy.reward_norm) ------------------------------------------------------
@@ -364,28 +403,10 @@ class PPOPolicy(Policy):
         """Whether ``policy.reward_norm`` is on (the GAE stage then calls ``scale_rewards``)."""
         return self.normalisation.reward_norm is not None
 
-    @torch.no_grad()
     def scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-        """A time-major ``[T, E]`` rollout's rewards divided by the running standard deviation of the
-        discounted return and clipped (module docstring), with the statistics as they stood before it; its
-        discounted returns (SB3's ``VecNormalize``: ``G = gamma G + r``, 0 again after an episode's end)
-        join the pending statistics, merged after the learner (``merge_statistics``)."""
-        reward_norm = self.normalisation.reward_norm
-        if reward_norm is None:
-            return reward
-        shape = tuple(reward.shape[1:])
-        running = self._running_return
-        if running is None or tuple(running.shape) != shape or running.device != reward.device:
-            running = torch.zeros(shape, dtype=torch.float64, device=reward.device)
-        returns = torch.empty(reward.shape, dtype=torch.float64, device=reward.device)
-        not_done = ~done.bool()
-        for t in range(len(reward)):
-            running = running * self._gamma + reward[t]
-            returns[t] = running
-            running = running * not_done[t]
-        self._running_return = running
-        reward_norm.observe(returns.reshape(-1))
-        return reward_norm.scale(reward)
+        """A time-major ``[T, E]`` rollout's rewards scaled by the running return's deviation
+        (``Normalisation.scale_rewards``, at this policy's discount)."""
+        return self.normalisation.scale_rewards(reward, done, self._gamma)
 
     # ---- state -----------------------------------------------------------------------------------
     def optimizer_settings(self) -> List[Dict[str, float]]:
@@ -422,27 +443,3 @@ def normalise_advantages(adv: torch.Tensor) -> torch.Tensor:
     mean = total / count
     std = ((squares - count * mean * mean).clamp_min(0) / (count - 1)).sqrt()  # unbiased, as Tensor.std
     return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + 1e-8)
-
-
-@dataclass
-class A2CParams(PPOParams):
-    """A2C's ``policy`` section: PPO's, with one pass over each collect as one minibatch."""
-
-    learn: PPOLearnParams = section(PPOLearnParams, epoch_per_collect=1, batch_size=80, learning_rate=7e-4,
-                                    entropy_weight=0.01)
-    """One epoch over each collect in one minibatch (``batch_size`` = ``collect.n_sample``), at 7e-4 and with an
-    entropy bonus of 0.01; ``clip_ratio`` serves ``value_clip`` only."""
-    collect: PPOCollectParams = section(PPOCollectParams, n_sample=80, gae_lambda=1.0)
-    """Short rollouts (80 transitions per collect, over all collector envs), advantages from the rewards to each
-    rollout's end (``gae_lambda=1``: A2C's n-step returns)."""
-
-
-@POLICY_REGISTRY.register("a2c")
-class A2CPolicy(PPOPolicy):
-    """Advantage actor-critic (``type='a2c'``): the unclipped policy gradient, one pass per collect."""
-
-    algo = "A2C"
-    Params = A2CParams
-
-    def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor) -> tuple:
-        return -(logp * adv).mean(), {}

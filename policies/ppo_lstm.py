@@ -18,6 +18,10 @@ normalised over every rank's minibatch); what differs is where the memory lives 
   the acting forward exactly (tests/policies/test_ppo_lstm.py). One forward and one backward per update, so
   DDP wraps it like any model (``baton check-ddp``).
 
+Dict and Tuple observations and legal-action masks are PPO's (``policies.ppo``): each core's encoder starts with
+the keys' encoders (``policy.model.encoders``), and a sequence's stored observations hold the masks its actions
+were sampled under, which the loss's distribution uses.
+
 Checkpoints hold the model and optimizer, as PPO's. The acting memory is not kept: a resumed run restarts its
 envs' episodes (an env's state is not in a checkpoint either), and an episode starts from zero memory.
 ``baton export`` refuses this policy: its action depends on a memory that a one-input module cannot carry.
@@ -26,10 +30,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
+import gymnasium as gym
 import torch
 
+from data.obs import Obs, first_leaf
 from data.sequences import SequenceError, check_seq_len
 from engine.config import ConfigError
 from engine.params import param, section
@@ -37,6 +43,7 @@ from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
 from .greedy import NotExportableError
+from .masks import masked_argmax
 from .models import RNN_TYPES, RecurrentActorCritic
 from .ppo import PPOLearnParams, PPOModelParams, PPOParams, PPOPolicy
 
@@ -48,7 +55,8 @@ class PPOLSTMModelParams(PPOModelParams):
     """PPO-LSTM's ``model`` section: PPO's heads after a recurrent core (``policies.models.RecurrentActorCritic``)."""
 
     encoder_hidden_size_list: List[int] = param([64])
-    """The MLP (a Nature CNN and an MLP for image observations) before the recurrent layer."""
+    """The MLP (a Nature CNN and an MLP for image observations; the keys' encoders and an MLP for Dict or Tuple
+    observations) before the recurrent layer."""
     rnn_type: str = param("lstm", choices=RNN_TYPES)
     """The recurrent cell: "lstm" or "gru"."""
     hidden_size: int = param(64)
@@ -105,12 +113,12 @@ class PPOLSTMPolicy(PPOPolicy):
         envs = int(cfg["env"]["collector_env_num"])
         check_sequences(policy["model"], policy["learn"], math.ceil(int(policy["collect"]["n_sample"]) / envs), envs)
 
-    def _make_model(self, obs_shape: tuple, action_dim: int) -> torch.nn.Module:
+    def _make_model(self, obs: Union[tuple, gym.Space], action_dim: int) -> torch.nn.Module:
         model = self.params.model
-        return RecurrentActorCritic(obs_shape, action_dim, model.encoder_hidden_size_list, model.rnn_type,
+        return RecurrentActorCritic(obs, action_dim, model.encoder_hidden_size_list, model.rnn_type,
                                     model.hidden_size, model.actor_head_hidden_size_list,
                                     model.critic_head_hidden_size_list, self.continuous, model.init_log_std,
-                                    model.shared_core)
+                                    model.shared_core, encoders=model.encoders)
 
     # ---- memory --------------------------------------------------------------------------------------
     def initial_state_on(self, mode: str) -> Callable[[int], torch.Tensor]:
@@ -136,47 +144,53 @@ class PPOLSTMPolicy(PPOPolicy):
 
     # ---- act -----------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _forward_collect(self, obs: torch.Tensor, state: Optional[torch.Tensor] = None,
+    def _forward_collect(self, obs: Obs, state: Optional[torch.Tensor] = None,
                          random: bool = False) -> Dict[str, torch.Tensor]:
-        """Sample an action from each env's memory ``state``; also return its log-prob, the state value, the
-        memory it acted from (``state``, stored with the step) and the next one (``next_state``)."""
+        """Sample an action from each env's memory ``state`` (among the legal ones, where the observations carry
+        a mask); also return its log-prob, the state value, the memory it acted from (``state``, stored with the
+        step) and the next one (``next_state``)."""
         state = self._state(state, "collect")
-        action, logp, value, next_state = self._sample_step(self.placement.actor("collect"), self._obs(obs, "collect"),
-                                                            state)
+        obs = self._obs(obs, "collect")
+        action, logp, value, next_state = self._sample_step(self.placement.actor("collect"), obs, state,
+                                                            self._mask(obs))
         out = {"action": action, "logp": logp, "value": value, "state": state, "next_state": next_state}
         if self.continuous:
             out["raw_action"], out["action"] = action, self._in_bounds(action)
         return out
 
     @torch.inference_mode()
-    def _forward_eval(self, obs: torch.Tensor, state: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
-        """The most likely action from each env's memory; ``next_state`` for the loop to carry."""
+    def _forward_eval(self, obs: Obs, state: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
+        """The most likely (legal) action from each env's memory; ``next_state`` for the loop to carry."""
         state = self._state(state, "eval")
-        action, next_state = self._mode_step(self.placement.actor("eval"), self._obs(obs, "eval"), state)
+        obs = self._obs(obs, "eval")
+        action, next_state = self._mode_step(self.placement.actor("eval"), obs, state, self._mask(obs))
         return {"action": self._in_bounds(action) if self.continuous else action, "next_state": next_state}
 
     @torch.inference_mode()
-    def _value(self, obs: torch.Tensor, state: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _value(self, obs: Obs, state: Optional[torch.Tensor] = None) -> torch.Tensor:
         """V(obs) from the memory ``state`` each row had before it (GAE passes the steps' ``next_state``), on
         ``obs``'s device."""
         state = self._state(state, "collect")
-        return self._state_value_from(self.placement.actor("collect"), self._obs(obs, "collect"), state).to(obs.device)
+        value = self._state_value_from(self.placement.actor("collect"), self._obs(obs, "collect"), state)
+        return value.to(first_leaf(obs).device)
 
     # the acting hot paths (compiled with policy.compile)
     @hot_path("collect", name="sample")
-    def _sample_step(self, model: torch.nn.Module, obs: torch.Tensor, state: torch.Tensor) -> tuple:
+    def _sample_step(self, model: torch.nn.Module, obs: Obs, state: torch.Tensor,
+                     mask: Optional[torch.Tensor] = None) -> tuple:
         head, value, next_state = model.step(obs, state)
-        dist = self._dist(head)
+        dist = self._dist(head, mask)
         action = dist.sample()
         return action, self._log_prob(dist, action), value, next_state
 
     @hot_path("eval", name="mode")
-    def _mode_step(self, model: torch.nn.Module, obs: torch.Tensor, state: torch.Tensor) -> tuple:
+    def _mode_step(self, model: torch.nn.Module, obs: Obs, state: torch.Tensor,
+                   mask: Optional[torch.Tensor] = None) -> tuple:
         head, _, next_state = model.step(obs, state)
-        return (head[0] if self.continuous else head.argmax(dim=-1)), next_state
+        return (head[0] if self.continuous else masked_argmax(head, mask)), next_state
 
     @hot_path("collect", name="value")
-    def _state_value_from(self, model: torch.nn.Module, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    def _state_value_from(self, model: torch.nn.Module, obs: Obs, state: torch.Tensor) -> torch.Tensor:
         return model.value(obs, state)
 
     def greedy_module(self) -> torch.nn.Module:

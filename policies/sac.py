@@ -29,18 +29,19 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from data.obs import Obs, num_rows
 from data.replay import PrioritizedReplayParams
 from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import Policy, resolve_shape, space_dims
+from .base import Policy
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor, TanhMean
-from .models import SquashedGaussianActor, TwinQ
+from .continuous_models import ObsInput, SquashedGaussianActor, TwinQ
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
-from .td3 import ActorCriticModelParams
+from .td3 import EncodedActorCriticModelParams, model_input, model_obs
 
 __all__ = ["SACPolicy", "SACModel", "sac_target", "SACParams", "SACLearnParams", "SACOtherParams"]
 
@@ -53,16 +54,18 @@ def sac_target(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.T
 
 
 class SACModel(nn.Module):
-    """Actor, twin critic and the log of the entropy temperature, used through one ``forward``."""
+    """Actor, twin critic and the log of the entropy temperature, used through one ``forward``. ``obs``: a flat
+    observation's size, or a Dict/Tuple observation space, for which the actor and the critic each have their
+    own encoder (``policies.continuous_models.TwinQ`` says why), configured by ``encoders`` (``policy.model.encoders``)."""
 
-    def __init__(self, obs_dim: int, action_dim: int, actor_hidden: Any, critic_hidden: Any, init_alpha: float,
-                 auto_alpha: bool) -> None:
+    def __init__(self, obs: ObsInput, action_dim: int, actor_hidden: Any, critic_hidden: Any, init_alpha: float,
+                 auto_alpha: bool, encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
-        self.actor = SquashedGaussianActor(obs_dim, action_dim, actor_hidden)
-        self.critic = TwinQ(obs_dim, action_dim, critic_hidden)
+        self.actor = SquashedGaussianActor(obs, action_dim, actor_hidden, encoders)
+        self.critic = TwinQ(obs, action_dim, critic_hidden, encoders)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)), requires_grad=auto_alpha)
 
-    def sample(self, obs: torch.Tensor) -> tuple:
+    def sample(self, obs: Any) -> tuple:
         """A reparameterized squashed sample in (-1, 1) and its log-probability."""
         mean, log_std = self.actor(obs)
         std = log_std.exp()
@@ -73,13 +76,18 @@ class SACModel(nn.Module):
         logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
         return action, logp
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor):
+    def forward(self, obs: Any, action: torch.Tensor, next_obs: Any):
+        """The critics' Q of the batch's actions, the actor's reparameterized sample of ``obs`` rated by the
+        critics with their parameters detached, and the actor's sample of ``next_obs`` (no gradient). The
+        critic encodes ``obs`` once; the sample is rated on those features detached, which is exact (they do
+        not depend on the actor)."""
         with torch.no_grad():
             next_action, next_logp = self.sample(next_obs)
-        q1, q2 = self.critic(obs, action)
+        features = self.critic.encode(obs)
+        q1, q2 = self.critic(features, action, encoded=True)
         new_action, new_logp = self.sample(obs)
         frozen = {name: p.detach() for name, p in self.critic.named_parameters()}
-        q1_new, q2_new = functional_call(self.critic, frozen, (obs, new_action))
+        q1_new, q2_new = functional_call(self.critic, frozen, (features.detach(), new_action), {"encoded": True})
         return q1, q2, new_logp, torch.min(q1_new, q2_new), next_action, next_logp
 
 
@@ -129,8 +137,8 @@ class SACParams(OffPolicyParams):
     priority_IS_weight: bool = param(False)
     """With ``priority``: weight each transition's critic loss by its importance-sampling weight
     (``other.replay_buffer.beta``), against the bias of prioritized sampling."""
-    model: ActorCriticModelParams = section(ActorCriticModelParams)
-    """The actor (a squashed Gaussian) and the two critics."""
+    model: EncodedActorCriticModelParams = section(EncodedActorCriticModelParams)
+    """The actor (a squashed Gaussian) and the two critics, with the encoders of a Dict observation."""
     learn: SACLearnParams = section(SACLearnParams)
     """The update: batch, learning rates, targets, entropy temperature."""
     collect: CollectParams = section(CollectParams, n_sample=1)
@@ -153,16 +161,13 @@ class SACPolicy(Policy):
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
-        (obs_dim,), action_dim, _ = space_dims(observation_space, action_space, "sac", continuous=True)
+        obs_in, action_dim = model_input(cfg, observation_space, action_space, "sac")
         model, learn = self.params.model, self.params.learn
-        resolve_shape(cfg["model"], "obs_shape", observation_space.shape, "sac",
-                      f"observation shape {observation_space.shape}")
-        resolve_shape(cfg["model"], "action_shape", action_dim, "sac", f"action space {action_space}")
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ValueError(f"policy 'sac' needs a bounded action space, got {action_space}")
         self.model = self.placement.build(lambda: SACModel(
-            obs_dim, action_dim, model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
-            float(learn.alpha), bool(learn.auto_alpha)))
+            obs_in, action_dim, model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
+            float(learn.alpha), bool(learn.auto_alpha), model.encoders))
         self._target_critic = copy.deepcopy(self.model.critic).requires_grad_(False)
         # one group per setting: the temperature's only with auto_alpha (zip stops at the settings)
         params = [self.model.critic.parameters(), self.model.actor.parameters(), [self.model.log_alpha]]
@@ -180,8 +185,8 @@ class SACPolicy(Policy):
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
-        obs = self.normalisation.norm_obs(batch.obs.to(dev).float())
-        next_obs = self.normalisation.norm_obs(batch.next_obs.to(dev).float())
+        obs = model_obs(batch.obs, dev, self.normalisation)
+        next_obs = model_obs(batch.next_obs, dev, self.normalisation)
         action = (batch.action.to(dev).float() - self._bias.to(dev)) / self._scale.to(dev)
         reward = batch.reward.to(dev).float()
         discount = batch.discount.to(dev).float()
@@ -217,24 +222,24 @@ class SACPolicy(Policy):
 
     # ---- act -------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _forward_collect(self, obs: torch.Tensor, random: bool = False) -> Dict[str, torch.Tensor]:
+    def _forward_collect(self, obs: Obs, random: bool = False) -> Dict[str, torch.Tensor]:
         """A sample of the squashed Gaussian in env units; uniform over the bounds when ``random``; drawn on the
         collect device."""
         device = self.mode_devices["collect"]
         if random:
             generator = self._generators.on(device)
-            squashed = 2 * torch.rand((len(obs), self._action_dim), generator=generator, device=device) - 1
+            squashed = 2 * torch.rand((num_rows(obs), self._action_dim), generator=generator, device=device) - 1
         else:
             squashed = self._sample(self.placement.actor("collect"), self._obs(obs, "collect"))
         return {"action": self._to_env(squashed)}
 
     @torch.inference_mode()
-    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, torch.Tensor]:
+    def _forward_eval(self, obs: Obs) -> Dict[str, torch.Tensor]:
         return {"action": self._to_env(self._mean_action(self.placement.actor("eval"), self._obs(obs, "eval")))}
 
-    def _obs(self, obs: torch.Tensor, mode: str) -> torch.Tensor:
-        """Acting observations as normalised float tensors on ``mode``'s device."""
-        return self.normalisation.norm_obs(obs.to(self.mode_devices[mode]).float())
+    def _obs(self, obs: Any, mode: str) -> Any:
+        """Acting observations as the networks take them on ``mode``'s device (``policies.td3.model_obs``)."""
+        return model_obs(obs, self.mode_devices[mode], self.normalisation)
 
     def _to_env(self, squashed: torch.Tensor) -> torch.Tensor:
         """Squashed actions in (-1, 1) in env units, on their device."""

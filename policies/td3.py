@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from data.obs import Obs, num_rows, to_device, to_plain
 from data.replay import ReplayBufferParams
 from engine.distributed import get_rank, get_world_size
 from engine.params import Params, param, section
@@ -56,34 +57,39 @@ from .accel import hot_path
 from .base import Policy, SpaceMismatchError, resolve_shape, space_dims
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor
-from .models import DeterministicActor, SingleQ, TwinQ
+from .continuous_models import DeterministicActor, ObsInput, SingleQ, TwinQ
+from .normalisation import Normalisation
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
+from .spaces import model_observation
 
 __all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise", "TD3Params", "DDPGParams",
            "ActorCriticModelParams", "TD3ModelParams", "TD3UpdateParams", "TD3LearnParams", "TD3CollectParams",
-           "TD3OtherParams"]
+           "TD3OtherParams", "EncodedActorCriticModelParams", "model_input", "model_obs"]
 
 
 class TD3Model(nn.Module):
     """The deterministic actor ``tanh(mu(s))`` and two critics (one with ``twin_critic=False``), used
-    through one ``forward``."""
+    through one ``forward``. ``obs``: a flat observation's size, or a Dict/Tuple observation space, for which
+    the actor and the critics each have their own encoder (``policies.continuous_models.TwinQ`` says why), configured by
+    ``encoders`` (``policy.model.encoders``)."""
 
-    def __init__(self, obs_dim: int, action_dim: int, actor_hidden: Any, critic_hidden: Any,
-                 twin_critic: bool = True) -> None:
+    def __init__(self, obs: ObsInput, action_dim: int, actor_hidden: Any, critic_hidden: Any,
+                 twin_critic: bool = True, encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
-        self.actor = DeterministicActor(obs_dim, action_dim, actor_hidden)
-        self.critic = (TwinQ if twin_critic else SingleQ)(obs_dim, action_dim, critic_hidden)
+        self.actor = DeterministicActor(obs, action_dim, actor_hidden, encoders)
+        self.critic = (TwinQ if twin_critic else SingleQ)(obs, action_dim, critic_hidden, encoders)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> Tuple[Tuple[torch.Tensor, ...], torch.Tensor,
-                                                                          torch.Tensor]:
+    def forward(self, obs: Obs, action: torch.Tensor) -> Tuple[Tuple[torch.Tensor, ...], torch.Tensor, torch.Tensor]:
         """``(Q_i(s, a) for each critic)``, ``pi(s)`` and ``Q1(s, pi(s))`` through the first critic's parameters
-        detached (so the actor loss moves the actor only)."""
-        qs = self.critic(obs, action)
+        detached (so the actor loss moves the actor only). The critic encodes ``obs`` once: ``Q1(s, pi(s))``
+        takes those features detached, which is exact (they do not depend on the actor)."""
+        features = self.critic.encode(obs)
+        qs = self.critic(features, action, encoded=True)
         pi = self.actor(obs)
         frozen = {name: p.detach() for name, p in self.critic.q1.named_parameters()}
-        q_pi = functional_call(self.critic.q1, frozen, (torch.cat([obs, pi], dim=-1),)).squeeze(-1).float()
-        return qs, pi, q_pi
+        q_pi = functional_call(self.critic.q1, frozen, (torch.cat([features.detach(), pi], dim=-1),))
+        return qs, pi, q_pi.squeeze(-1).float()
 
 
 def smoothing_noise(generator: torch.Generator, rows: int, cols: int, std: float, clip: float, rank: int = 0,
@@ -102,10 +108,39 @@ def smoothing_noise(generator: torch.Generator, rows: int, cols: int, std: float
     return (noise[rank * rows:(rank + 1) * rows] * std).clamp_(-clip, clip)
 
 
+def model_input(cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space, algo: str,
+                structured: bool = True) -> Tuple[ObsInput, int]:
+    """What an actor-critic model of SAC, TD3 or DDPG is built for: the size of a flat observation, or a Dict or
+    Tuple observation space itself (where ``structured``: the model encodes it key by key), and the action
+    dimension; ``cfg.model.obs_shape`` and ``action_shape`` filled from the env or checked against it.
+
+    Raises:
+        SpaceMismatchError: a space the algorithm does not take, or a declared shape that does not fit (a Dict
+            observation has no shape to declare).
+    """
+    obs_shape, action_dim, _ = space_dims(observation_space, action_space, algo, continuous=True,
+                                          structured=structured)
+    model_observation(cfg["model"], observation_space, obs_shape, algo)  # cfg.model.obs_shape filled or checked
+    obs_in: ObsInput = observation_space if obs_shape is None else int(obs_shape[0])
+    resolve_shape(cfg["model"], "action_shape", action_dim, algo, f"action space {action_space}")
+    return obs_in, action_dim
+
+
+def model_obs(obs: Obs, device: torch.device, normalisation: Normalisation) -> Any:
+    """Observations as the networks take them, on ``device`` and normalised (``policy.obs_norm``): a flat one
+    as a float tensor; a tree (a Dict/Tuple observation) as nested plain dicts of its leaves in their own
+    dtypes. Why not cast a tree: its encoders cast each key themselves (an image stays uint8 until scaled);
+    why plain dicts: ``torch.compile`` traces them (a treetensor is opaque to it, ``policies.encoders``), so the
+    hot paths compile with either kind of observation."""
+    if isinstance(obs, torch.Tensor):
+        return normalisation.norm_obs(obs.to(device).float())
+    return normalisation.norm_obs(to_plain(to_device(obs, device)))
+
+
 @dataclass
 class ActorCriticModelParams(Params):
-    """``policy.model`` of an MLP actor and MLP critics: SAC's and TD3+BC's (two critics), and the base of TD3's
-    and DDPG's."""
+    """``policy.model`` of an MLP actor and MLP critics: TD3+BC's (two critics, flat observations: it learns
+    from a dataset of vectors), and the base of ``EncodedActorCriticModelParams``."""
 
     obs_shape: Optional[Union[int, List[int]]] = param(None)
     """None: taken from the env's observation space (and recorded in the run's config); given: checked
@@ -120,7 +155,19 @@ class ActorCriticModelParams(Params):
 
 
 @dataclass
-class TD3ModelParams(ActorCriticModelParams):
+class EncodedActorCriticModelParams(ActorCriticModelParams):
+    """``policy.model`` of SAC, TD3 and DDPG: ``ActorCriticModelParams`` and the encoders of a Dict or Tuple
+    observation."""
+
+    encoders: Dict[str, Any] = param({})
+    """Per-key encoder settings of a Dict or Tuple observation (``policies.encoders.EncoderParams`` under
+    each key, nested keys as nested mappings, e.g. ``{"image": {"type": "cnn"}}``); a key not named gets
+    "auto". The actor and the critics each build their encoders from them, before their hidden layers. Unused
+    for a Box observation."""
+
+
+@dataclass
+class TD3ModelParams(EncodedActorCriticModelParams):
     """TD3's and DDPG's ``policy.model``."""
 
     twin_critic: bool = param(True)
@@ -212,17 +259,16 @@ class TD3Policy(Policy):
     supports_obs_norm = True
     #: the registered name and the label of messages (subclasses set their own)
     algo, label = "td3", "TD3"
+    #: Dict/Tuple observations are encoded key by key (``policy.model.encoders``)
+    structured_obs = True
     Params = TD3Params
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         self._check_action_space(action_space)
-        (obs_dim,), action_dim, _ = space_dims(observation_space, action_space, self.algo, continuous=True)
+        obs_in, action_dim = model_input(cfg, observation_space, action_space, self.algo, self.structured_obs)
         model, learn = self.params.model, self.params.learn
-        resolve_shape(cfg["model"], "obs_shape", observation_space.shape, self.algo,
-                      f"observation shape {observation_space.shape}")
-        resolve_shape(cfg["model"], "action_shape", action_dim, self.algo, f"action space {action_space}")
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise SpaceMismatchError(f"policy {self.algo!r} needs a bounded action space (its actions are scaled "
                                      f"to the bounds), got {action_space}")
@@ -231,7 +277,9 @@ class TD3Policy(Policy):
                              f"got {learn.target_theta}")
         twin = getattr(model, "twin_critic", True)  # TD3+BC's model has no such key: two critics
         actor_hidden, critic_hidden = model.actor_head_hidden_size_list, model.critic_head_hidden_size_list
-        self.model = self.placement.build(lambda: TD3Model(obs_dim, action_dim, actor_hidden, critic_hidden, twin))
+        encoders = getattr(model, "encoders", None)  # TD3+BC's model has none: flat observations
+        self.model = self.placement.build(lambda: TD3Model(obs_in, action_dim, actor_hidden, critic_hidden, twin,
+                                                           encoders))
         self._target_model = copy.deepcopy(self.model).requires_grad_(False)
         self._actor_params = list(self.model.actor.parameters())
         params = [self.model.critic.parameters(), self._actor_params]
@@ -261,8 +309,8 @@ class TD3Policy(Policy):
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
-        norm_obs = self.normalisation.norm_obs
-        obs, next_obs = norm_obs(batch.obs.to(dev).float()), norm_obs(batch.next_obs.to(dev).float())
+        obs = model_obs(batch.obs, dev, self.normalisation)
+        next_obs = model_obs(batch.next_obs, dev, self.normalisation)
         action = ((batch.action.to(dev).float() - self._learn_bias) / self._learn_scale).clamp(-1.0, 1.0)
         reward = batch.reward.to(dev).float()
         bootstrap = self._discount(batch) * (~batch.terminated.to(dev)).float()
@@ -317,9 +365,9 @@ class TD3Policy(Policy):
         return -q_pi.mean(), {}
 
     # ---- act -------------------------------------------------------------------------------------
-    def _act(self, obs: torch.Tensor, mode: str) -> torch.Tensor:
+    def _act(self, obs: Obs, mode: str) -> torch.Tensor:
         """``pi(obs)`` in (-1, 1), on ``mode``'s device."""
-        obs = self.normalisation.norm_obs(obs.to(self.mode_devices[mode]).float())
+        obs = model_obs(obs, self.mode_devices[mode], self.normalisation)
         with torch.inference_mode():
             return self._pi[mode](self.placement.actor(mode), obs)
 
@@ -328,7 +376,7 @@ class TD3Policy(Policy):
         """The acting forward (a hot path: ``policy.compile`` / ``policy.amp``)."""
         return model.actor(obs)
 
-    def _forward_collect(self, obs: torch.Tensor, random: bool = False,
+    def _forward_collect(self, obs: Obs, random: bool = False,
                          noise: Optional[float] = None) -> Dict[str, torch.Tensor]:
         """``pi(obs)`` plus Gaussian noise of std ``noise`` (default ``collect.noise_sigma``), clipped to the
         bounds, in env units; uniform over the bounds when ``random`` (the warm-up). Drawn on the collect
@@ -336,7 +384,7 @@ class TD3Policy(Policy):
         device = self.mode_devices["collect"]
         generator = self._generators.on(device)
         if random:
-            action = 2 * torch.rand((len(obs), self._action_dim), generator=generator, device=device) - 1
+            action = 2 * torch.rand((num_rows(obs), self._action_dim), generator=generator, device=device) - 1
             return {"action": self._to_env(action)}
         action = self._act(obs, "collect")
         sigma = self._explore_sigma if noise is None else float(noise)
@@ -345,7 +393,7 @@ class TD3Policy(Policy):
             action = (action + sigma * noise_draw).clamp(-1.0, 1.0)
         return {"action": self._to_env(action)}
 
-    def _forward_eval(self, obs: torch.Tensor) -> Dict[str, torch.Tensor]:
+    def _forward_eval(self, obs: Obs) -> Dict[str, torch.Tensor]:
         return {"action": self._to_env(self._act(obs, "eval"))}
 
     def _to_env(self, action: torch.Tensor) -> torch.Tensor:

@@ -85,6 +85,8 @@ class TD3BCPolicy(TD3Policy):
     pipeline = "offline"
     default_env_steps = None
     algo, label = "td3bc", "TD3+BC"
+    #: a dataset of vector observations (its model has no encoders)
+    structured_obs = False
 
     Params = TD3BCParams
 

@@ -10,6 +10,7 @@ from engine.params import Params, param
 from engine.protocols import Batch, Storage, require
 
 from ..batch import make_batch
+from ..obs import Obs, num_rows
 from .device import as_device
 from .samplers import Sampler, UniformSampler
 from .storage import RingStorage
@@ -127,7 +128,7 @@ class ReplayBuffer:
     def update_priority(self, idx: torch.Tensor, priority: torch.Tensor) -> None:
         self.sampler.update_priority(idx, priority)
 
-    def transitions(self) -> Tuple[Dict[str, torch.Tensor], Optional[torch.Tensor]]:
+    def transitions(self) -> Tuple[Dict[str, Obs], Optional[torch.Tensor]]:
         """Every stored transition, oldest first, with its sampling weight (None when uniform): what
         ``add_transitions`` takes, to split or merge buffers (a resume on another number of ranks).
 
@@ -141,9 +142,9 @@ class ReplayBuffer:
         idx = self.storage.chronological()
         return self.storage.gather(idx), self.sampler.weights(idx)
 
-    def add_transitions(self, fields: Dict[str, torch.Tensor], weights: Optional[torch.Tensor] = None) -> None:
+    def add_transitions(self, fields: Dict[str, Obs], weights: Optional[torch.Tensor] = None) -> None:
         """Store transitions ``transitions()`` returned, keeping their sampling weights."""
-        if not fields or not len(next(iter(fields.values()))):
+        if not fields or not num_rows(next(iter(fields.values()))):
             return
         idx = self.storage.extend(fields)
         self.sampler.on_extend(idx)

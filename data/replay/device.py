@@ -15,13 +15,15 @@ device memory it compares its bytes with the device's free memory (``ensure_fits
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
 from engine.config import ConfigError
 from engine.devices import parse_device
 from engine.host import host_memory_bytes
+
+from ..obs import Obs, map_leaves
 
 __all__ = ["ReplayMemoryError", "resolve_replay_device", "as_device", "host_path", "free_bytes", "ensure_fits",
            "PinnedStaging", "DeferredCheck"]
@@ -36,6 +38,9 @@ SIZE_KEY = "policy.other.replay_buffer.replay_buffer_size"
 #: memory for one copy costs more than it saves. Pushes of Pong stacks (28 KB a transition) up to about 2,300
 #: transitions are staged.
 PINNED_LIMIT_BYTES = 64 << 20
+
+#: a staging buffer's key: the field's name, or ``(field, *leaf path)`` for a leaf of a tree field
+_Key = Union[str, Tuple[str, ...]]
 
 
 class ReplayMemoryError(ConfigError):
@@ -145,13 +150,13 @@ class PinnedStaging:
         self.device = as_device(device)
         self.staged = not host_path(self.device)                     # host tensors pass through buffers
         self.pinned = self.staged and _can_pin(self.device)          # ... page-locked ones (async copies)
-        self._sets: List[Dict[str, torch.Tensor]] = [{} for _ in range(depth)]
+        self._sets: List[Dict[_Key, torch.Tensor]] = [{} for _ in range(depth)]
         self._copied: List[Optional[Any]] = [None] * depth          # events: the device has read set i
         self._turn = 0
 
-    def to_device(self, fields: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """``fields`` on the device: host tensors through one set of staging buffers, device tensors as
-        they are (or moved device to device)."""
+    def to_device(self, fields: Mapping[str, Obs]) -> Dict[str, Obs]:
+        """``fields`` (tensors, or trees of them) on the device: host tensors through one set of staging
+        buffers, device tensors as they are (or moved device to device)."""
         if not self.staged:
             return dict(fields)
         turn = self._turn % len(self._sets)
@@ -159,21 +164,26 @@ class PinnedStaging:
         if self._copied[turn] is not None:
             self._copied[turn].synchronize()
             self._copied[turn] = None
-        out = {}
-        for key, value in fields.items():
-            if value.device.type != "cpu" or value.numel() * value.element_size() > PINNED_LIMIT_BYTES:
-                out[key] = value.to(self.device)
-            else:
-                staging = self._buffer(self._sets[turn], key, value)
-                staging.copy_(value)
-                out[key] = torch.empty(value.shape, dtype=value.dtype, device=self.device).copy_(
-                    staging, non_blocking=self.pinned)
+        buffers = self._sets[turn]
+        # a tree field (a dictionary observation) is staged leaf by leaf, each leaf with a buffer of its own
+        out = {key: map_leaves(lambda leaf, path, key=key: self._stage(buffers, (key,) + path if path else key, leaf),
+                               value, with_path=True) for key, value in fields.items()}
         if self.pinned:
             self._copied[turn] = torch.cuda.Event()
             self._copied[turn].record(torch.cuda.current_stream(self.device))
         return out
 
-    def _buffer(self, buffers: Dict[str, torch.Tensor], key: str, value: torch.Tensor) -> torch.Tensor:
+    def _stage(self, buffers: Dict[_Key, torch.Tensor], key: _Key, value: torch.Tensor) -> torch.Tensor:
+        """One tensor on the device: a host one through its staging buffer (unless larger than
+        ``PINNED_LIMIT_BYTES``), a device one as it is (or moved device to device)."""
+        if value.device.type != "cpu" or value.numel() * value.element_size() > PINNED_LIMIT_BYTES:
+            return value.to(self.device)
+        staging = self._buffer(buffers, key, value)
+        staging.copy_(value)
+        return torch.empty(value.shape, dtype=value.dtype, device=self.device).copy_(staging,
+                                                                                     non_blocking=self.pinned)
+
+    def _buffer(self, buffers: Dict[_Key, torch.Tensor], key: _Key, value: torch.Tensor) -> torch.Tensor:
         """A view of this field's staging buffer shaped like ``value``, growing the buffer (doubling) when
         ``value`` is larger than any chunk before."""
         flat = buffers.get(key)

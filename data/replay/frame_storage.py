@@ -26,6 +26,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
+from ..obs import is_tree, leaves
 from . import device as placement
 from .device import PinnedStaging, as_device, ensure_fits
 from .storage import RingStorage, _host_copy
@@ -108,6 +109,10 @@ class FrameStackStorage:
 
     def extend(self, batch: Any) -> torch.Tensor:
         obs, next_obs = batch["obs"], batch["next_obs"]
+        if is_tree(obs) or is_tree(next_obs):
+            raise TypeError(f"frame-stack replay keeps observations that are one [K, H, W] stack of frames; these are "
+                            f"a dictionary observation with keys {[list(path) for path, _ in leaves(obs)]}: store "
+                            f"them in the ring storage (data.replay.RingStorage, the default), which keeps every key")
         n = len(obs)
         if n % self.num_envs:
             raise ValueError(f"pushes must be whole vector steps of {self.num_envs} envs, got {n} transitions")

@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 
+from ..obs import first_leaf
 from .buffer import ReplayBuffer
 
 __all__ = ["shard_plan", "load_shards"]
@@ -49,7 +50,7 @@ def load_shards(buffer: ReplayBuffer, plan: List[Piece], read_shard: Callable[[i
         source.load_state_dict(read_shard(shard))
         fields, weights = source.transitions()
         if parts > 1:
-            first = next(iter(fields.values()), torch.empty(0))
+            first = first_leaf(next(iter(fields.values()), torch.empty(0)))  # a tree field: any leaf's rows
             keep = torch.arange(part, len(first), parts, device=first.device)
             fields = {k: v.index_select(0, keep) for k, v in fields.items()}
             weights = weights.index_select(0, keep.to(weights.device)) if weights is not None else None

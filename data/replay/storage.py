@@ -1,10 +1,12 @@
-"""Ring storage: one preallocated torch tensor per field, written a batch at a time."""
+"""Ring storage: one preallocated torch tensor per field (per leaf of a field that is a tree: a dictionary
+observation, ``data.obs``), written a batch at a time."""
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional
 
 import torch
 
+from ..obs import Obs, from_plain, leaves, map_leaves, nbytes, num_rows, to_plain
 from .device import PinnedStaging, as_device, ensure_fits
 
 __all__ = ["RingStorage"]
@@ -14,7 +16,9 @@ class RingStorage:
     """A fixed-capacity ring of transitions, stored field by field.
 
     Tensors are allocated on the first ``extend`` from the batch's shapes and dtypes, so no per-transition
-    Python object exists. When full, the oldest transitions are overwritten.
+    Python object exists. When full, the oldest transitions are overwritten. A field may be a tree of tensors
+    (``obs`` / ``next_obs`` of a dictionary observation): each leaf gets a ring of its own shape and dtype
+    (a uint8 image stays uint8), and gathers give the tree back.
 
     Args:
         capacity: transitions kept.
@@ -35,7 +39,7 @@ class RingStorage:
         self.capacity = capacity
         self.device = as_device(device)
         self._staging = PinnedStaging(self.device)
-        self._fields: Optional[Dict[str, torch.Tensor]] = None
+        self._fields: Optional[Dict[str, Obs]] = None
         self._cursor = 0
         self._size = 0
 
@@ -43,27 +47,31 @@ class RingStorage:
         return self._size
 
     @property
-    def fields(self) -> Dict[str, torch.Tensor]:
+    def fields(self) -> Dict[str, Obs]:
         return self._fields or {}
 
-    def nbytes(self, batch: Optional[Mapping[str, torch.Tensor]] = None) -> int:
-        """Bytes of the allocated fields, or of the fields ``batch``'s shapes and dtypes would allocate."""
+    def nbytes(self, batch: Optional[Mapping[str, Obs]] = None) -> int:
+        """Bytes of the allocated fields, or of the fields ``batch``'s shapes and dtypes would allocate
+        (every leaf of a tree field counted)."""
         if batch is None:
-            return sum(v.numel() * v.element_size() for v in self.fields.values())
-        return sum(self.capacity * v.shape[1:].numel() * v.element_size() for v in batch.values())
+            return sum(nbytes(v) for v in self.fields.values())
+        return sum(self.capacity * _row_bytes(v) for v in batch.values())
 
-    def _allocate(self, batch: Mapping[str, torch.Tensor]) -> None:
+    def _allocate(self, batch: Mapping[str, Obs]) -> None:
         ensure_fits(self.nbytes(batch), self.device, f"the replay storage ({self.capacity:,} transitions)",
                     self.capacity)
         # torch.empty, not zeros: a slot is never read before it is written, and untouched pages of a large
         # buffer (gigabytes for Atari) then cost no resident memory until the ring reaches them
-        self._fields = {k: torch.empty((self.capacity,) + tuple(v.shape[1:]), dtype=v.dtype, device=self.device)
-                        for k, v in batch.items()}
+        self._fields = {k: map_leaves(self._ring_like, v) for k, v in batch.items()}
+
+    def _ring_like(self, leaf: torch.Tensor) -> torch.Tensor:
+        """An unwritten ring of ``capacity`` rows shaped and typed like ``leaf``'s rows."""
+        return torch.empty((self.capacity,) + tuple(leaf.shape[1:]), dtype=leaf.dtype, device=self.device)
 
     def extend(self, batch: Any) -> torch.Tensor:
         """Write a batch (a ``data.batch.Batch`` or a dict of tensors sharing the leading dimension);
         returns the slots written (on the storage's device)."""
-        n = len(next(iter(batch.values())))
+        n = num_rows(next(iter(batch.values())))  # not len(): a tree field's len counts its keys
         if self._fields is not None and set(batch.keys()) != self._fields.keys():
             raise KeyError(f"batch fields {sorted(batch.keys())} differ from the stored fields {sorted(self._fields)}")
         if n > self.capacity:  # only the newest `capacity` transitions can survive
@@ -90,28 +98,35 @@ class RingStorage:
             return torch.arange(self._size, device=self.device)
         return (torch.arange(self.capacity, device=self.device) + self._cursor) % self.capacity
 
-    def gather(self, idx: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """One index gather per field."""
+    def gather(self, idx: torch.Tensor) -> Dict[str, Obs]:
+        """One index gather per field (per leaf of a tree field)."""
         return {k: v.index_select(0, idx) for k, v in self.fields.items()}
 
     def state_dict(self) -> dict:
         """The occupied slots as host tensors (a GPU storage is copied straight to the host, never cloned on
-        the device), so a checkpoint loads on any device."""
+        the device), so a checkpoint loads on any device. A tree field is stored as nested plain dicts of
+        tensors (``data.obs.to_plain``): ``torch.load(weights_only=True)`` reads no tree class."""
         size = self._size
         return {"capacity": self.capacity, "cursor": self._cursor, "size": size,
-                "fields": {k: _host_copy(v[:size] if size < self.capacity else v) for k, v in self.fields.items()}}
+                "fields": {k: to_plain(map_leaves(_host_copy, v[:size] if size < self.capacity else v))
+                           for k, v in self.fields.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         """Load a ``state_dict`` written on any device into this storage's device."""
         if state["capacity"] != self.capacity:
             raise ValueError(f"replay checkpoint has capacity {state['capacity']}, this buffer {self.capacity}")
-        fields = state["fields"]
+        fields = {k: from_plain(v) for k, v in state["fields"].items()}  # nested dicts: a tree field
         self._fields = None
         if fields:
-            self._allocate({k: v for k, v in fields.items()})
+            self._allocate(fields)
             for k, v in fields.items():
-                self._fields[k][:len(v)].copy_(v)
+                self._fields[k][:num_rows(v)] = v
         self._cursor, self._size = state["cursor"], state["size"]
+
+
+def _row_bytes(value: Obs) -> int:
+    """Bytes of one row of a field: of every leaf's row for a tree."""
+    return sum(leaf.shape[1:].numel() * leaf.element_size() for _, leaf in leaves(value))
 
 
 def _host_copy(tensor: torch.Tensor) -> torch.Tensor:

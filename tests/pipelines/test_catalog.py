@@ -91,7 +91,7 @@ def test_class_facts_follow_the_bases_and_the_imports():
     """Rainbow declares neither fact (DQN's, two modules away); a2c is the second class of its module."""
     assert declared_facts("policies.rainbow", "rainbow", ["pipeline", "action_spaces"]) == {
         "pipeline": "off_policy", "action_spaces": ("discrete",)}
-    assert declared_facts("policies.ppo", "a2c", ["pipeline"]) == {"pipeline": "on_policy"}
+    assert declared_facts("policies.a2c", "a2c", ["pipeline"]) == {"pipeline": "on_policy"}
     assert declared_facts("policies.ppo", "no_such_algo", ["pipeline"]) is None
     assert declared_facts("no_such_package.module", "dqn", ["pipeline"]) is None
     assert doctest.testmod(class_facts).failed == 0

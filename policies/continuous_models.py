@@ -1,0 +1,134 @@
+"""The actors and critics of the continuous-action off-policy algorithms (SAC, TD3, DDPG; TD3+BC and BC's
+deterministic actor): from a flat observation's size, or from a Dict/Tuple observation space that each encodes
+key by key (``policies.encoders``).
+
+Every model returns fp32 outputs, also under bf16 autocast (``policy.amp``), as ``policies.models`` says.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from .models import mlp
+
+__all__ = ["ObsInput", "SquashedGaussianActor", "DeterministicActor", "TwinQ", "SingleQ"]
+
+
+#: what the SAC/TD3 models take for their input: a flat observation's size, or a Dict/Tuple observation space
+ObsInput = Union[int, gym.Space]
+
+
+def _actor_torso(obs: ObsInput, hidden_sizes: Sequence[int],
+                 encoders: Optional[Mapping[str, Any]]) -> Tuple[nn.Module, int]:
+    """An actor's torso and its output size: the MLP of a flat observation (the layers it always had, built in
+    the same order, so a seed gives the same weights), or for a Dict/Tuple space the actor's own
+    ``MultiInputEncoder`` followed by that MLP (``policies.encoders.build_torso``)."""
+    if not isinstance(obs, gym.Space):
+        return mlp(int(obs), hidden_sizes), int(hidden_sizes[-1]) if hidden_sizes else int(obs)
+    from .encoders import build_torso  # encoders builds on this module's layers
+
+    return build_torso(obs, encoders, hidden_sizes)
+
+
+def _critic_encoder(obs: ObsInput, encoders: Optional[Mapping[str, Any]]) -> Tuple[Optional[nn.Module], int]:
+    """A critic's observation encoder and its feature size: None and the size for a flat observation (the
+    heads take it as it is), a ``MultiInputEncoder`` for a Dict/Tuple space."""
+    if not isinstance(obs, gym.Space):
+        return None, int(obs)
+    from .encoders import MultiInputEncoder
+
+    multi = MultiInputEncoder(obs, encoders)
+    return multi, multi.out_dim
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC's actor: a Gaussian whose samples are squashed by tanh into (-1, 1), then scaled to the bounds.
+
+    ``forward(obs)`` returns ``(mean, log_std)`` with log_std clamped to [-20, 2]. ``obs``: the size of a flat
+    observation, or a Dict/Tuple space, encoded by an encoder of the actor's own (``TwinQ`` says why not
+    shared), ``encoders`` its per-key settings (``policy.model.encoders``).
+    """
+
+    def __init__(self, obs: ObsInput, action_dim: int, hidden_sizes: Sequence[int],
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__()
+        self.torso, features = _actor_torso(obs, hidden_sizes, encoders)
+        self.mean = nn.Linear(features, action_dim)
+        self.log_std = nn.Linear(features, action_dim)
+
+    def forward(self, obs: Any):
+        x = self.torso(obs)
+        return self.mean(x).float(), self.log_std(x).float().clamp(-20.0, 2.0)
+
+
+class DeterministicActor(nn.Module):
+    """``tanh(mu(obs))``: a deterministic action in (-1, 1) (continuous behaviour cloning, TD3, DDPG, TD3+BC).
+    ``obs`` and ``encoders`` as ``SquashedGaussianActor``'s."""
+
+    def __init__(self, obs: ObsInput, action_dim: int, hidden_sizes: Sequence[int],
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__()
+        self.torso, features = _actor_torso(obs, hidden_sizes, encoders)
+        self.head = nn.Linear(features, action_dim)
+
+    def forward(self, obs: Any) -> torch.Tensor:
+        return torch.tanh(self.head(self.torso(obs)).float())
+
+
+class TwinQ(nn.Module):
+    """Two independent Q(s, a) MLPs; ``forward`` returns both, shape ``[B]`` each.
+
+    A flat observation enters the heads as it is (``encoder`` None). A Dict/Tuple observation space (``obs``)
+    gets one ``MultiInputEncoder`` (``encoder``, settings ``encoders``) whose features both heads take with
+    the action, as SB3's ``ContinuousCritic`` shares one features extractor between its Q networks: the
+    encoder learns from both TD errors, and an image is encoded once per critic call, not once per head.
+
+    Why the actor has an encoder of its own, not this one (SB3's default for SAC and TD3,
+    ``share_features_extractor=False``): the update is one backward of the summed losses, and the actor's loss
+    reads Q through the critic with its parameters detached (so that it moves the actor only). A shared encoder
+    would then either take the actor's gradient as well (the actor pushing the critic's features towards what
+    flatters its own actions) or need the actor's features detached (the actor's torso would learn nothing
+    below its MLP, which pixels need). Separate encoders keep each loss on its own network and give the
+    target critic (a copy of this module) the critic's encoder and nothing else.
+
+    ``encode(obs)`` gives the features (the observation itself when flat) and ``forward(features, action,
+    encoded=True)`` takes them, so that a caller that needs Q of several actions of one observation (the actor's
+    loss, with the parameters detached) encodes it once.
+    """
+
+    def __init__(self, obs: ObsInput, action_dim: int, hidden_sizes: Sequence[int],
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__()
+        self.encoder, obs_dim = _critic_encoder(obs, encoders)
+        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
+        self.q2 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
+
+    def encode(self, obs: Any) -> torch.Tensor:
+        """The heads' input for ``obs``: the encoder's features, or a flat observation itself."""
+        return obs if self.encoder is None else self.encoder(obs)
+
+    def forward(self, obs: Any, action: torch.Tensor, encoded: bool = False):
+        x = torch.cat([obs if encoded else self.encode(obs), action], dim=-1)
+        return self.q1(x).squeeze(-1).float(), self.q2(x).squeeze(-1).float()
+
+
+class SingleQ(nn.Module):
+    """One Q(s, a) MLP with TwinQ's interface (``q1``, ``encoder``, ``encode``; ``forward`` returns a tuple, of
+    one ``[B]`` tensor), so a loss written over "every critic" serves DDPG's single critic and TD3's twins
+    alike."""
+
+    def __init__(self, obs: ObsInput, action_dim: int, hidden_sizes: Sequence[int],
+                 encoders: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__()
+        self.encoder, obs_dim = _critic_encoder(obs, encoders)
+        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
+
+    def encode(self, obs: Any) -> torch.Tensor:
+        """The head's input for ``obs`` (``TwinQ.encode``)."""
+        return obs if self.encoder is None else self.encoder(obs)
+
+    def forward(self, obs: Any, action: torch.Tensor, encoded: bool = False):
+        return (self.q1(torch.cat([obs if encoded else self.encode(obs), action], dim=-1)).squeeze(-1).float(),)
