@@ -44,6 +44,7 @@ from engine.distributed import DistributedError, check_comm_hook
 from engine.launcher import launch
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from data.batch import make_batch
+from data.obs import cat, from_plain, num_rows, to_plain
 from data.envs import make_vector_env
 
 __all__ = ["check_ddp", "compare_ranks", "DDPCheckReport"]
@@ -112,7 +113,8 @@ def _check_rank(input_cfg: ConfigPair, seed: int, tmp: str) -> None:
     def after_learner(ctx: Any) -> None:
         if ctx.train_iter == 0:
             return
-        record["batch"] = {k: v.clone() for k, v in ctx.train_data.items()}
+        # plain dicts for a tree field (a Dict observation): torch.load(weights_only=True) reads no tree class
+        record["batch"] = {k: to_plain(v.clone()) for k, v in ctx.train_data.items()}
         record["after"] = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
         record["unused"] = [n for n, p in policy.model.named_parameters() if p.requires_grad and p.grad is None]
         record["buffers"] = {n: b.detach().clone() for n, b in policy.model.named_buffers()}
@@ -137,7 +139,7 @@ def _reference(input_cfg: ConfigPair, before: Mapping[str, Any], batches: List[M
         env.close()
     policy.learn_mode.load_state_dict(before)
     policy.set_noise(False)  # as on the ranks (_check_rank)
-    policy.learn_mode.forward(make_batch({k: torch.cat([b[k] for b in batches]) for k in batches[0]}))
+    policy.learn_mode.forward(make_batch({k: cat([from_plain(b[k]) for b in batches]) for k in batches[0]}))
     return {k: v.detach() for k, v in policy.model.state_dict().items()}
 
 
@@ -168,7 +170,7 @@ def _transitions(batch: Mapping[str, torch.Tensor]) -> int:
     fields, ``data.sequences``)."""
     if "reward" in batch:
         return int(batch["reward"].numel())
-    return len(next(iter(batch.values())))
+    return num_rows(from_plain(next(iter(batch.values()))))
 
 
 def check_ddp(input_cfg: ConfigPair, nproc: int = 2, seed: int = 0, tolerance: float = 1e-5) -> DDPCheckReport:

@@ -106,3 +106,25 @@ def test_report_says_when_noisy_layers_were_compared_without_noise():
     assert report["ok"] and report["noise_off"]
     assert "noisy layers: compared with their noise off" in str(report)
     assert "noisy layers" not in str(compare_ranks([_record(torch.tensor([1.0]))] * 2, reference))
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+def test_check_ddp_passes_on_dict_observations_with_masks(algo, tmp_path, monkeypatch, capsys):
+    """Issue 31: Taxi-v4's observation is a dict (its state and its info mask): the ranks' batches hold trees,
+    recorded as plain dicts (the check reads them back with weights_only), and the update equals the
+    one-process update, masked target (DQN) and masked distribution (PPO) included."""
+    from commands.cli import main
+
+    config = tmp_path / "taxi_config.py"
+    config.write_text(
+        "main_config = dict(exp_name='taxi', env=dict(env_id='Taxi-v4', collector_env_num=4, evaluator_env_num=2,\n"
+        "                   n_evaluator_episode=2), policy=dict(collect=dict(n_sample=64)))\n"
+        f"create_config = dict(env=dict(type='gym'), policy=dict(type={algo!r}))\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.chdir(run)
+    monkeypatch.setenv("BATON_DDP_TIMEOUT", "60")
+    assert main(["check-ddp", "-c", str(config), "--nproc", "2"]) == 0
+    assert "OK: the data-parallel update equals the one-process update" in capsys.readouterr().out
