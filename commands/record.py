@@ -85,6 +85,7 @@ def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt:
     Raises:
         CheckpointError: the checkpoint is missing, unsafe, or was written by another policy.
         data.offline.DatasetError: the dataset exists (without ``overwrite``).
+        ValueError: a count below 1, or an env whose observation is a Dict/Tuple (``_check_recordable``).
     """
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
@@ -97,6 +98,7 @@ def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt:
     env_type = ENV_REGISTRY.get(cfg.env.type)
     env = make_vector_env(env_type, cfg.env, num_envs, seed, manager="sync", training=False)
     try:
+        _check_recordable(env.single_observation_space, env_params(cfg).env_id)
         policy = POLICY_REGISTRY.get(cfg.policy.type)(cfg.policy, env.single_observation_space,
                                                        env.single_action_space)
         try:
@@ -122,6 +124,20 @@ def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt:
               "truncated": int(sum(bool(e.truncations[-1]) for e in recorded))}
     logger.info("recorded %s", report)
     return report
+
+
+def _check_recordable(observation_space: gym.Space, env_id: str) -> None:
+    """Refuse an env whose observation is a Dict/Tuple (a tree; a legal-action mask makes one too), in one line.
+
+    Why: the datasets baton writes are read back by its offline algorithms (BC, CQL, TD3+BC), which learn from
+    flat observations; a dataset of dict observations would be written and then refused by every reader.
+    """
+    if isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        keys = getattr(observation_space, "spaces", {})
+        named = f" (keys {', '.join(map(str, keys))})" if isinstance(keys, Mapping) else ""
+        raise ValueError(f"env {env_id}'s observations are a {type(observation_space).__name__}{named}, and "
+                         f"baton record writes datasets of flat observations, the ones its offline algorithms "
+                         f"learn from: record an env with a flat Box observation")
 
 
 def _run_episodes(loop: EnvLoop, n_episodes: int) -> List[Episode]:

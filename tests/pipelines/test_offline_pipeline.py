@@ -152,3 +152,24 @@ def test_offline_pipeline_dataset_of_another_env_is_refused(recorded, tmp_path):
     main.env["stop_value"] = -200.0
     with pytest.raises(DatasetSpaceError, match="observation space.*Pendulum-v1"):
         build_pipeline((main, create), exp_name=str(tmp_path / "run"))
+
+
+def test_offline_record_refuses_a_dict_observation_in_one_line(tmp_path, capsys, monkeypatch):
+    """Issue 31: Taxi-v4's observation is a dict (its state and its mask); baton's datasets hold flat observations,
+    the ones its offline algorithms learn from, so recording one is refused before an episode is played."""
+    from commands.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "taxi_config.py"
+    config.write_text("main_config = dict(exp_name='taxi', env=dict(env_id='Taxi-v4', collector_env_num=2,\n"
+                      "                   evaluator_env_num=1, n_evaluator_episode=1))\n"
+                      "create_config = dict(env=dict(type='gym'), policy=dict(type='dqn'))\n")
+    assert main(["train", "-c", str(config), "--max-env-step", "200", "--no-progress", "--exp-name", "taxi"]) == 0
+    capsys.readouterr()
+    assert main(["record", "-c", str(config), "--ckpt", "taxi/ckpt/latest.pth.tar", "--episodes", "2",
+                 "--dataset", "test/taxi-v0", "--root", str(tmp_path / "datasets")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("baton: env Taxi-v4's observations are a Dict (keys action_mask, observation), and baton record "
+                   "writes datasets of flat observations, the ones its offline algorithms learn from: record an env "
+                   "with a flat Box observation")
+    assert not (tmp_path / "datasets").exists()
