@@ -27,7 +27,7 @@ import gymnasium as gym
 from easydict import EasyDict
 
 from data.action_masks import as_trainable
-from data.envs import registered_id
+from data.envs import episode_limit, registered_id
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from policies.base import SpaceMismatchError
 
@@ -37,6 +37,10 @@ from .catalog import ATARI_TYPE, GYM_TYPE
 __all__ = ["AlgoEnvError", "build_config", "algo_support", "default_budget", "GYM_TYPE"]
 
 logger = logging.getLogger(__name__)
+
+#: the episode limit of an ``--env`` id that registers none (CliffWalking-v1): without one, the greedy policy of
+#: an evaluation can walk in a circle forever and the run never ends
+DEFAULT_EPISODE_LIMIT = 1_000
 
 _PROBE_OBS = gym.spaces.Box(-1.0, 1.0, (4,))
 _PROBE_ACTIONS = {"discrete": gym.spaces.Discrete(2), "continuous": gym.spaces.Box(-1.0, 1.0, (1,))}
@@ -64,6 +68,10 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
     env: Dict[str, Any] = dict(env_id=env_id)
     if stop_value is not None:
         env["stop_value"] = stop_value
+    if env_type == GYM_TYPE and episode_limit(env) is None:  # an evaluation must end: the greedy policy may loop
+        env["max_episode_steps"] = DEFAULT_EPISODE_LIMIT
+        logger.info("--env %s registers no episode limit: its episodes are cut at %s steps, so that an evaluation "
+                    "ends (env.max_episode_steps=N to choose)", env_id, f"{DEFAULT_EPISODE_LIMIT:,}")
     create: Dict[str, Any] = dict(env=dict(type=env_type), policy=dict(type=algo))
     if env_type == GYM_TYPE:
         create["env"]["import_names"] = [__name__]

@@ -49,10 +49,12 @@ ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
 #: batched torch env types (``data.torch_env``; registered by the modules of the families above) and their ids
 TORCH_ENVS: Dict[str, str] = {"cartpole_torch": "CartPole-torch", "pendulum_torch": "Pendulum-torch"}
 
-#: gymnasium ids ``--env`` takes (flat Box observations, Discrete or Box actions), newest version of each,
+#: gymnasium ids ``--env`` takes (flat Box, Dict/Tuple or discrete observations, Discrete or Box actions), newest
+#: version of each,
 #: by the extra they need
 GYM_IDS: Dict[Optional[str], List[str]] = {
-    None: ["Acrobot-v1", "CartPole-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"],
+    None: ["Acrobot-v1", "CartPole-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1",
+           "Blackjack-v1", "CliffWalking-v1", "CliffWalkingSlippery-v1", "FrozenLake-v1", "FrozenLake8x8-v1", "Taxi-v4"],
     "box2d": ["BipedalWalker-v3", "BipedalWalkerHardcore-v3", "LunarLander-v3", "LunarLanderContinuous-v3"],
     "mujoco": ["Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Humanoid-v5", "HumanoidStandup-v5",
                "InvertedDoublePendulum-v5", "InvertedPendulum-v5", "Pusher-v5", "Reacher-v5", "Swimmer-v5",
@@ -97,9 +99,10 @@ def describe_envs() -> str:
         lines.append(f"  {name:<12} {ids}")
     for name, env_id in TORCH_ENVS.items():
         lines.append(f"  {name:<14} {env_id} (batched torch envs on a device; docs/performance.md)")
-    lines.append(f"  {GYM_TYPE:<12} any other gymnasium id with a flat Box observation and Discrete or Box "
-                 f"actions; stop value: the id's reward_threshold")
-    lines.append("gymnasium ids that fit --env, newest versions (older ones, and other packages' ids with flat "
+    lines.append(f"  {GYM_TYPE:<12} any other gymnasium id with a flat Box, Dict/Tuple or discrete observation and "
+                 f"Discrete or Box actions (a legal-action mask in info['action_mask'] is used); stop value: the "
+                 f"id's reward_threshold (docs/observations.md)")
+    lines.append("gymnasium ids that fit --env, newest versions (older ones, and other packages' ids with such "
                  "observations, fit too):")
     for extra, ids in GYM_IDS.items():
         lines.append(f"  {', '.join(ids)}{_extra_note(extra)}")

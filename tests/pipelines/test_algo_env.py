@@ -124,3 +124,13 @@ def test_envs_with_discrete_or_dict_observations_and_masks_make_configs():
         for algo in ("dqn", "rainbow", "ppo", "a2c"):
             main_config, create_config = build_config(algo, env_id)
             assert create_config["env"]["type"] == "gym" and main_config["env"]["env_id"] == env_id
+
+
+def test_an_id_without_an_episode_limit_gets_one_so_that_evaluations_end():
+    """CliffWalking-v1 registers no time limit: the greedy policy of an evaluation walked in a circle and the run
+    never ended. An id without one gets env.max_episode_steps (said in the log); one with a limit keeps its own."""
+    from commands.algo_env import DEFAULT_EPISODE_LIMIT
+
+    assert build_config("ppo", "CliffWalking-v1")[0]["env"]["max_episode_steps"] == DEFAULT_EPISODE_LIMIT
+    assert "max_episode_steps" not in build_config("ppo", "Taxi-v4")[0]["env"]  # 200, its own
+    assert "max_episode_steps" not in build_config("dqn", "Acrobot-v1")[0]["env"]
