@@ -85,14 +85,13 @@ class ActionMaskInObservation(gym.Wrapper):
 
     def _with_mask(self, obs: Any, info: Dict[str, Any]) -> Dict[str, Any]:
         found = (obs.get(self._key) if isinstance(obs, dict) else None) if self._source == "obs" else info.get(self._key)
-        where = f"env {_name(self.env)}, step {self._steps} of its episode"
         if found is None:
-            raise ActionMaskError(f"{where}: no action mask in {'the observation' if self._source == 'obs' else 'info'}"
+            raise ActionMaskError(f"{self._where()}: no action mask in {'the observation' if self._source == 'obs' else 'info'}"
                                   f"[{self._key!r}], though its first reset had one: an env gives its mask at every "
                                   f"reset and step")
         mask = np.asarray(found)
         if mask.shape != (self._n,):
-            raise ActionMaskError(f"{where}: the action mask {self._source}[{self._key!r}] has shape {mask.shape}, "
+            raise ActionMaskError(f"{self._where()}: the action mask {self._source}[{self._key!r}] has shape {mask.shape}, "
                                   f"but the action space has {self._n} actions: a mask holds one entry per action "
                                   f"(1: legal)")
         mask = mask.astype(np.int8, copy=False)
@@ -101,6 +100,10 @@ class ActionMaskInObservation(gym.Wrapper):
         out = {k: v for k, v in obs.items() if not (self._source == "obs" and k == self._key)}
         out[ACTION_MASK_KEY] = mask
         return out
+
+    def _where(self) -> str:
+        """The env and the step, for an error's message (built only when one is raised: this runs every step)."""
+        return f"env {_name(self.env)}, step {self._steps} of its episode"
 
 
 def with_action_mask(env: gym.Env, key: str = ACTION_MASK_KEY, seed: Optional[int] = None) -> gym.Env:

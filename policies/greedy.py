@@ -16,17 +16,12 @@ one tensor, so it refuses such a policy (``commands.export``).
 
 The module holds a copy of the weights on the CPU, in eval mode and without gradients: exporting never
 touches the live policy.
-
-A policy whose observation is a Dict/Tuple has a greedy module too: it takes the observation tree (a
-``ttorch.Tensor`` or nested dicts, each key in the env's dtype) and runs in Python; the exported formats take
-one ``obs`` tensor, so ``baton export`` refuses such a policy in one line (``commands.export``).
 """
 from __future__ import annotations
 
 import copy
 from typing import Any, Optional
 
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn

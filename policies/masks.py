@@ -16,8 +16,8 @@ it with ``action_mask(obs)`` and use the functions here, which keep the semantic
 A state with no legal action at all (a final observation whose mask is all zeros, as PettingZoo gives for an
 agent that is done) is treated as if every action were legal, so the arithmetic stays finite: its value is not
 bootstrapped from (terminated) or its action not taken. Whether an env asks a policy to act in such a state is
-checked where a collection ends, once (``rows_without_legal_action``), not at each step, which would read the
-device back to the host every step.
+not checked yet: ``rows_without_legal_action`` is what a collection's end would read, once (a check at each
+step would read the device back to the host every step).
 
 Examples:
     >>> q = torch.tensor([[1.0, 5.0, 3.0], [2.0, 1.0, 0.0]])
