@@ -52,9 +52,10 @@ from engine.config import ConfigError
 from .masks import ACTION_MASK_KEY  # the top-level key of the legal-action mask: never encoded
 from .key_encoders import ENCODER_TYPES, EncoderParams, EncoderPlan, KeyPath, leaf_encoder
 from .models import Linear, encoder, mlp
+from .spaces import is_structured
 
 __all__ = ["EncoderParams", "ENCODER_TYPES", "ACTION_MASK_KEY", "MultiInputEncoder", "EncoderPlan", "plan_encoders",
-           "build_torso", "is_multi_input", "key_label"]
+           "build_torso", "key_label"]
 
 #: where the encoders' settings sit in a config
 CONFIG_PATH = "policy.model.encoders"
@@ -76,11 +77,6 @@ def _config_key(path: Sequence[str]) -> str:
     return ".".join((CONFIG_PATH,) + tuple(path))
 
 
-def is_multi_input(space: gym.Space) -> bool:
-    """Whether ``space`` reaches a model as a tree (Dict or Tuple) rather than a tensor."""
-    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
-
-
 def _children(space: gym.Space) -> List[Tuple[str, gym.Space]]:
     """A Dict's or Tuple's keys and spaces, in the space's own order (a Tuple's keys "0", "1", ..., as its
     observations are keyed in a tree)."""
@@ -95,7 +91,7 @@ def _leaves(space: gym.Space, path: KeyPath = ()) -> Iterator[Tuple[KeyPath, gym
     for key, sub in _children(space):
         if not path and key == ACTION_MASK_KEY:
             continue
-        if is_multi_input(sub):
+        if is_structured(sub):
             yield from _leaves(sub, path + (key,))
         else:
             yield path + (key,), sub
@@ -159,7 +155,7 @@ def _collect_settings(space: gym.Space, given: Mapping[str, Any], path: KeyPath,
         if key not in children:
             raise ValueError(_unknown_key_message(here, list(children)))
         sub = children[key]
-        if is_multi_input(sub):
+        if is_structured(sub):
             if not isinstance(value, Mapping):
                 raise ValueError(f"{_config_key(here)}: {key_label(here)} is a {type(sub).__name__} space, so its "
                                  f"encoders are set per key inside it, e.g. {_config_key(here)}."
@@ -207,7 +203,7 @@ def plan_encoders(observation_space: gym.Space, encoders: Optional[Mapping[str, 
         >>> [(p.path, p.kind) for p in plan_encoders(space, {"pos": {"hidden_sizes": []}})]
         [(('pos',), 'flatten'), (('room',), 'embedding')]
     """
-    if not is_multi_input(observation_space):
+    if not is_structured(observation_space):
         raise ValueError(f"encoders are planned for Dict or Tuple observation spaces, got {observation_space}; a "
                          f"Box takes policies.models.encoder")
     settings = _settings(observation_space, encoders)
@@ -358,7 +354,7 @@ def build_torso(observation_space: gym.Space, encoders: Optional[Mapping[str, An
     """
     if isinstance(observation_space, gym.spaces.Box):
         return encoder(observation_space.shape, hidden_sizes, activation, linear)
-    if not is_multi_input(observation_space):
+    if not is_structured(observation_space):
         raise ValueError(f"the observation space {observation_space} is neither a Box nor a Dict or Tuple; wrap it "
                          f"in a gymnasium.spaces.Dict (a gymnasium.ObservationWrapper) or encode it to a Box")
     multi = MultiInputEncoder(observation_space, encoders, activation, linear)
