@@ -12,7 +12,7 @@
   of the episodes swinging the pendulum up and the others never doing it.
 
 The CartPole teacher is the dizoo CartPole PPO config trained to an evaluation mean of 499 over 10 episodes
-(about 10k env steps). Why not DQN: the dizoo CartPole DQN config, tuned to reach 195 fast, did not reach a
+(about 10k env steps). Why not DQN: the dizoo CartPole DQN config, tuned then to reach 195 fast, did not reach a
 greedy 500 within 80k env steps here (best evaluations 300-400), while PPO does in seconds; acting greedily
 (argmax of its logits) it is as much an expert. The Pendulum teacher is the dizoo Pendulum SAC config
 stopped at its first evaluation (10 episodes, every 100 updates) at or above -700 (about 1,100 updates, a
