@@ -18,5 +18,6 @@ def test_cartpole_dqn_holds_475_to_the_end_of_its_budget(tmp_path):
     main.exp_name = str(tmp_path / "exp")
     main.env.stop_value = float("inf")
     main.env.n_evaluator_episode = 10
+    main.policy.eval.evaluator.eval_freq = 496  # every 1,984 env steps, as bench/peers.py (seed 1 there: 500)
     summary = serial_pipeline((main, copy.deepcopy(create_config)), seed=1, max_env_step=50_000, progress=False)
     assert summary["stop_reason"] == "max_env_step" and summary["eval_return"] >= 475, summary
