@@ -170,8 +170,8 @@ def _say_if_endless(cfg: Any, request: RunRequest, shape: Shape, env_type: Any) 
     unreachable = unreachable_stop_value(cfg.env, highest)
     if unreachable:
         logger.warning("%s", unreachable)
-    if shape.offline or request.max_env_step is not None or request.max_train_iter is not None:
-        return
+    if shape.offline or request.resume or request.max_env_step is not None or request.max_train_iter is not None:
+        return  # a resumed run without a budget stops at its own (pipelines.resume says so)
     if unreachable or math.isinf(stages.env_params(cfg).stop_value):
         logger.warning("%s has no stop value it can reach (env.stop_value) and this run no budget: it trains until "
                        "it is stopped; give --max-env-step N (or --max-train-iter N), or a reachable env.stop_value",
@@ -251,7 +251,8 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     pipeline.append(stages.termination(cfg, policy, request.max_env_step, request.max_train_iter, run.main,
                                        offline=shape.offline), name="termination")
     if not background:  # the run's last weights evaluated once where a budget ends it (middleware.evaluator)
-        pipeline.append(final_evaluation(evaluator) if run.main else None, name="final_evaluation", main_only=True)
+        pipeline.append(final_evaluation(evaluator, seen=summary.track_evaluation) if run.main else None,
+                        name="final_evaluation", main_only=True)
     if log.progress if request.progress is None else request.progress:
         pipeline.append(progress_bar(request.max_env_step, clock) if run.main else None, name="progress",
                         main_only=True)
