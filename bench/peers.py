@@ -14,7 +14,11 @@ one at a time. Per task it prints, for each framework, the mean over seeds and e
   build (envs, networks) is not in it, interpreter start-up and imports neither: ``proc s`` is the whole
   subprocess;
 - to peer's final: the training wall time at which an evaluation first reaches the other framework's mean
-  final return ("never" where no evaluation does), the mean over the seeds that reach it.
+  final return ("never" where no evaluation does), the mean over the seeds that reach it;
+- the final returns' interquartile mean with its 95% stratified-bootstrap interval (``baton report``'s
+  estimate, ``commands.iqm``);
+- to the task's threshold (CartPole 475 and LunarLander 200, gymnasium's ``reward_threshold``; Pendulum -250,
+  Tianshou's): the wall time and env steps of the first evaluation at or above it, per seed.
 
 The two sides
 -------------
@@ -38,7 +42,8 @@ pendulum-sac Pendulum-v1 20k, lunarlander-ppo LunarLander-v3 1M, and hopper-sac,
 halfcheetah-sac, halfcheetah-td3 on MuJoCo's v5 tasks at 100k (the size of a 2-core machine);
 cartpole_masked-ppo_lstm: CartPole-v1 with its velocities hidden (``dizoo``'s ``VelocityMasked`` wrapper on both
 sides; rl-baselines3-zoo's CartPoleNoVel-v1) at 100k, recurrent PPO against SB3-contrib's RecurrentPPO (the
-``bench`` extra installs it), with the wall time and env steps to the solving score (195) per seed. A task whose
+``bench`` extra installs it), with the wall time and env steps to 195 (CartPole-v0's level, which masked CartPole
+is measured at) per seed. A task whose
 baton algorithm or env cannot be built (not registered, an extra not installed) is skipped with one line.
 The full 1M-step MuJoCo runs (the published tables' budget)::
 
@@ -60,6 +65,9 @@ import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # baton's packages, when this file runs as a script
+from commands.iqm import iqm_with_ci  # noqa: E402  (numpy only: no torch in the parent)
+
 SB3_WORKER = os.path.join(ROOT, "bench", "peers_sb3.py")
 RETURN_COLUMN = "eval/episode_return_mean"
 
@@ -74,11 +82,15 @@ class Task(NamedTuple):
 
 
 TASKS: Dict[str, Task] = {
-    "cartpole-dqn": Task("CartPole-v1", "dqn", 50_000, "dizoo/classic_control/cartpole/config/cartpole_dqn_config.py"),
-    "cartpole-ppo": Task("CartPole-v1", "ppo", 100_000, "dizoo/classic_control/cartpole/config/cartpole_ppo_config.py"),
-    "pendulum-sac": Task("Pendulum-v1", "sac", 20_000, "dizoo/classic_control/pendulum/config/pendulum_sac_config.py"),
+    # solve_at: the env's threshold (gymnasium's reward_threshold; Pendulum: Tianshou's, as the dizoo env type)
+    "cartpole-dqn": Task("CartPole-v1", "dqn", 50_000, "dizoo/classic_control/cartpole/config/cartpole_dqn_config.py",
+                         solve_at=475.0),
+    "cartpole-ppo": Task("CartPole-v1", "ppo", 100_000, "dizoo/classic_control/cartpole/config/cartpole_ppo_config.py",
+                         solve_at=475.0),
+    "pendulum-sac": Task("Pendulum-v1", "sac", 20_000, "dizoo/classic_control/pendulum/config/pendulum_sac_config.py",
+                         solve_at=-250.0),
     "lunarlander-ppo": Task("LunarLander-v3", "ppo", 1_000_000,
-                            "dizoo/box2d/lunarlander/config/lunarlander_ppo_config.py"),
+                            "dizoo/box2d/lunarlander/config/lunarlander_ppo_config.py", solve_at=200.0),
     "hopper-sac": Task("Hopper-v5", "sac", 100_000, "dizoo/mujoco/config/hopper_sac_config.py"),
     "hopper-td3": Task("Hopper-v5", "td3", 100_000, "dizoo/mujoco/config/hopper_td3_config.py"),
     "halfcheetah-sac": Task("HalfCheetah-v5", "sac", 100_000, "dizoo/mujoco/config/halfcheetah_sac_config.py"),
@@ -182,8 +194,12 @@ def summarise(runs: Sequence[Mapping[str, Any]], peer_final: Optional[float],
     bests = [max(e.mean for e in c) if c else None for c in curves]
     to_peer = [None if peer_final is None else time_to_score(c, peer_final) for c in curves]
     reached = [t for t in to_peer if t is not None]
+    known = [f for f in finals if f is not None]
+    interval = iqm_with_ci(known, seed=0) if known else None  # baton report's estimate, the same draws
     return dict(
-        final=_mean(finals), finals=finals, best=_mean(bests), bests=bests,
+        final=_mean(finals), finals=finals,
+        final_iqm=None if interval is None else float(interval.iqm),
+        final_ci=None if interval is None else [float(interval.low), float(interval.high)], best=_mean(bests), bests=bests,
         env_steps_per_s=statistics.mean(r["env_step"] / r["wall_time_s"] for r in runs),
         updates_per_s=statistics.mean(r["train_iter"] / r["wall_time_s"] for r in runs),
         wall_time_s=statistics.mean(r["wall_time_s"] for r in runs),
@@ -262,6 +278,11 @@ def format_rows(summaries: Mapping[str, Mapping[str, Any]]) -> List[str]:
         to_peer = f"{_seconds(s['to_peer_final_s'])}{partial} ({' '.join(_seconds(t) for t in each)})"
         lines.append(f"  {framework:<6} {final:<34} {best:<34} {s['env_steps_per_s']:>9.0f} {s['updates_per_s']:>7.0f} "
                      f"{s['wall_time_s']:>7.1f} {s['process_s']:>7.1f}  {to_peer}")
+    for framework, s in summaries.items():
+        if s.get("final_iqm") is not None:
+            low, high = s["final_ci"]
+            lines.append(f"  {framework:<6} final return IQM {s['final_iqm']:.1f}, 95% bootstrap CI [{low:.1f}, "
+                         f"{high:.1f}] ({len([f for f in s['finals'] if f is not None])} seeds; baton report's)")
     for framework, s in summaries.items():
         if s.get("solve_at") is not None:
             seconds, steps = s["to_solve_each_s"], s["to_solve_each_env_steps"]

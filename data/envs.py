@@ -150,6 +150,37 @@ def check_env_section(cfg: Mapping[str, Any], processes: bool = True) -> None:
         _check_worker_processes(settings)
 
 
+def highest_return(env_cfg: Mapping[str, Any], best_step_reward: Optional[float] = None,
+                   best_return: Optional[float] = None) -> Optional[float]:
+    """The highest return one episode of ``env_cfg``'s env can reach, where its env type knows a bound: the
+    type's ``best_return``, or its ``best_step_reward`` times the episode limit (``episode_limit``), the lower of
+    the two; None when neither is known.
+
+    Examples:
+        >>> highest_return({"env_id": "CartPole-v1"}, best_step_reward=1.0)
+        500.0
+        >>> highest_return({"env_id": "CartPole-v1", "max_episode_steps": 200}, best_step_reward=1.0)
+        200.0
+    """
+    bounds = [float(best_return)] if best_return is not None else []
+    limit = episode_limit(env_cfg)
+    if best_step_reward is not None and limit:
+        bounds.append(float(best_step_reward) * limit)
+    return min(bounds) if bounds else None
+
+
+def unreachable_stop_value(env_cfg: Mapping[str, Any], highest: Optional[float]) -> Optional[str]:
+    """What to tell the user when ``env.stop_value`` is above ``highest``, the highest return an episode can
+    reach (``highest_return``): no evaluation would stop the run. A warning, not a refusal: a huge stop value
+    is a common way to say "never" (``env.stop_value=none`` is baton's); None when it is reachable or unset."""
+    stop = EnvParams.pick(env_cfg).stop_value
+    if highest is None or not math.isfinite(stop) or stop <= highest:
+        return None
+    return (f"env.stop_value={stop:g} is above the highest return an episode of {env_cfg.get('env_id')} can reach, "
+            f"{highest:g}: no evaluation will stop the run (env.stop_value=none says never; <= {highest:g} stops "
+            f"when solved)")
+
+
 def _check_evaluation(env: EnvParams, limit: Optional[int], eval_freq: Any) -> None:
     episodes, envs = env.n_evaluator_episode, env.evaluator_envs
     if episodes <= MAX_EVAL_EPISODES:
@@ -238,18 +269,24 @@ class GymEnvType:
 
     Args:
         env_id: gymnasium id, e.g. ``"CartPole-v1"``.
-        stop_value: evaluation return at which training stops by default.
+        stop_value: evaluation return at which training stops by default: the env's "solved" level
+            (gymnasium's ``reward_threshold`` where its spec has one; the registering module names the source).
         requires: ``(module, extra)`` pairs imported before ``gym.make``; a missing module raises an
             ImportError that names the pip extra to install.
+        best_step_reward, best_return: what bounds an episode's return, where known (CartPole: 1 a step;
+            Pendulum: 0): a run told a ``stop_value`` above the bound says so at start (``highest_return``).
         defaults: further default config values.
     """
 
     #: the keys of its ``env`` section
     Params: Type[EnvParams] = GymEnvParams
 
-    def __init__(self, env_id: str, stop_value: float, requires: Sequence[tuple] = (), **defaults: Any) -> None:
+    def __init__(self, env_id: str, stop_value: float, requires: Sequence[tuple] = (), *,
+                 best_step_reward: Optional[float] = None, best_return: Optional[float] = None,
+                 **defaults: Any) -> None:
         self.env_id = env_id
         self.requires = list(requires)
+        self.best_step_reward, self.best_return = best_step_reward, best_return
         self.params = self.Params.of(dict(env_id=env_id, stop_value=float(stop_value), **defaults), "env")
 
     def default_config(self) -> Dict[str, Any]:
@@ -260,6 +297,10 @@ class GymEnvType:
         """The compiled config's ``env`` section at compile time (``check_env_section``: its envs run in worker
         processes with ``env.manager.type`` 'async')."""
         check_env_section(cfg, processes=True)
+
+    def highest_return(self, env_cfg: Mapping[str, Any]) -> Optional[float]:
+        """The highest return an episode of ``env_cfg``'s env can reach, where known (``highest_return``)."""
+        return highest_return(env_cfg, self.best_step_reward, self.best_return)
 
     def check_requires(self, env_id: str) -> None:
         """Import each required module; a missing one raises an ImportError naming the extra that installs it."""

@@ -39,7 +39,7 @@ import torch
 from engine.devices import parse_device
 from engine.params import param
 
-from .envs import EnvParams, check_env_section
+from .envs import EnvParams, check_env_section, highest_return
 
 __all__ = ["TorchEnvParams", "TorchVectorEnv", "TorchEnvType", "follow_device"]
 
@@ -193,6 +193,7 @@ class TorchEnvType:
             that env itself, so the reference env judges what the torch dynamics trained (and a few envs step
             faster in numpy than through torch's per-operation overhead). Without one, evaluation steps
             ``env_cls`` on the CPU.
+        best_step_reward, best_return: what bounds an episode's return (``data.envs.GymEnvType``).
         defaults: further default config values.
 
     Config keys beside the usual ones (``collector_env_num`` ...): ``device`` (the collector's envs; None:
@@ -205,11 +206,13 @@ class TorchEnvType:
     #: the keys of its ``env`` section
     Params: Type[EnvParams] = TorchEnvParams
 
-    def __init__(self, env_id: str, env_cls: type, stop_value: float, gym_twin: Optional[str] = None,
+    def __init__(self, env_id: str, env_cls: type, stop_value: float, gym_twin: Optional[str] = None, *,
+                 best_step_reward: Optional[float] = None, best_return: Optional[float] = None,
                  **defaults: Any) -> None:
         self.env_id = env_id
         self.env_cls = env_cls
         self.gym_twin = gym_twin
+        self.best_step_reward, self.best_return = best_step_reward, best_return
         self.params = self.Params.of(dict(env_id=env_id, stop_value=float(stop_value), **defaults), "env")
 
     def default_config(self) -> Dict[str, Any]:
@@ -220,6 +223,12 @@ class TorchEnvType:
         """The compiled config's ``env`` section at compile time (``data.envs.check_env_section``; its envs are
         one batched tensor, no worker processes)."""
         check_env_section(cfg, processes=False)
+
+    def highest_return(self, env_cfg: Mapping[str, Any]) -> Optional[float]:
+        """The highest return an episode can reach, where known (``data.envs.highest_return``): evaluation plays
+        the gymnasium twin, whose episode limit bounds the return judged."""
+        twin = dict(env_cfg, env_id=self.gym_twin) if self.gym_twin is not None else env_cfg
+        return highest_return(twin, self.best_step_reward, self.best_return)
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True) -> Any:
         """The collector's envs on ``env.device`` (reset with ``seed``); for evaluation (``training=False``)

@@ -147,15 +147,22 @@ class InteractionEvaluator:
         publish_evaluation(ctx, output, self._stop_value if stop_value is None else stop_value)
 
 
-def final_evaluation(evaluator: InteractionEvaluator) -> Callable[[OnlineRLContext], None]:
+def final_evaluation(evaluator: InteractionEvaluator,
+                     seen: Optional[Callable[[OnlineRLContext], None]] = None) -> Callable[[OnlineRLContext], None]:
     """Middleware for the end of a pipeline, after its termination stage: when the run ends at its budget
     (``max_env_step``, ``max_train_iter``) with updates the last evaluation has not seen, the final weights are
     evaluated once. The summary's ``eval_return``, progress.csv's last evaluation and the best checkpoint then
     speak of the policy the run ends with, not of the one ``eval_freq`` updates before. It stops nothing: the
-    result is published without a stop value (the run has ended at its budget already)."""
+    result is published without a stop value (the run has ended at its budget already).
+
+    ``seen``: told of ``ctx`` just before, when this iteration's evaluator has evaluated already: the final
+    evaluation replaces ``ctx.eval_output``, and a stage that reads it after the iteration (the run summary's best
+    return, ``middleware.summary``) would miss the earlier one."""
 
     def final_evaluation(ctx: OnlineRLContext) -> None:
         if ctx.finish and ctx.stop_reason in BUDGETS and ctx.train_iter > max(ctx.last_eval_iter, 0):
+            if seen is not None:
+                seen(ctx)
             evaluator.evaluate(ctx, stop_value=float("inf"))
 
     return final_evaluation

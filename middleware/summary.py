@@ -142,7 +142,7 @@ class RunSummary:
             self.clock.start()
         setattr(ctx, WALL_TIME_FIELD, self.clock.wall_time_s())  # what this iteration's checkpoints carry
         yield
-        self._track_eval(ctx)
+        self.track_evaluation(ctx)
         if ctx.finish:
             self.clock.stop()
 
@@ -158,7 +158,9 @@ class RunSummary:
         self.clock.carry(getattr(ctx, WALL_TIME_FIELD, None))
         ctx.keep(WALL_TIME_FIELD, RECORD_FIELD)
 
-    def _track_eval(self, ctx: OnlineRLContext) -> None:
+    def track_evaluation(self, ctx: OnlineRLContext) -> None:
+        """Count the evaluation in ``ctx`` (once) into the best return and the number of evaluations: after each
+        iteration, and from a stage that is about to replace it (``middleware.evaluator.final_evaluation``)."""
         if ctx.eval_output is None or ctx.last_eval_iter == self._seen_eval_iter:
             return
         self._seen_eval_iter = ctx.last_eval_iter
@@ -169,7 +171,7 @@ class RunSummary:
 
     def on_finish(self, ctx: OnlineRLContext) -> None:
         self._adopt(ctx)  # a run that ended before its first iteration: what it resumed from
-        self._track_eval(ctx)  # an evaluation in an iteration cut short by an error
+        self.track_evaluation(ctx)  # an evaluation in an iteration cut short by an error
         self.clock.stop()
         wall = self.clock.wall_time_s()
         setattr(ctx, WALL_TIME_FIELD, wall)  # the final checkpoint, written after this, carries it

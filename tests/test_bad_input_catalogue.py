@@ -107,9 +107,9 @@ CONFIG_VALUES = [
     ("a billion evaluation episodes", _value("env.n_evaluator_episode", 1_000_000_000), ConfigError,
      r"env.n_evaluator_episode=1000000000: every evaluation would play 1,000,000,000 episodes \(200,000,000 on each "
      r"of the 5 evaluator envs, up to 500,000,000,000 env steps.*Give env.n_evaluator_episode <= 10,000"),
-    ("collector envs beyond the replay buffer", _value("env.collector_env_num", 100_000), ConfigError,
-     r"env.collector_env_num=100000: one collect steps every env at least once, 100,000 transitions "
-     r"\(policy.collect.n_sample=64 .*replay_buffer_size=20,000\).*Give env.collector_env_num <= 20,000"),
+    ("collector envs beyond the replay buffer", _value("env.collector_env_num", 200_000), ConfigError,
+     r"env.collector_env_num=200000: one collect steps every env at least once, 200,000 transitions "
+     r"\(policy.collect.n_sample=64 .*replay_buffer_size=100,000\).*Give env.collector_env_num <= 100,000"),
     ("collector envs beyond the rollout", _value("env.collector_env_num", 512, "cartpole_ppo"), ConfigError,
      r"env.collector_env_num=512 is more than policy.collect.n_sample=256: .*one step of all 512 envs.*"
      r"Give policy.collect.n_sample >= 512"),
@@ -288,10 +288,10 @@ CLI = [
                                                    "--exp-name", str(tmp / "r")],
      r"^baton: env.n_evaluator_episode=1000000000: every evaluation would play 1,000,000,000 episodes .*"
      r"Give env.n_evaluator_episode <= 10,000"),
-    ("100,000 collector envs", lambda tmp: ["train", "-c", CARTPOLE_DQN, "env.collector_env_num=100000",
+    ("200,000 collector envs", lambda tmp: ["train", "-c", CARTPOLE_DQN, "env.collector_env_num=200000",
                                             "--exp-name", str(tmp / "r")],
-     r"^baton: env.collector_env_num=100000: one collect steps every env at least once, 100,000 transitions .*"
-     r"Give env.collector_env_num <= 20,000"),
+     r"^baton: env.collector_env_num=200000: one collect steps every env at least once, 200,000 transitions .*"
+     r"Give env.collector_env_num <= 100,000"),
     ("eval of a billion episodes", lambda tmp: ["eval", str(tmp), "--episodes", "1000000000"],
      r"^baton: --episodes 1,000,000,000: one evaluation of more than 1,000,000 episodes would run for days .*"
      r"Give --episodes <= 1,000,000"),

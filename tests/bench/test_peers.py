@@ -80,7 +80,9 @@ def test_summarise_times_each_seed_to_the_peers_final():
     assert s["to_peer_final_s"] == 2.0 and s["seeds_reaching_peer_final"] == 1
     assert s["env_steps_per_s"] == pytest.approx((100 + 50) / 2)
     assert s["updates_per_s"] == pytest.approx((25 + 12.5) / 2)
-    assert "never" in " ".join(peers.format_rows({"baton": s, "sb3": peers.summarise(runs[1:], 80.0)}))
+    assert s["final_iqm"] == 60.0 and s["final_ci"][0] <= 60.0 <= s["final_ci"][1]  # baton report's estimate
+    rows = " ".join(peers.format_rows({"baton": s, "sb3": peers.summarise(runs[1:], 80.0)}))
+    assert "never" in rows and "baton  final return IQM 60.0, 95% bootstrap CI [40.0, 80.0] (2 seeds" in rows
 
 
 def test_a_task_whose_algorithm_is_not_registered_is_skipped(tmp_path):
@@ -93,7 +95,7 @@ def test_a_task_with_a_dizoo_config_runs_the_config():
     setup = peers.resolve_baton(peers.TASKS["cartpole-dqn"], eval_every=2000)
     assert setup.source == peers.TASKS["cartpole-dqn"].config
     assert setup.argv[-1] == os.path.join(ROOT, setup.source)
-    assert (setup.eval_freq, setup.eval_env_steps) == (248, 1984)  # the config: 64 env steps, 8 updates
+    assert (setup.eval_freq, setup.eval_env_steps) == (496, 1984)  # the config: 64 env steps, 16 updates
 
 
 def test_every_task_has_sb3_settings_and_bad_task_names_are_named(capsys):

@@ -40,7 +40,7 @@ def test_masked_cartpole_vector_env_and_stop_value():
         assert venv.single_observation_space.shape == (2,)
     finally:
         venv.close()
-    assert env_type.default_config()["stop_value"] == 195
+    assert env_type.default_config()["stop_value"] == 475
 
 
 def test_env_id_still_chooses_plain_cartpole():

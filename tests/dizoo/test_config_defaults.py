@@ -71,11 +71,11 @@ def test_dizoo_config_states_only_what_differs_from_defaults(name):
 
 
 def test_restated_defaults_names_file_and_key_path():
-    main = EasyDict(dict(exp_name="x", env=dict(stop_value=195), policy=dict(
+    main = EasyDict(dict(exp_name="x", env=dict(stop_value=475), policy=dict(
         nstep=1, cuda=True, model=dict(obs_shape=4, dueling=False), learn=dict(double_q=1))))
     create = dict(env=dict(type="cartpole"), policy=dict(type="dqn"), env_manager=dict(type="sync"))
     assert restated_defaults("dizoo/x_config.py", main, create) == [
-        "dizoo/x_config.py states env.stop_value=195, which is the default: remove it",
+        "dizoo/x_config.py states env.stop_value=475, which is the default: remove it",
         "dizoo/x_config.py states policy.nstep=1, which is the default: remove it",
         "dizoo/x_config.py states policy.model.obs_shape=4, which is taken from the env's spaces: remove it",
         "dizoo/x_config.py states create_config.env_manager.type='sync', which is the default: remove it",

@@ -119,3 +119,32 @@ def test_run_clock_resumes_from_the_larger_record_and_never_runs_backwards():
     clock.stop()
     assert clock.wall_time_s() == 8.0 and clock.elapsed_s() == 9.0
     assert math.isclose(RunClock().elapsed_s(), 0.0, abs_tol=1.0)
+
+
+def test_an_evaluation_and_the_final_one_in_the_same_last_iteration_both_count(tmp_path):
+    """The bug found with issue 35: the evaluator evaluated at the iteration's start (9.5), the budget ended the
+    run in the same iteration and the final evaluation (9.0) replaced ``ctx.eval_output`` before the summary
+    looked, so the run's best was 9.0 while progress.csv and best.pth.tar held 9.5 (a resume then reported 9.5)."""
+    from middleware.evaluator import final_evaluation
+
+    class FinalEvaluator:  # what InteractionEvaluator.evaluate publishes, with a scripted return
+        def evaluate(self, ctx, stop_value=None):
+            _evaluate(ctx, 9.0)
+
+    summary = RunSummary(str(tmp_path), write=False)
+    ctx = OnlineRLContext()
+
+    def iteration(ctx):
+        ctx.train_iter += 2
+        _evaluate(ctx, 9.5)  # the evaluator, before the learner
+        ctx.train_iter += 2  # the learner
+        ctx.finish, ctx.stop_reason = True, "max_env_step"  # termination: the budget
+
+    task = Task()
+    with task.start(ctx=ctx):
+        task.use(summary)
+        task.use(iteration)
+        task.use(final_evaluation(FinalEvaluator(), seen=summary.track_evaluation))
+        task.run(max_step=1)
+    assert ctx.eval_value == 9.0  # the final weights' evaluation is the last one
+    assert summary.result["best_eval_return"] == 9.5 and summary.result["evaluations"] == 2

@@ -69,7 +69,7 @@ def test_overrides_set_typed_values_in_new_dicts(cartpole):
         "policy.learn.batch_size=128", "env.stop_value=none", "env.manager.type=async",
         "env.env_kwargs={'render_mode': None}", "policy.learn.batch_size=96"])
     assert new_main["policy"]["learn"]["batch_size"] == 96                     # the last one wins
-    assert new_main["policy"]["learn"]["update_per_collect"] == 8              # the file's keys stay
+    assert new_main["policy"]["learn"]["update_per_collect"] == 16             # the file's keys stay
     assert new_main["env"]["stop_value"] == math.inf                           # none: never stop on evaluation
     assert new_main["env"]["manager"]["type"] == "async"
     assert new_main["env"]["env_kwargs"] == {"render_mode": None}              # free-form section

@@ -47,10 +47,10 @@ def _config_with(tmp_path, old, new):
 #: (case, argv, the line's pattern): the cases of the report first (the first also as a process of its own),
 #: then more of them
 CASES = [
-    ("key typo in the config file", lambda tmp: ["-c", _config_with(tmp, 'td_loss="mse"', 'td_los="mse"')],
-     r"unknown config key 'policy.learn.td_los'; did you mean 'policy.learn.td_loss'\?"),
-    ("bad value in the config file", lambda tmp: ["-c", _config_with(tmp, 'td_loss="mse"', 'td_loss="hubber"')],
-     r"policy.learn.td_loss='hubber' is not one of 'huber', 'mse' \(did you mean 'huber'\?\)"),
+    ("key typo in the config file", lambda tmp: ["-c", _config_with(tmp, 'learning_rate=0.002', 'learning_rat=0.002')],
+     r"unknown config key 'policy.learn.learning_rat'; did you mean 'policy.learn.learning_rate'\?"),
+    ("bad value in the config file", lambda tmp: ["-c", _config_with(tmp, 'type="linear"', 'type="linaer"')],
+     r"policy.other.eps.type='linaer' is not one of 'exp', 'linear' \(did you mean 'linear'\?\)"),
     ("top-level override of a nested key", lambda tmp: ["-c", CARTPOLE_DQN, "batch_size=64"],
      r"unknown config key 'batch_size'; did you mean 'policy.learn.batch_size'\?"),
     ("misspelt config path", lambda tmp: ["-c", os.path.join(CONFIG_DIR, "cartpole_dqn_cofig.py")],

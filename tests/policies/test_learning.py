@@ -9,26 +9,40 @@ import pytest
 from pipelines import serial_pipeline
 
 
-def _train(module, tmp_path, seed, max_env_step):
+#: CartPole-v0's level (DI-engine's stop value for CartPole), below CartPole-v1's own threshold, 475, at which the
+#: dizoo configs stop: a test of how fast an algorithm learns, where the tests of the score it holds ask for 475
+V0_LEVEL = 195
+
+
+def _train(module, tmp_path, seed, max_env_step, stop_value=None, **overrides):
     config = importlib.import_module(module)
     main = copy.deepcopy(config.main_config)
     main.exp_name = str(tmp_path / "exp")
+    if stop_value is not None:
+        main.env = dict(main.get("env", {}), stop_value=stop_value)
+    main.update(overrides)
     return serial_pipeline((main, copy.deepcopy(config.create_config)), seed=seed, max_env_step=max_env_step,
                            progress=False)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [2, 3])
-def test_cartpole_ppo_reaches_195(tmp_path, seed):
-    summary = _train("dizoo.classic_control.cartpole.config.cartpole_ppo_config", tmp_path, seed, 200_000)
-    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= 195
-    assert summary["train_iter"] > 20  # it learned: more than one collect's updates
+def test_cartpole_ppo_holds_475_to_the_end_of_its_budget(tmp_path):
+    """The score at the end of SB3's budget for the task (rl-baselines3-zoo: 100,000 env steps), not the first
+    evaluation that crosses a bar: the run goes on after solving, and its last evaluation (10 episodes) is
+    still at or above gymnasium's threshold. Seeds 0-2 of cartpole_ppo_config.py: BENCHMARKS.md."""
+    config = importlib.import_module("dizoo.classic_control.cartpole.config.cartpole_ppo_config").main_config
+    policy = copy.deepcopy(config.policy)
+    policy.eval.evaluator.eval_freq = 160  # every 4,096 env steps (16 collects of 10 updates), as bench/peers.py
+    summary = _train("dizoo.classic_control.cartpole.config.cartpole_ppo_config", tmp_path, 0, 100_000,
+                     stop_value=float("inf"), policy=policy)
+    assert summary["stop_reason"] == "max_env_step" and summary["eval_return"] >= 475, summary
 
 
 @pytest.mark.slow
 def test_cartpole_a2c_reaches_195(tmp_path):
-    summary = _train("dizoo.classic_control.cartpole.config.cartpole_a2c_config", tmp_path, 2, 300_000)
-    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= 195
+    summary = _train("dizoo.classic_control.cartpole.config.cartpole_a2c_config", tmp_path, 2, 300_000,
+                     stop_value=V0_LEVEL)
+    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= V0_LEVEL
 
 
 @pytest.mark.slow
@@ -61,6 +75,7 @@ def test_pendulum_ppo_reaches_minus_250_within_100k_env_steps(tmp_path):
 def test_cartpole_ppo_on_torch_envs_reaches_195(tmp_path):
     """PPO on the batched torch CartPole (``cartpole_torch``), evaluated on gymnasium's CartPole-v1: the
     device-env path learns, and what it learned holds on the reference env. About 5,000 env steps."""
-    summary = _train("dizoo.classic_control.cartpole.config.cartpole_ppo_torch_config", tmp_path, 0, 100_000)
-    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= 195
+    summary = _train("dizoo.classic_control.cartpole.config.cartpole_ppo_torch_config", tmp_path, 0, 100_000,
+                     stop_value=V0_LEVEL)
+    assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= V0_LEVEL
     assert summary["train_iter"] > 20

@@ -8,6 +8,9 @@ theta_dot]`` and drops both velocities, so one observation no longer tells where
 must infer the velocities from successive observations (a memory: a recurrent policy, or stacked frames). A
 feed-forward policy sees only a snapshot (the field's standard test of recurrent PPO: SB3-contrib's
 ``CartPoleNoVel``, CleanRL's masked CartPole).
+
+Stop value 475: gymnasium's ``reward_threshold`` for CartPole-v1 (195 was CartPole-v0's, with its 200-step
+episodes); a return is at most 500, one reward a step for 500 steps. All three types stop there.
 """
 from typing import Any, Mapping
 
@@ -22,9 +25,12 @@ from .torch_env import CartPoleTorch
 
 __all__ = ["CARTPOLE", "CARTPOLE_TORCH", "CARTPOLE_MASKED", "VelocityMasked", "MaskedCartPoleType"]
 
-CARTPOLE = ENV_REGISTRY.register("cartpole", GymEnvType("CartPole-v1", stop_value=195))
-CARTPOLE_TORCH = ENV_REGISTRY.register("cartpole_torch", TorchEnvType("CartPole-torch", CartPoleTorch, stop_value=195,
-                                                                      gym_twin="CartPole-v1"))
+#: gymnasium's ``reward_threshold`` of CartPole-v1 (the module docstring)
+SOLVED = 475.0
+
+CARTPOLE = ENV_REGISTRY.register("cartpole", GymEnvType("CartPole-v1", stop_value=SOLVED, best_step_reward=1.0))
+CARTPOLE_TORCH = ENV_REGISTRY.register("cartpole_torch", TorchEnvType("CartPole-torch", CartPoleTorch, stop_value=SOLVED,
+                                                                      gym_twin="CartPole-v1", best_step_reward=1.0))
 
 
 class VelocityMasked(gym.ObservationWrapper):
@@ -54,13 +60,13 @@ class VelocityMasked(gym.ObservationWrapper):
 
 
 class MaskedCartPoleType(GymEnvType):
-    """Env type ``cartpole_masked``: CartPole-v1 wrapped in ``VelocityMasked`` (stop value 195, as CartPole).
+    """Env type ``cartpole_masked``: CartPole-v1 wrapped in ``VelocityMasked`` (stop value 475, as CartPole).
     ``--env CartPole-v1`` keeps choosing ``cartpole`` (``by_id``); configs name this type."""
 
     by_id = False
 
     def __init__(self) -> None:
-        super().__init__("CartPole-v1", stop_value=195)
+        super().__init__("CartPole-v1", stop_value=SOLVED, best_step_reward=1.0)
 
     def make(self, env_cfg: Mapping[str, Any]) -> gym.Env:
         return VelocityMasked(super().make(env_cfg))

@@ -9,7 +9,7 @@ from easydict import EasyDict
 
 main_config = EasyDict(dict(
     exp_name="cartpole_bc",
-    env=dict(stop_value=475),
+    env=dict(),  # every env value is the default (stop value 475, CartPole-v1's threshold)
     dataset=dict(name="cartpole/expert-v0"),
     policy=dict(
         model=dict(hidden_size_list=[64, 64]),

@@ -12,7 +12,7 @@ from dizoo.classic_control.cartpole.config import cartpole_dqn_config as base
 main_config = copy.deepcopy(base.main_config)
 main_config.exp_name = "cartpole_dqn_torch"
 main_config.env.collector_env_num = 8
-main_config.policy.other.replay_buffer.device = "learn"
+main_config.policy.other.replay_buffer = dict(device="learn")
 create_config = copy.deepcopy(base.create_config)
 create_config.env = dict(type="cartpole_torch", import_names=["dizoo.classic_control.cartpole.envs"])
 

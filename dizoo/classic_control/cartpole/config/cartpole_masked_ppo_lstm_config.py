@@ -4,7 +4,7 @@
 
 An observation is ``[x, theta]`` alone; the LSTM's memory of the steps before lets the policy infer the
 velocities that feed-forward PPO (cartpole_masked_ppo_config.py, best 56 in 100k env steps) cannot see. Seeds
-0, 1 and 2 reached the stop value (195) at 18,432, 14,336 and 16,384 env steps (288, 224 and 256 updates; 80,
+0, 1 and 2 reached 195 (CartPole-v0's level, then the stop value; now CartPole-v1's 475) at 18,432, 14,336 and 16,384 env steps (288, 224 and 256 updates; 80,
 62 and 37 s of training on the shared 2-core machine at a load average of 4 to 6). Each collect is 64 steps of
 8 envs, learned as 4 sequences of 16 steps per env, in 4 epochs of 2 minibatches of 16 sequences
 (docs/recurrent_ppo.md).
