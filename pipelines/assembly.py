@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from data.envs import make_vector_env, unreachable_stop_value
+from data.envs import make_vector_env
 from data.replay import ReplayBuffer
 from engine.config import ConfigError, RunParams, compile_config, save_config
 from engine.context import Context
@@ -161,23 +161,6 @@ def assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]]) -> Pipeline
         raise
 
 
-def _say_if_endless(cfg: Any, request: RunRequest, shape: Shape, env_type: Any) -> None:
-    """One WARNING line for a stop value no episode can reach (``data.envs.unreachable_stop_value``), and one
-    when nothing would end the run: no stop value it can reach and no budget. Not refused: a huge stop value is
-    a common way to say "never", a custom stage may finish the task, and the user may stop it (Ctrl-C keeps its
-    checkpoints)."""
-    highest = env_type.highest_return(cfg.env) if hasattr(env_type, "highest_return") else None
-    unreachable = unreachable_stop_value(cfg.env, highest)
-    if unreachable:
-        logger.warning("%s", unreachable)
-    if shape.offline or request.resume or request.max_env_step is not None or request.max_train_iter is not None:
-        return  # a resumed run without a budget stops at its own (pipelines.resume says so)
-    if unreachable or math.isinf(stages.env_params(cfg).stop_value):
-        logger.warning("%s has no stop value it can reach (env.stop_value) and this run no budget: it trains until "
-                       "it is stopped; give --max-env-step N (or --max-train-iter N), or a reachable env.stop_value",
-                       stages.env_label(cfg))
-
-
 def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: DDPContext,
               resources: contextlib.ExitStack) -> Pipeline:
     clock = RunClock()  # elapsed_s counts from here; wall_time_s from the first iteration (middleware.summary)
@@ -191,8 +174,6 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     run = Run(request, cfg, ddp_ctx.rank, ddp_ctx.world_size, rank_seed(keys.seed, ddp_ctx.rank), resources,
               ENV_REGISTRY.get(cfg.env.type))
     _seed_everything(run.seed)
-    if run.main:
-        _say_if_endless(cfg, request, shape, run.env_type)
     observation_space, action_space = shape.open(run)
     evaluator_params = policy_cls.Params.of(cfg.policy, "policy").eval.evaluator  # before the policy is built
     background = shape.background_eval and getattr(evaluator_params, "background", False)
@@ -249,7 +230,7 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
         pipeline.append(stages.logger(cfg, ctx if resume else None, resources, clock=clock, profile=profile)
                         if run.main else None, name="logger", main_only=True)
     pipeline.append(stages.termination(cfg, policy, request.max_env_step, request.max_train_iter, run.main,
-                                       offline=shape.offline), name="termination")
+                                       offline=shape.offline, resumed=bool(resume)), name="termination")
     if not background:  # the run's last weights evaluated once where a budget ends it (middleware.evaluator)
         pipeline.append(final_evaluation(evaluator, seen=summary.track_evaluation) if run.main else None,
                         name="final_evaluation", main_only=True)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Unio
 
 import torch
 
-from data.envs import EnvParams, env_settings, make_vector_env
+from data.envs import EnvParams, env_settings, make_vector_env, unreachable_stop_value
 from data.replay import (FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer,
                          ReplayBufferParams, RingStorage, Sampler, UniformSampler)
 from data.replay.device import resolve_replay_device
@@ -283,13 +283,20 @@ def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: An
 
 
 def termination(cfg: Mapping[str, Any], policy: Policy, max_env_step: Optional[int], max_train_iter: Optional[int], main: bool,
-                offline: bool = False) -> Callable[[Any], None]:
+                offline: bool = False, resumed: bool = False) -> Callable[[Any], None]:
     """The termination stage: the budgets given, ``policy.eval.evaluator.patience``, and no run without an
     end that does not say so. An offline run given no budget stops at ``OFFLINE_DEFAULT_UPDATES`` updates
-    (a dataset's policy may never reach ``env.stop_value``); an online run with no budget, no reachable stop
-    value and no patience says on rank 0 that it runs until stopped."""
+    (a dataset's policy may never reach ``env.stop_value``); rank 0 says, in one line each, when the stop value is
+    above the highest return an episode can reach (``data.envs.unreachable_stop_value``: a typo, or a value copied
+    from another env), and when an online run has no budget, no reachable stop value and no patience, so that it
+    runs until stopped (not on a resume: it stops at its own budget, ``pipelines.resume``)."""
     patience = policy.params.eval.evaluator.patience
     stop_value = env_params(cfg).stop_value
+    env_type = ENV_REGISTRY.get(cfg["env"]["type"])
+    highest = env_type.highest_return(cfg["env"]) if hasattr(env_type, "highest_return") else None
+    unreachable = unreachable_stop_value(cfg["env"], highest)
+    if unreachable and main:
+        logger_.warning("%s", unreachable)
     if max_env_step is None and max_train_iter is None:
         if offline:
             max_train_iter = OFFLINE_DEFAULT_UPDATES
@@ -298,10 +305,10 @@ def termination(cfg: Mapping[str, Any], policy: Policy, max_env_step: Optional[i
                                 "(--max-train-iter N to choose)", f"{OFFLINE_DEFAULT_UPDATES:,}",
                                 f" or after {patience} evaluations in a row without a new best "
                                 f"(policy.eval.evaluator.patience)" if patience else "")
-        elif (stop_value is None or math.isinf(stop_value)) and not patience and main:
-            logger_.warning("this run has no end: no --max-env-step or --max-train-iter, env.stop_value is none and "
+        elif (stop_value is None or math.isinf(stop_value) or unreachable) and not patience and main and not resumed:
+            logger_.warning("this run has no end: no --max-env-step or --max-train-iter, env.stop_value is %s and "
                             "policy.eval.evaluator.patience is 0; it trains until stopped (Ctrl-C, which keeps "
-                            "latest); give --max-env-step N")
+                            "latest); give --max-env-step N", "out of reach" if unreachable else "none")
     try:
         return termination_checker(max_env_step, max_train_iter, patience=patience)
     except ValueError as err:

@@ -64,22 +64,24 @@ def test_a_reachable_or_absent_stop_value_is_not_told():
 
 
 def _warnings(caplog):
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "pipelines.assembly"]
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "pipelines.stages"]
 
 
 def test_a_run_says_at_start_when_its_stop_value_cannot_stop_it_or_nothing_would(quick_cartpole_config, caplog):
     main, create = copy.deepcopy(quick_cartpole_config)
     main.env.stop_value = 1000
-    with caplog.at_level(logging.WARNING, logger="pipelines.assembly"):
+    unreachable = ("env.stop_value=1000 is above the highest return an episode of CartPole-v1 can reach, 500: no "
+                   "evaluation will stop the run (env.stop_value=none says never; <= 500 stops when solved)")
+    with caplog.at_level(logging.WARNING, logger="pipelines.stages"):
         build_pipeline((main, create), max_env_step=64).close()
-    assert _warnings(caplog) == ["env.stop_value=1000 is above the highest return an episode of CartPole-v1 can "
-                                 "reach, 500: no evaluation will stop the run (env.stop_value=none says never; <= 500 "
-                                 "stops when solved)"]
-    endless = ("CartPole-v1 has no stop value it can reach (env.stop_value) and this run no budget: it trains until it "
-               "is stopped; give --max-env-step N (or --max-train-iter N), or a reachable env.stop_value")
-    for stop, told in ((math.inf, [endless]), (475, [])):
+    assert _warnings(caplog) == [unreachable]
+    endless = ("this run has no end: no --max-env-step or --max-train-iter, env.stop_value is {} and "
+               "policy.eval.evaluator.patience is 0; it trains until stopped (Ctrl-C, which keeps latest); give "
+               "--max-env-step N")
+    for stop, told in ((1000, [unreachable, endless.format("out of reach")]), (math.inf, [endless.format("none")]),
+                       (475, [])):
         main.env.stop_value = stop
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="pipelines.assembly"):
+        with caplog.at_level(logging.WARNING, logger="pipelines.stages"):
             build_pipeline((main, create), exp_name=main.exp_name, force=True).close()
         assert _warnings(caplog) == told
