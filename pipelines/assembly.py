@@ -184,6 +184,7 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
         resources.callback(evaluator_env.close)
     run.policy = policy = _build_policy(policy_cls, cfg, observation_space, action_space, ddp_ctx)
     buffer = shape.prepare(run)
+    annealing = stages.lr_annealing(policy, request.max_env_step)  # refused without a budget: before the run dir
     saved_buffer = buffer if shape.saves_buffer else None
 
     # the inputs are checked: only now the run directory (a failed start leaves none, pipelines.run_dir)
@@ -220,6 +221,8 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
     pipeline.append(ddp, name="ddp")
     pipeline.append(summary, name="summary")
     pipeline.append(evaluator, name="evaluator", main_only=True)
+    if annealing is not None:  # policy.learn.lr_schedule='linear'
+        pipeline.append(annealing, name="lr_schedule")
     shape.middle(run, pipeline, buffer)
     if policy.keeps_statistics:  # every rank, every iteration: under DDP a collective
         pipeline.append(statistics_merger(policy.merge_statistics), name="statistics")

@@ -39,7 +39,7 @@ from middleware.summary import RunClock
 from middleware.trackers import start_trackers
 from policies.base import Policy
 
-__all__ = ["env_params", "env_label", "replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration",
+__all__ = ["env_params", "env_label", "lr_annealing", "replay_buffer", "collector", "evaluator", "EvalSide", "evaluator_report", "exploration",
            "random_collect", "off_policy_learner", "on_policy_learner", "gae", "sequence_length", "checkpoint_saver", "shard_saver",
            "logs", "logger", "preemption", "termination", "ddp", "OFFLINE_DEFAULT_UPDATES"]
 
@@ -280,6 +280,27 @@ def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: An
         raise ConfigError(str(err)) from None
     resources.callback(guard.uninstall)
     return PreemptionStop(guard)
+
+
+def lr_annealing(policy: Policy, max_env_step: Optional[int]) -> Optional[Callable[[Any], None]]:
+    """The stage of ``policy.learn.lr_schedule='linear'`` (None for any other policy or schedule): before the
+    iteration's updates, the learning rate for the env steps done out of the budget. ``ctx.env_step`` is the
+    global count under DDP (the same on every rank), and a resumed run's, so nothing is saved for it.
+
+    Raises:
+        engine.config.ConfigError: the schedule asked for with no ``--max-env-step`` to anneal over.
+    """
+    if not getattr(policy, "anneals_learning_rate", False):
+        return None
+    if max_env_step is None:
+        raise ConfigError("policy.learn.lr_schedule='linear' anneals the learning rate to 0 over the run's env steps, "
+                          "and this run has no --max-env-step: give --max-env-step N, or "
+                          "policy.learn.lr_schedule=constant")
+
+    def lr_annealing(ctx: Any) -> None:
+        policy.anneal_learning_rate(ctx.env_step / max_env_step)
+
+    return lr_annealing
 
 
 def termination(cfg: Mapping[str, Any], policy: Policy, max_env_step: Optional[int], max_train_iter: Optional[int], main: bool,

@@ -71,7 +71,7 @@ __all__ = ["PPOPolicy", "PPOParams", "PPOModelParams", "PPOLearnParams", "PPOCol
 
 
 #: ``policy.learn.lr_schedule``'s choices
-LR_SCHEDULES = ("constant", "adaptive")
+LR_SCHEDULES = ("constant", "adaptive", "linear")
 
 
 @dataclass
@@ -125,8 +125,10 @@ class PPOLearnParams(Params):
     grad_clip_value: float = param(0.5)
     """The largest gradient norm an update applies (all parameters together); 0 disables clipping."""
     lr_schedule: str = param("constant", choices=LR_SCHEDULES)
-    """"constant", or "adaptive": steer the rate by each epoch's mean approximate KL (module docstring: how, and
-    how it failed on Pong)."""
+    """"constant"; "adaptive": steer the rate by each epoch's mean approximate KL (module docstring: how, and
+    how it failed on Pong); "linear": from ``learning_rate`` down to 0 at the run's ``--max-env-step`` (SB3's
+    ``lin_`` schedules, CleanRL's ``anneal_lr``), set each iteration from the env steps done, so a resume or a DDP
+    rank needs no state of its own (``pipelines.stages.lr_annealing``; a run without a budget is refused)."""
     kl_threshold: float = param(0.008, rule="positive")
     """``lr_schedule='adaptive'``: the mean approximate KL per epoch aimed at (rl_games' default; its configs use
     0.008 to 0.016)."""
@@ -204,6 +206,8 @@ class PPOPolicy(Policy):
         self._value_clip = learn.value_clip
         self._grad_clip = float(learn.grad_clip_value)
         self._adaptive_lr = learn.lr_schedule == "adaptive"
+        self._linear_lr = learn.lr_schedule == "linear"
+        self._base_lr = float(learn.learning_rate)
         self._kl_threshold = float(learn.kl_threshold)
         self._epoch_kls: List[torch.Tensor] = []  # adaptive: this epoch's approx_kl, left on the device
         if self.continuous:
@@ -274,6 +278,7 @@ class PPOPolicy(Policy):
         self.optimizer_step.step(loss, self._grad_clip)
         if self._adaptive_lr and "approx_kl" in stats:
             self._epoch_kls.append(stats["approx_kl"])
+        if self._adaptive_lr or self._linear_lr:
             stats["learning_rate"] = self.optimizer_step.optimizer.param_groups[0]["lr"]
         return {"loss": loss.detach(), **stats}
 
@@ -287,6 +292,18 @@ class PPOPolicy(Policy):
         kl = float(allreduce_data(kl, op="mean")) if is_distributed() else float(kl)
         for group in self.optimizer_step.optimizer.param_groups:
             group["lr"] = adaptive_lr(float(group["lr"]), kl, self._kl_threshold)
+
+    @property
+    def anneals_learning_rate(self) -> bool:
+        """Whether ``policy.learn.lr_schedule`` is 'linear': the pipeline then calls ``anneal_learning_rate``."""
+        return self._linear_lr
+
+    def anneal_learning_rate(self, fraction: float) -> None:
+        """``lr_schedule='linear'``: the rate at ``fraction`` of the run's budget done, ``learning_rate * (1 -
+        fraction)`` (0 from the end of the budget on)."""
+        rate = self._base_lr * min(1.0, max(0.0, 1.0 - fraction))
+        for group in self.optimizer_step.optimizer.param_groups:
+            group["lr"] = rate
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """``Policy.load_state_dict``; an adaptive schedule keeps the rate it had reached (the optimizer's), where

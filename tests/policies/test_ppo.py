@@ -146,8 +146,21 @@ def test_lr_schedule_settings_are_checked_at_compile_time():
     from engine.config import ConfigError, compile_config
     base = dict(exp_name="x", env=dict(), policy=dict())
     create = dict(env=dict(type="cartpole"), policy=dict(type="ppo"))
-    with pytest.raises(ConfigError, match="lr_schedule='linear' is not one of 'constant', 'adaptive'"):
-        compile_config(deep_merge(base, dict(policy=dict(learn=dict(lr_schedule="linear")))), create, save=False)
+    with pytest.raises(ConfigError, match="lr_schedule='cosine' is not one of 'constant', 'adaptive', 'linear'"):
+        compile_config(deep_merge(base, dict(policy=dict(learn=dict(lr_schedule="cosine")))), create, save=False)
     with pytest.raises(ConfigError, match="'policy.learn.kl_threshold' is 0.0: it must be > 0"):
         compile_config(deep_merge(base, dict(policy=dict(learn=dict(lr_schedule="adaptive", kl_threshold=0.0)))),
                        create, save=False)
+
+
+def test_the_linear_schedule_anneals_to_zero_at_the_budget_and_reports_its_rate():
+    policy = _policy(PPOPolicy, gym.spaces.Discrete(3), lr_schedule="linear", learning_rate=1e-3)
+    assert policy.anneals_learning_rate
+    rates = []
+    for fraction in (0.0, 0.25, 1.0, 1.5):
+        policy.anneal_learning_rate(fraction)
+        rates.append(policy.optimizer_step.optimizer.param_groups[0]["lr"])
+    assert rates == pytest.approx([1e-3, 7.5e-4, 0.0, 0.0])
+    policy.anneal_learning_rate(0.5)
+    assert policy.learn_mode.forward(_batch(False))["learning_rate"] == pytest.approx(5e-4)
+    assert not _policy(PPOPolicy, gym.spaces.Discrete(3)).anneals_learning_rate
