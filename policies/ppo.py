@@ -28,17 +28,7 @@ so the critic learns returns of order 1 whatever the env pays. The statistics ar
 normaliser's kind (``policies.obs_norm``): updated from collected rollouts, merged across DDP ranks once per
 iteration, checkpointed under ``reward_norm``. The logged episode returns stay the env's.
 
-``policy.learn.lr_schedule='adaptive'`` (rl_games' ``lr_schedule: adaptive``, which its EnvPool Pong config
-uses): after each epoch over a collect, the learning rate is multiplied by 1.5 where that epoch's mean approximate
-KL (``approx_kl``) stayed under ``kl_threshold / 2``, and divided by 1.5 where it went over ``2 * kl_threshold``,
-within [1e-6, 1e-2]. Why: with few large minibatches per collect (64 envs x 128 steps in minibatches of 2,048:
-16 updates), a fixed 3e-4 moves the policy too little per collect (PPO Pong on an H200: approx_kl 0.003, clip
-fraction 0.014, still -21 after 1M env steps); the schedule raises the rate until each epoch moves the policy by
-about the threshold. One read of the KL from the device per epoch; under DDP the ranks' KLs are averaged, so
-every rank steps at the same rate. The rate reached is checkpointed (the optimizer's) and kept on resume.
-Measured once, and it failed: on PPO Pong (H100, minibatches of 2,048, ``kl_threshold=0.01``) the rate reached
-the 1e-2 ceiling within five collects and the network stopped learning (entropy flat, clip fraction 0); the
-Pong config learns with CleanRL's constant 2.5e-4 and more, smaller minibatches instead (BENCHMARKS.md).
+``policy.learn.lr_schedule``: 'constant', 'adaptive' or 'linear' (``policies.lr_schedules``: how, and why).
 """
 from __future__ import annotations
 
@@ -59,6 +49,7 @@ from .accel import hot_path
 from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OnlineEvalParams, PolicyParams
 from .greedy import ActorOut, GreedyActor
+from .lr_schedules import LR_SCHEDULES, adaptive_lr, linear_lr
 from .masks import action_mask, masked_argmax, masked_logits, observation_has_mask
 from .models import ActorCritic
 from .spaces import model_observation
@@ -67,11 +58,7 @@ from .optim import OptimizerStep
 from .placement import PerDevice
 
 __all__ = ["PPOPolicy", "PPOParams", "PPOModelParams", "PPOLearnParams", "PPOCollectParams",
-           "normalise_advantages", "adaptive_lr", "LR_SCHEDULES"]
-
-
-#: ``policy.learn.lr_schedule``'s choices
-LR_SCHEDULES = ("constant", "adaptive", "linear")
+           "normalise_advantages"]
 
 
 @dataclass
@@ -301,7 +288,7 @@ class PPOPolicy(Policy):
     def anneal_learning_rate(self, fraction: float) -> None:
         """``lr_schedule='linear'``: the rate at ``fraction`` of the run's budget done, ``learning_rate * (1 -
         fraction)`` (0 from the end of the budget on)."""
-        rate = self._base_lr * min(1.0, max(0.0, 1.0 - fraction))
+        rate = linear_lr(self._base_lr, fraction)
         for group in self.optimizer_step.optimizer.param_groups:
             group["lr"] = rate
 
@@ -429,24 +416,6 @@ class PPOPolicy(Policy):
     def optimizer_settings(self) -> List[Dict[str, float]]:
         """The config's settings of the one parameter group (``policies.optim``)."""
         return [dict(lr=self.params.learn.learning_rate)]
-
-
-def adaptive_lr(lr: float, kl: float, threshold: float, factor: float = 1.5, low: float = 1e-6,
-                high: float = 1e-2) -> float:
-    """rl_games' adaptive rule (its ``AdaptiveScheduler``): ``lr / factor`` where ``kl > 2 * threshold``,
-    ``lr * factor`` where ``kl < threshold / 2``, else ``lr``; kept within ``[low, high]``.
-
-    Examples:
-        >>> adaptive_lr(1e-3, kl=0.001, threshold=0.01), adaptive_lr(1e-3, kl=0.05, threshold=0.01)
-        (0.0015, 0.0006666666666666666)
-        >>> adaptive_lr(1e-3, kl=0.01, threshold=0.01), adaptive_lr(9e-3, kl=0.0, threshold=0.01)
-        (0.001, 0.01)
-    """
-    if kl > 2.0 * threshold:
-        return max(lr / factor, low)
-    if kl < 0.5 * threshold:
-        return min(lr * factor, high)
-    return lr
 
 
 def normalise_advantages(adv: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import policies.lr_schedules
 import policies.normalisation
 import policies.placement
 from policies.accel import HotPath, hot_path
@@ -51,7 +52,8 @@ def test_no_policies_module_is_over_450_lines(path):
         assert sum(1 for _ in f) <= 450
 
 
-@pytest.mark.parametrize("module", [policies.placement, policies.normalisation], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [policies.placement, policies.normalisation, policies.lr_schedules],
+                         ids=lambda m: m.__name__)
 def test_piece_examples_run(module):
     assert doctest.testmod(module).failed == 0
 

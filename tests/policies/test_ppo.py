@@ -98,7 +98,7 @@ def test_ppo_rejects_unsupported_action_space():
 
 
 def test_adaptive_rule_is_rl_games():
-    from policies.ppo import adaptive_lr
+    from policies.lr_schedules import adaptive_lr
     assert adaptive_lr(1e-3, 0.004, 0.01) == pytest.approx(1.5e-3)     # under threshold / 2: up
     assert adaptive_lr(1e-3, 0.021, 0.01) == pytest.approx(1e-3 / 1.5)  # over 2 * threshold: down
     assert adaptive_lr(1e-3, 0.006, 0.01) == 1e-3 and adaptive_lr(1e-3, 0.019, 0.01) == 1e-3
