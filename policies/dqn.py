@@ -208,9 +208,9 @@ class QValuePolicy(Policy):
         ``random_collect_size``), among the legal actions where the observation carries a mask. With noisy layers
         the greedy action is the noisy network's (and ``eps`` is 0: ``check_exploration``)."""
         greedy = self._greedy(obs, "collect")
-        mask = action_mask(obs)
-        return {"action": self._explore(greedy, 1.0 if random else eps,
-                                        None if mask is None else to_device(mask, greedy.device))}
+        eps = 1.0 if random else eps
+        mask = action_mask(obs) if eps > 0 else None  # read and moved only where some env may explore
+        return {"action": self._explore(greedy, eps, None if mask is None else to_device(mask, greedy.device))}
 
     def _forward_eval(self, obs: torch.Tensor) -> Dict[str, Any]:
         return {"action": self._greedy(obs, "eval")}
