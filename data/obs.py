@@ -73,15 +73,29 @@ def map_leaves(fn: Callable[..., torch.Tensor], value: Obs, with_path: bool = Fa
     """``fn`` of every tensor of ``value``, as a tree of the same keys (``fn(value)`` for a tensor): one
     place for what treetensor has no method for (allocating a ring like a leaf, a host copy). With
     ``with_path``, ``fn(leaf, path)`` also gets the leaf's key path (``()`` for a tensor), for what is kept
-    per leaf (a staging buffer)."""
+    per leaf (a staging buffer). A tree as plain nested dicts (``to_plain``: what a compiled hot path takes) maps
+    to plain dicts."""
     if isinstance(value, TreeValue):
         return mapping(value, (lambda leaf, path: fn(leaf, tuple(path))) if with_path else (lambda leaf: fn(leaf)))
+    if isinstance(value, Mapping):
+        return _map_plain(fn, value, (), with_path)
     return fn(value, ()) if with_path else fn(value)
 
 
+def _map_plain(fn: Callable[..., torch.Tensor], value: Any, path: Tuple[str, ...], with_path: bool) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _map_plain(fn, child, path + (key,), with_path) for key, child in value.items()}
+    return fn(value, path) if with_path else fn(value)
+
+
 def first_leaf(value: Obs) -> torch.Tensor:
-    """A tensor of ``value`` (itself for a tensor): its rows and device are the tree's."""
-    return flatten(value)[0][1] if isinstance(value, TreeValue) else value
+    """A tensor of ``value`` (itself for a tensor): its rows and device are the tree's (a tree as plain dicts
+    too)."""
+    if isinstance(value, TreeValue):
+        return flatten(value)[0][1]
+    while isinstance(value, Mapping):
+        value = next(iter(value.values()))
+    return value
 
 
 def num_rows(value: Obs) -> int:
@@ -198,9 +212,13 @@ def stack(values: Sequence[Obs]) -> Obs:
 
 
 def cat(values: Sequence[Obs]) -> Obs:
-    """Row blocks (env groups, in env order) into one value of all rows."""
+    """Row blocks (env groups, in env order) into one value of all rows (trees as plain dicts key by key)."""
     values = list(values)
-    return ttorch.cat(values) if isinstance(values[0], TreeValue) else torch.cat(values)
+    if isinstance(values[0], TreeValue):
+        return ttorch.cat(values)
+    if isinstance(values[0], Mapping):
+        return {key: cat([v[key] for v in values]) for key in values[0]}
+    return torch.cat(values)
 
 
 def to_device(value: Obs, device: torch.device) -> Obs:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from data.obs import Obs, first_leaf, is_tree, map_leaves
+from data.obs import Obs, first_leaf, map_leaves
 
 from .distributional import support
 from .noisy import NoisyLinear
@@ -311,7 +311,7 @@ class _RecurrentCore(nn.Module):
 
     def encode(self, obs: Obs) -> torch.Tensor:
         """``obs [B, L, *obs_shape]`` (a tree: every leaf ``[B, L, ...]``) -> ``[B, L, in]``."""
-        if is_tree(obs):
+        if not isinstance(obs, torch.Tensor):  # a tree, or its plain dicts (policies.normalisation.model_obs)
             batch, length = first_leaf(obs).shape[:2]
             rows = map_leaves(lambda leaf: leaf.reshape((batch * length,) + tuple(leaf.shape[2:])), obs)
             return self.encoder(rows).reshape(batch, length, -1)
@@ -414,7 +414,7 @@ class RecurrentActorCritic(nn.Module):
         return out, value
 
     def step(self, obs: Obs, state: torch.Tensor) -> tuple:
-        steps = map_leaves(lambda leaf: leaf.unsqueeze(1), obs) if is_tree(obs) else obs.unsqueeze(1)
+        steps = obs.unsqueeze(1) if isinstance(obs, torch.Tensor) else map_leaves(lambda leaf: leaf.unsqueeze(1), obs)
         xs = [core.encode(steps) for core in self.cores]
         actor, critic, next_state = self._unroll(xs, state)
         head, value = self._heads(actor[:, 0], critic[:, 0])

@@ -21,9 +21,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from data.obs import to_device, to_plain
+
 from .obs_norm import ObsNormMismatchError, RunningObsNorm
 
-__all__ = ["Normalisation", "OBS_NORM_PREFIX"]
+__all__ = ["Normalisation", "OBS_NORM_PREFIX", "model_obs"]
 
 #: the keys of the observation statistics among ``acting_weights()``
 OBS_NORM_PREFIX = "obs_norm:"
@@ -173,3 +175,16 @@ class Normalisation:
         if self.obs_norm is not None:
             self.obs_norm.load_state_dict(stats)
         return {name: value for name, value in weights.items() if not name.startswith(OBS_NORM_PREFIX)}
+
+
+def model_obs(obs: Any, device: torch.device, normalisation: Normalisation, image: bool = False) -> Any:
+    """Observations as the networks take them, on ``device`` and normalised (``policy.obs_norm``): a flat one as a
+    float tensor (``image``: uint8 frames left to the CNN, which scales them); a tree (a Dict/Tuple observation)
+    as nested plain dicts of its leaves in their own dtypes, its vector keys normalised
+    (``policies.keyed_obs_norm``). Why not cast a tree: its encoders cast each key themselves (an image stays uint8
+    until scaled); why plain dicts: ``torch.compile`` traces them, where a treetensor breaks the graph at every
+    key lookup (``policies.encoders``), so each algorithm's hot paths compile with either kind of observation."""
+    if isinstance(obs, torch.Tensor):
+        obs = obs.to(device)
+        return obs if image else normalisation.norm_obs(obs.float())
+    return normalisation.norm_obs(to_plain(to_device(obs, device)))

@@ -43,7 +43,7 @@ from engine.distributed import allreduce_data, is_distributed
 from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
-from data.obs import Obs, first_leaf, to_device
+from data.obs import Obs, first_leaf
 
 from .accel import hot_path
 from .base import Policy, resolve_shape, space_dims
@@ -53,6 +53,7 @@ from .lr_schedules import LR_SCHEDULES, adaptive_lr, linear_lr
 from .masks import action_mask, masked_argmax, masked_logits, observation_has_mask
 from .models import ActorCritic
 from .spaces import model_observation
+from .normalisation import model_obs
 from .obs_norm import RunningObsNorm
 from .optim import OptimizerStep
 from .placement import PerDevice
@@ -392,14 +393,11 @@ class PPOPolicy(Policy):
         return model.value(obs)
 
     def _obs(self, obs: Obs, mode: str = "learn") -> Obs:
-        """Observations on ``mode``'s device: float vectors (normalised with ``policy.obs_norm``), uint8 frames
-        left to the CNN; a tree (Dict/Tuple observations) moved as it is, each key cast by its encoder (an image
-        stays uint8, an index an integer), its vector keys normalised (``policies.keyed_obs_norm.KeyedObsNorm``)."""
+        """Observations as the networks take them on ``mode``'s device (``policies.normalisation.model_obs``):
+        float vectors normalised with ``policy.obs_norm``, uint8 frames left to the CNN, a tree as plain dicts
+        (each key cast by its encoder, its vector keys normalised), which the compiled hot paths trace whole."""
         device = self.device if mode == "learn" else self.mode_devices[mode]
-        if self._structured:
-            return self.normalisation.norm_obs(to_device(obs, device))
-        obs = obs.to(device)
-        return obs if self._image else self.normalisation.norm_obs(obs.float())
+        return model_obs(obs, device, self.normalisation, image=self._image)
 
     # ---- reward scaling (policy.reward_norm) ------------------------------------------------------
     @property

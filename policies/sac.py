@@ -41,7 +41,8 @@ from .greedy import GreedyActor, TanhMean
 from .continuous_models import ObsInput, SquashedGaussianActor, TwinQ
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
-from .td3 import EncodedActorCriticModelParams, model_input, model_obs
+from .normalisation import model_obs
+from .td3 import EncodedActorCriticModelParams, model_input
 
 __all__ = ["SACPolicy", "SACModel", "sac_target", "SACParams", "SACLearnParams", "SACOtherParams"]
 
@@ -238,7 +239,7 @@ class SACPolicy(Policy):
         return {"action": self._to_env(self._mean_action(self.placement.actor("eval"), self._obs(obs, "eval")))}
 
     def _obs(self, obs: Any, mode: str) -> Any:
-        """Acting observations as the networks take them on ``mode``'s device (``policies.td3.model_obs``)."""
+        """Acting observations as the networks take them on ``mode``'s device (``policies.normalisation.model_obs``)."""
         return model_obs(obs, self.mode_devices[mode], self.normalisation)
 
     def _to_env(self, squashed: torch.Tensor) -> torch.Tensor:

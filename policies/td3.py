@@ -58,14 +58,14 @@ from .base import Policy, SpaceMismatchError, resolve_shape, space_dims
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor
 from .continuous_models import DeterministicActor, ObsInput, SingleQ, TwinQ
-from .normalisation import Normalisation
+from .normalisation import Normalisation, model_obs
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
 from .spaces import model_observation
 
 __all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise", "TD3Params", "DDPGParams",
            "ActorCriticModelParams", "TD3ModelParams", "TD3UpdateParams", "TD3LearnParams", "TD3CollectParams",
-           "TD3OtherParams", "EncodedActorCriticModelParams", "model_input", "model_obs"]
+           "TD3OtherParams", "EncodedActorCriticModelParams", "model_input"]
 
 
 class TD3Model(nn.Module):
@@ -124,17 +124,6 @@ def model_input(cfg: Mapping[str, Any], observation_space: gym.Space, action_spa
     obs_in: ObsInput = observation_space if obs_shape is None else int(obs_shape[0])
     resolve_shape(cfg["model"], "action_shape", action_dim, algo, f"action space {action_space}")
     return obs_in, action_dim
-
-
-def model_obs(obs: Obs, device: torch.device, normalisation: Normalisation) -> Any:
-    """Observations as the networks take them, on ``device`` and normalised (``policy.obs_norm``): a flat one
-    as a float tensor; a tree (a Dict/Tuple observation) as nested plain dicts of its leaves in their own
-    dtypes. Why not cast a tree: its encoders cast each key themselves (an image stays uint8 until scaled);
-    why plain dicts: ``torch.compile`` traces them (a treetensor is opaque to it, ``policies.encoders``), so the
-    hot paths compile with either kind of observation."""
-    if isinstance(obs, torch.Tensor):
-        return normalisation.norm_obs(obs.to(device).float())
-    return normalisation.norm_obs(to_plain(to_device(obs, device)))
 
 
 @dataclass

@@ -34,7 +34,8 @@ from policies.keyed_obs_norm import KeyedObsNorm
 from policies.greedy import NotExportableError
 from policies.continuous_models import SquashedGaussianActor, TwinQ
 from policies.models import mlp
-from policies.td3 import DDPGPolicy, TD3Policy, model_obs
+from policies.normalisation import model_obs
+from policies.td3 import DDPGPolicy, TD3Policy
 from policies.td3bc import TD3BCPolicy
 
 OBS = spaces.Dict({"vec": spaces.Box(-1, 1, (3,), np.float32), "goal": spaces.Box(-1, 1, (2,), np.float32),
