@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import random
 from dataclasses import dataclass, field

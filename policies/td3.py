@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from data.obs import Obs, num_rows, to_device, to_plain
+from data.obs import Obs, num_rows
 from data.replay import ReplayBufferParams
 from engine.distributed import get_rank, get_world_size
 from engine.params import Params, param, section
@@ -58,7 +58,7 @@ from .base import Policy, SpaceMismatchError, resolve_shape, space_dims
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor
 from .continuous_models import DeterministicActor, ObsInput, SingleQ, TwinQ
-from .normalisation import Normalisation, model_obs
+from .normalisation import model_obs
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
 from .spaces import model_observation
