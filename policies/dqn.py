@@ -36,7 +36,7 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from data.obs import cat, is_tree, to_device, to_plain
+from data.obs import cat, to_device
 from data.replay import PrioritizedReplayParams
 from engine.config import ConfigError
 from engine.params import Params, param, section
@@ -47,6 +47,7 @@ from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .distributional import categorical_projection, quantile_huber_loss, support
 from .greedy import GreedyActor
+from .normalisation import model_obs
 from .masks import action_mask, masked_argmax, observation_has_mask
 from .models import Q_DISTRIBUTIONS, QNetwork
 from .noisy import noise_off
@@ -195,7 +196,7 @@ class QValuePolicy(Policy):
             return model.host_greedy_action(obs if obs.dtype == torch.float32 else obs.float())
         # evaluation acts on the noisy layers' mean weights; collection on a new noise draw per step
         with torch.inference_mode(), (noise_off(model) if mode == "eval" else contextlib.nullcontext()):
-            return self._greedy_action[mode](model, _model_input(obs, model.is_image))
+            return self._greedy_action[mode](model, model_obs(obs, device, self.normalisation, image=model.is_image))
 
     @hot_path("collect", "eval", name="greedy")
     def _greedy_action(self, model: torch.nn.Module, obs: Any) -> torch.Tensor:
@@ -291,8 +292,8 @@ class DQNPolicy(QValuePolicy):
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
-        obs = _model_input(batch.obs.to(self.device, non_blocking=True), self.model.is_image)
-        next_obs = _model_input(batch.next_obs.to(self.device, non_blocking=True), self.model.is_image)
+        obs, next_obs = (model_obs(o.to(self.device, non_blocking=True), self.device, self.normalisation,
+                                   image=self.model.is_image) for o in (batch.obs, batch.next_obs))
         action = batch.action.to(self.device).long()
         reward = batch.reward.to(self.device).float()
         discount = batch.discount.to(self.device).float()
@@ -348,16 +349,6 @@ class DQNPolicy(QValuePolicy):
         if weight is not None:
             elementwise = elementwise * weight
         return elementwise.mean(), q, target, priority
-
-
-def _model_input(obs: Any, image: bool) -> Any:
-    """Observations already on their device as the Q-network takes them: float vectors; uint8 frames left to the
-    CNN, which scales them; a tree as plain dicts, each key cast by its encoder, which ``torch.compile`` traces
-    whole where a treetensor breaks the graph at each key (``policies.normalisation.model_obs``, for the
-    policies that also normalise)."""
-    if is_tree(obs):
-        return to_plain(obs)
-    return obs if image else obs.float()
 
 
 def check_q_head(model: DQNModelParams, learn: DQNLearnParams) -> None:
