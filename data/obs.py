@@ -226,6 +226,8 @@ def to_device(value: Obs, device: torch.device) -> Obs:
     share of time on a CPU)."""
     if isinstance(value, torch.Tensor):  # first: a policy's forward calls this on every step
         return value if value.device == device else value.to(device)
+    if isinstance(value, np.ndarray):  # a policy called by hand on an env's own observation
+        return torch.as_tensor(value, device=device)
     return value if all(leaf.device == device for _, leaf in flatten(value)) else value.to(device)
 
 

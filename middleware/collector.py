@@ -107,7 +107,18 @@ def record_chunk(ctx: OnlineRLContext, chunk: Dict[str, Any], nstep: Optional[NS
     record_counts(ctx, env_steps, samples, returns, start)
 
 
-class StepCollector:
+class _EnvLoopOwner:
+    """What both collectors show of the env loop they drive."""
+
+    _loop: EnvLoop
+
+    @property
+    def env(self) -> VectorEnv:
+        """The vector env it steps (its ``device``, ``num_envs``), for middleware of your own."""
+        return self._loop.env
+
+
+class StepCollector(_EnvLoopOwner):
     """Collect ``n_sample`` transitions per call into ``ctx.trajectories``.
 
     Args:
@@ -207,7 +218,7 @@ def _check_collect_memory(env: Any, num_envs: int, n_sample: int, nstep: int) ->
                       f"more than this machine's {gib(memory)}: give fewer envs or a smaller policy.collect.n_sample")
 
 
-class EpisodeCollector:
+class EpisodeCollector(_EnvLoopOwner):
     """Collect ``n_episode`` whole episodes per call into ``ctx.episodes`` (a list of one-step episode
     batches) and their concatenation into ``ctx.trajectories``.
 

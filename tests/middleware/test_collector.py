@@ -29,8 +29,9 @@ def _env(num, **env):
 
 
 def test_step_collector_one_forward_per_vector_step_and_counters():
-    policy = ConstantPolicy()
-    collector = StepCollector(policy, _env(2), n_sample=10)
+    policy, env = ConstantPolicy(), _env(2)
+    collector = StepCollector(policy, env, n_sample=10)
+    assert collector.env is env  # for middleware of one's own (and the GPU tests' device checks)
     ctx = OnlineRLContext()
     collector(ctx)
     assert policy.calls == 5  # ceil(10 / 2) batched forwards
@@ -111,7 +112,9 @@ def test_step_collector_names_a_nan_in_an_array_observation(shape, index):
 
 
 def test_episode_collector_whole_episodes():
-    collector = EpisodeCollector(ConstantPolicy(), _env(2), n_episode=3, gamma=0.9)
+    env = _env(2)
+    collector = EpisodeCollector(ConstantPolicy(), env, n_episode=3, gamma=0.9)
+    assert collector.env is env
     ctx = OnlineRLContext()
     collector(ctx)
     assert len(ctx.episodes) == 3

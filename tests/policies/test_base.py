@@ -97,3 +97,21 @@ def test_a_new_learn_model_rebuilds_the_learn_hot_paths():
 def test_hot_path_refuses_an_unknown_mode(modes):
     with pytest.raises(ValueError, match="one or more of the modes"):
         hot_path(*modes)
+
+
+@pytest.mark.parametrize("algo,action_space", [("dqn", gym.spaces.Discrete(2)), ("rainbow", gym.spaces.Discrete(2)),
+                                               ("ppo", gym.spaces.Discrete(2)), ("sac", gym.spaces.Box(-1, 1, (2,))),
+                                               ("td3", gym.spaces.Box(-1, 1, (2,)))])
+def test_a_policy_called_by_hand_acts_on_an_envs_numpy_observation(algo, action_space):
+    """``policy.eval_mode.forward(obs)`` on what a gymnasium vector env returns (a NumPy array), as a notebook or the
+    GPU tests call it: the pipeline hands tensors, a user may not (the same TypeError hit every CUDA DQN test)."""
+    from easydict import EasyDict
+
+    from engine.config import deep_merge
+    from engine.registry import POLICY_REGISTRY
+
+    cls = POLICY_REGISTRY.get(algo)
+    policy = cls(EasyDict(deep_merge(cls.default_config(), {})), gym.spaces.Box(-1, 1, (3,), np.float32), action_space)
+    obs = np.random.default_rng(0).uniform(-1, 1, (4, 3)).astype(np.float32)
+    action = policy.eval_mode.forward(obs)["action"]
+    assert isinstance(action, torch.Tensor) and len(action) == 4
