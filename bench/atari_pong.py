@@ -136,6 +136,29 @@ class GpuUtilisation:
                 f"{np.median(self.samples):.0f}% ({len(self.samples)} samples, {self.source})")
 
 
+def busy_processes(limit: int = 5) -> List[str]:
+    """The other processes using the most CPU time since they started (``ps``; empty where there is none): a
+    throughput figure taken beside them measures them too."""
+    try:
+        rows = subprocess.run(["ps", "-eo", "pid,pcpu,etime,args", "--sort=-pcpu"], capture_output=True, text=True,
+                              timeout=10).stdout.splitlines()[1:]
+    except (OSError, subprocess.SubprocessError):
+        return []
+    own = {str(os.getpid()), str(os.getppid())}
+    return [row[:160] for row in rows if row.split()[0] not in own and float(row.split()[1]) >= 10.0][:limit]
+
+
+def machine_load(when: str) -> None:
+    """Print the load average against the cores, and the busiest other processes where the machine is busy (the
+    third GPU run's Pong collector ran at a quarter of the second's rate right after the GPU tests: a figure is
+    only comparable with the machine's load beside it)."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    print(f"load average {when}: {load:.1f} on {cores} cores", flush=True)
+    if load > 0.25 * cores:
+        for row in busy_processes():
+            print(f"  busy: {row}", flush=True)
+
+
 def training_run(algo: str, minutes: float, device: str, compile_mode: str, amp: str, target: float,
                  out_dir: str) -> None:
     """Train ``pong_<algo>_config`` for at most ``minutes`` (a stage appended to its standard pipeline ends
@@ -157,6 +180,7 @@ def training_run(algo: str, minutes: float, device: str, compile_mode: str, amp:
             ctx.finish = True
 
     pipeline.append(wall_clock_budget, name="wall_clock_budget")
+    machine_load("before training")
     gpu = GpuUtilisation(device) if device.startswith("cuda") else None
     print(f"training pong_{algo}_config for at most {minutes:g} min on {device} (policy.compile={compile_mode}, "
           f"policy.amp={amp}); run directory {out_dir}", flush=True)
@@ -166,6 +190,7 @@ def training_run(algo: str, minutes: float, device: str, compile_mode: str, amp:
     else:
         summary = pipeline.run()
     wall = time.perf_counter() - started
+    machine_load("after training (the last minute)")
     progress = read_progress(os.path.join(out_dir, PROGRESS_FILE))
     evals = ~np.isnan(progress.get("eval/episode_return_mean", np.full(len(progress["env_step"]), np.nan)))
     print(f"{'wall s':>8} {'env steps':>10} {'updates':>9} {'eval return':>12}")
