@@ -75,6 +75,7 @@ setup(
             "ant=dizoo.mujoco.envs",
             "humanoid=dizoo.mujoco.envs",
             "invertedpendulum=dizoo.mujoco.envs",
+            "bit_flipping=dizoo.goal.envs",
         ],
         "baton.config_sections": [
             "log=middleware.logger",

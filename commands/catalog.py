@@ -35,6 +35,7 @@ class EnvFamilyRow(NamedTuple):
 ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "ant": EnvFamilyRow("Ant-v5", "mujoco"),
     ATARI_TYPE: EnvFamilyRow("any ale-py game: ALE/<Game>-v5 or <Game>NoFrameskip-v4, e.g. ALE/Pong-v5", "atari"),
+    "bit_flipping": EnvFamilyRow("BitFlipping-v0", None),  # goal-conditioned: hindsight replay (data.replay.her)
     "cartpole": EnvFamilyRow("CartPole-v1", None),
     "cartpole_masked": EnvFamilyRow("CartPole-v1", None),  # its velocities hidden: a partially observed task
     "halfcheetah": EnvFamilyRow("HalfCheetah-v5", "mujoco"),

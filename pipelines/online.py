@@ -73,7 +73,21 @@ class OffPolicyShape(_OnlineShape):
         return stages.replay_buffer(params.other.replay_buffer, priority=getattr(params, "priority", False),
                                     obs_shape=run.policy.observation_space.shape, seed=seed,
                                     frame_stack=getattr(env, "frame_stack", None) if images else None,
-                                    num_envs=env.collector_env_num, learn_device=run.policy.device)
+                                    num_envs=env.collector_env_num, learn_device=run.policy.device,
+                                    goal_env=self._goal_env(run), nstep=getattr(params, "nstep", 1))
+
+    def _goal_env(self, run: Run) -> Optional[gym.Env]:
+        """One env of the run's, whose ``compute_reward`` a hindsight replay relabels through (None without
+        ``her``); closed with the run."""
+        if not run.policy.params.other.replay_buffer.her.enabled:
+            return None
+        if not hasattr(run.env_type, "make"):
+            raise ConfigError(f"policy.other.replay_buffer.her needs one env of env type {run.cfg.env.type!r} made "
+                              f"alone (for its compute_reward), which that type cannot make: use a gymnasium env "
+                              f"type (env.type='gym')")
+        env = run.env_type.make(run.cfg.env)
+        run.resources.callback(env.close)
+        return env
 
     def middle(self, run: Run, pipeline: Pipeline, buffer: Optional[ReplayBuffer]) -> None:
         self._collect(run, pipeline, on_policy=False)

@@ -18,6 +18,7 @@ from data.envs import EnvParams, env_settings, make_vector_env, unreachable_stop
 from data.replay import (FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer,
                          ReplayBufferParams, RingStorage, Sampler, UniformSampler)
 from data.replay.device import resolve_replay_device
+from data.replay.her import HindsightStorage, goal_functions
 from engine.config import ConfigError, RunParams, plain
 from engine.distributed import DistributedError, default_timeout
 from engine.preemption import PreemptParams, PreemptionGuard
@@ -75,19 +76,24 @@ def env_label(cfg: Mapping[str, Any]) -> str:
 
 def replay_buffer(settings: ReplayBufferParams, *, priority: bool = False, obs_shape: Optional[Sequence[int]] = None,
                   seed: Optional[int] = None, frame_stack: Optional[int] = None, num_envs: Optional[int] = None,
-                  learn_device: Optional[str | torch.device] = None) -> ReplayBuffer:
+                  learn_device: Optional[str | torch.device] = None, goal_env: Any = None,
+                  nstep: int = 1) -> ReplayBuffer:
     """The buffer a policy's ``other.replay_buffer`` section asks for: sized and placed by ``settings``
     (``device``: None or "cpu", "learn", "cuda[:N]"; ``data.replay.device``); ``priority`` (``policy.priority``)
     picks the prioritized sampler (``settings``' alpha and beta); ``frame_stack`` (with the collector's
     ``num_envs``) stores image stacks one frame per transition. ``learn_device``: the policy's device, which
-    "learn" names (``policy.device``).
+    "learn" names (``policy.device``). ``settings.her`` (hindsight goals) relabels through ``goal_env``'s
+    ``compute_reward`` (one env of the run's, made in this process) the whole vector steps of the collector's
+    ``num_envs`` envs (``nstep``: the policy's, which must be 1).
 
     On a GPU the memory check runs here when the frames' size is known from ``obs_shape`` (the policy's
     observation shape), so an oversized buffer fails before the first env step; otherwise, and for the exact
     size, at the first push, before the first update."""
     capacity = settings.replay_buffer_size
     device = resolve_replay_device(settings.device, learn_device)
-    if frame_stack:
+    if settings.her.enabled:
+        storage = _hindsight_storage(settings, goal_env, num_envs, nstep, priority, device, seed)
+    elif frame_stack:
         known = obs_shape is not None and len(obs_shape) == 3 and int(obs_shape[0]) == frame_stack
         storage = FrameStackStorage(capacity, num_envs, frame_stack, device=device,
                                     frame_shape=[int(x) for x in obs_shape[1:]] if known else None)
@@ -103,6 +109,25 @@ def replay_buffer(settings: ReplayBufferParams, *, priority: bool = False, obs_s
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         sampler = UniformSampler(generator, device=device)
     return ReplayBuffer(capacity, sampler, storage)
+
+
+def _hindsight_storage(settings: ReplayBufferParams, goal_env: Any, num_envs: Optional[int], nstep: int,
+                       priority: bool, device: torch.device, seed: Optional[int]) -> HindsightStorage:
+    her = settings.her
+    if goal_env is None or not num_envs:
+        raise ConfigError("policy.other.replay_buffer.her relabels goals through an env of the run's own (its "
+                          "compute_reward) and the collector's env count: this pipeline gave neither (hindsight "
+                          "replay is for the online off-policy pipeline)")
+    if nstep != 1:
+        raise ConfigError(f"policy.other.replay_buffer.her with policy.nstep={nstep}: a relabelled goal changes every "
+                          f"reward of an n-step window, which the window's sum no longer holds; set policy.nstep=1")
+    if priority:
+        raise ConfigError("policy.other.replay_buffer.her with policy.priority=True: the priorities are the TD errors "
+                          "of the goals sampled last, not of the slot's next draw; set policy.priority=False")
+    compute_reward, compute_terminated = goal_functions(goal_env, her)
+    return HindsightStorage(settings.replay_buffer_size, num_envs, compute_reward, strategy=her.strategy, k=her.k,
+                            achieved_goal=her.achieved_goal, desired_goal=her.desired_goal,
+                            compute_terminated=compute_terminated, device=device, seed=seed)
 
 
 def collector(cfg: Mapping[str, Any], policy: Policy, env: VectorEnv, seed: int, on_policy: bool,

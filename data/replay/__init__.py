@@ -4,9 +4,10 @@ the learner's device (``data.replay.device``)."""
 from .buffer import PrioritizedReplayParams, ReplayBuffer, ReplayBufferParams
 from .device import ReplayMemoryError
 from .frame_storage import FrameStackStorage
+from .her import HerParams, HindsightStorage
 from .samplers import PrioritizedSampler, Sampler, UniformSampler
 from .storage import RingStorage
 from .sumtree import DeviceSumTree, SumTree
 
 __all__ = ["ReplayBuffer", "ReplayBufferParams", "PrioritizedReplayParams", "Sampler", "UniformSampler", "PrioritizedSampler", "RingStorage", "SumTree",
-           "DeviceSumTree", "FrameStackStorage", "ReplayMemoryError"]
+           "DeviceSumTree", "FrameStackStorage", "HerParams", "HindsightStorage", "ReplayMemoryError"]

@@ -6,12 +6,13 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from engine.params import Params, param
+from engine.params import Params, param, section
 from engine.protocols import Batch, Storage, require
 
 from ..batch import make_batch
 from ..obs import Obs, num_rows
 from .device import as_device
+from .her import HerParams
 from .samplers import Sampler, UniformSampler
 from .storage import RingStorage
 
@@ -28,6 +29,8 @@ class ReplayBufferParams(Params):
     device: Optional[str] = param(None)
     """None or "cpu": host memory; "learn": the learner's device; "cuda" or "cuda:N" (``data.replay.device``,
     docs/performance.md)."""
+    her: HerParams = section(HerParams)
+    """Hindsight goals for goal-conditioned envs (``data.replay.her``, docs/observations.md)."""
 
 
 @dataclass

@@ -1,0 +1,215 @@
+"""Hindsight experience replay (HER; Andrychowicz et al., 2017, "Hindsight Experience Replay"): a replay of
+goal-conditioned transitions that, when sampled, gives a share of them a goal the episode did reach, so that a
+task whose reward comes only at the goal still teaches something from every failed episode.
+
+A goal-conditioned env (gymnasium-robotics' ``GoalEnv`` convention) observes a dict with ``observation``,
+``achieved_goal`` and ``desired_goal``, and computes any reward from goals: ``compute_reward(achieved_goal,
+desired_goal, info)`` on batches. ``HindsightStorage`` keeps the transitions as a ring (``RingStorage``, one ring
+per leaf) and, beside each, which env step of its episode it is and, once the episode has ended, the episode's
+length. Relabelling happens at sampling (SB3's ``HerReplayBuffer`` does the same, rather than storing ``k`` copies
+of each transition, which would multiply the memory by ``k + 1``): a share ``k / (k + 1)`` of the sampled
+transitions whose episode is complete gets the ``achieved_goal`` of another step of the same episode as its
+``desired_goal`` (in ``obs`` and ``next_obs``), and the reward (and, where the env defines
+``compute_terminated``, the termination) the env computes for it. Strategies, as in the paper:
+
+- ``future``: a step at or after the transition's own, of the same episode (the paper's best);
+- ``final``: the episode's last step;
+- ``episode``: any step of the episode.
+
+Episodes are found without storing them apart: every collector push holds whole vector steps in time-major order
+(row ``t * E + e`` is env ``e`` at step ``t``: ``data.nstep`` with ``nstep=1``), so the transitions of one env's
+episode are ``E`` rows apart in the stream of rows, whose row ``r`` the ring keeps in slot ``r % capacity``. A
+transition of an episode not yet ended is sampled as it is. Under DDP each rank keeps and relabels its own
+episodes. The bookkeeping lives on the host; the goals are gathered on the storage's device and the rewards
+computed by the env on the host (one copy of the relabelled goals per batch).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from engine.config import ConfigError
+from engine.params import Params, param
+
+from ..obs import Obs, num_rows
+from .storage import RingStorage
+
+__all__ = ["HER_STRATEGIES", "HerParams", "HindsightStorage", "goal_functions"]
+
+HER_STRATEGIES = ("future", "final", "episode")
+
+#: ``compute_reward(achieved_goal, desired_goal, info)`` of a goal-conditioned env, on ``[B, goal]`` arrays
+GoalFunction = Callable[[np.ndarray, np.ndarray, Any], Any]
+
+
+@dataclass
+class HerParams(Params):
+    """``policy.other.replay_buffer.her``: hindsight relabelling of goal-conditioned transitions."""
+
+    strategy: str = param("none", choices=("none",) + HER_STRATEGIES)
+    """Where a relabelled goal comes from: "future" (a later step of the episode), "final" (its last step),
+    "episode" (any of its steps); "none": no relabelling."""
+    k: int = param(4, rule="at_least_one")
+    """Relabelled goals per real one: a share k / (k + 1) of the sampled transitions is relabelled (4: 80%)."""
+    achieved_goal: str = param("achieved_goal")
+    """The observation key of the goal the state reached."""
+    desired_goal: str = param("desired_goal")
+    """The observation key of the goal the episode was asked for."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.strategy != "none"
+
+
+def goal_functions(env: gym.Env, her: HerParams) -> Tuple[GoalFunction, Optional[GoalFunction]]:
+    """``(compute_reward, compute_terminated or None)`` of a goal-conditioned ``env``, checked against ``her``.
+
+    Raises:
+        engine.config.ConfigError: the observation is not a dict with both goal keys, or the env has no
+            ``compute_reward``; each names what is missing and the fix.
+    """
+    space = env.observation_space
+    keys = list(space.spaces) if isinstance(space, gym.spaces.Dict) else []
+    missing = [key for key in (her.achieved_goal, her.desired_goal) if key not in keys]
+    if missing:
+        raise ConfigError(f"policy.other.replay_buffer.her needs a goal-conditioned env, a Dict observation with the "
+                          f"keys {her.achieved_goal!r} and {her.desired_goal!r}; {env.spec.id if env.spec else env} "
+                          f"observes {space} (no {', '.join(map(repr, missing))}): name its keys with "
+                          f"her.achieved_goal and her.desired_goal, or set her.strategy='none'")
+    base = env.unwrapped
+    reward = getattr(base, "compute_reward", None)
+    if not callable(reward):
+        raise ConfigError(f"policy.other.replay_buffer.her relabels rewards through the env's "
+                          f"compute_reward(achieved_goal, desired_goal, info), which {type(base).__name__} does not "
+                          f"define: add it (gymnasium-robotics' GoalEnv convention), or set her.strategy='none'")
+    terminated = getattr(base, "compute_terminated", None)
+    return reward, terminated if callable(terminated) else None
+
+
+class HindsightStorage(RingStorage):
+    """A ``RingStorage`` whose ``gather`` relabels goals (the module docstring).
+
+    Args:
+        capacity: transitions kept.
+        num_envs: ``E``, the envs of the collector whose pushes it receives (whole vector steps each).
+        compute_reward: the env's ``compute_reward(achieved_goal, desired_goal, info)``.
+        strategy, k, achieved_goal, desired_goal: as ``HerParams``.
+        compute_terminated: the env's ``compute_terminated(achieved_goal, desired_goal, info)``, where it has
+            one: a relabelled transition that reaches its goal then ends its episode, as it would have.
+        device: where the transitions live (the bookkeeping stays on the host).
+        seed: of the relabelling's draws.
+    """
+
+    def __init__(self, capacity: int, num_envs: int, compute_reward: GoalFunction, *, strategy: str = "future",
+                 k: int = 4, achieved_goal: str = "achieved_goal", desired_goal: str = "desired_goal",
+                 compute_terminated: Optional[GoalFunction] = None, device: str | torch.device = "cpu",
+                 seed: Optional[int] = None) -> None:
+        super().__init__(capacity, device)
+        if strategy not in HER_STRATEGIES:
+            raise ValueError(f"her.strategy must be one of {', '.join(HER_STRATEGIES)}, got {strategy!r}")
+        if k < 1 or num_envs < 1:
+            raise ValueError(f"her.k and num_envs must be >= 1, got {k} and {num_envs}")
+        self.num_envs, self.strategy, self.k = int(num_envs), strategy, int(k)
+        self.ratio = k / (k + 1)
+        self.achieved_goal, self.desired_goal = achieved_goal, desired_goal
+        self._compute_reward, self._compute_terminated = compute_reward, compute_terminated
+        self._row = torch.full((capacity,), -1, dtype=torch.int64)  # the stream row each slot holds
+        self._step = torch.zeros(capacity, dtype=torch.int64)      # its env step within its episode
+        self._length = torch.zeros(capacity, dtype=torch.int64)    # its episode's length; 0 while it runs
+        self._rows = 0                                               # rows ever written
+        self._open = torch.zeros(self.num_envs, dtype=torch.int64)  # each env's step in its running episode
+        self._generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+
+    # ---- writing -----------------------------------------------------------------------------------
+    def extend(self, batch: Any) -> torch.Tensor:
+        """Write whole vector steps (``[T * E]`` rows, time-major) and record where each env's episodes run."""
+        n, envs = num_rows(batch["reward"]), self.num_envs
+        if n % envs or n > self.capacity:
+            raise ValueError(f"hindsight replay takes whole vector steps of {envs} envs, at most its capacity "
+                             f"({self.capacity:,}) at once, got {n} transitions: push what the collector gave, "
+                             f"with policy.nstep=1")
+        done = (batch["terminated"] | batch["truncated"]).to("cpu").view(-1, envs)
+        step = torch.empty_like(done, dtype=torch.int64)
+        running = self._open
+        for t in range(len(done)):  # a few steps a push: the count restarts after each end
+            step[t] = running
+            running = torch.where(done[t], torch.zeros_like(running), running + 1)
+        self._open = running
+        first = self._rows
+        slots = super().extend(batch)
+        rows = torch.arange(first, first + n)
+        held = rows % self.capacity
+        self._row[held], self._step[held], self._length[held] = rows, step.flatten(), 0
+        self._rows += n
+        oldest = max(0, self._rows - self.capacity)
+        for end in torch.nonzero(done.flatten()).flatten().tolist():  # the episodes this push ended
+            last = int(step.flatten()[end])
+            episode = first + end - torch.arange(last + 1) * envs
+            episode = episode[episode >= oldest]  # its start may be overwritten already
+            self._length[episode % self.capacity] = last + 1
+        return slots
+
+    # ---- sampling ----------------------------------------------------------------------------------
+    def gather(self, idx: torch.Tensor) -> Dict[str, Obs]:
+        """The transitions at ``idx``, a share ``k / (k + 1)`` of those of ended episodes with a hindsight goal."""
+        data = super().gather(idx)
+        host = idx.to("cpu")
+        length = self._length[host]
+        chosen = (torch.rand(len(host), generator=self._generator) < self.ratio) & (length > 0)
+        if not bool(chosen.any()):
+            return data
+        rows = torch.nonzero(chosen).flatten()
+        slot = host[rows]
+        step, length, row = self._step[slot], self._length[slot], self._row[slot]
+        draw = torch.rand(len(rows), generator=self._generator)
+        if self.strategy == "future":
+            other = step + (draw * (length - step)).long()  # in [step, length - 1]
+        elif self.strategy == "final":
+            other = length - 1
+        else:
+            other = (draw * length).long()
+        target = row + (other - step) * self.num_envs
+        target = torch.where(target >= max(0, self._rows - self.capacity), target, row)  # overwritten: its own
+        goal = self.fields["next_obs"][self.achieved_goal].index_select(0, (target % self.capacity).to(self.device))
+        at = rows.to(self.device)
+        data["obs"][self.desired_goal][at] = goal
+        data["next_obs"][self.desired_goal][at] = goal
+        achieved = data["next_obs"][self.achieved_goal].index_select(0, at).to("cpu").numpy()
+        wanted, info = goal.to("cpu").numpy(), [{} for _ in range(len(rows))]
+        reward = np.asarray(self._compute_reward(achieved, wanted, info))
+        data["reward"][at] = torch.as_tensor(reward, dtype=data["reward"].dtype).reshape(-1).to(self.device)
+        if self._compute_terminated is not None:
+            ended = np.broadcast_to(np.asarray(self._compute_terminated(achieved, wanted, info)), (len(rows),))
+            data["terminated"][at] = torch.as_tensor(ended.copy(), dtype=torch.bool).to(self.device)
+        return data
+
+    def chronological(self) -> torch.Tensor:
+        """Refused: a hindsight replay's episodes are found by their envs' places in the stream of rows, which
+        moving transitions to another buffer (a resume on another number of ranks) would break."""
+        raise TypeError("a hindsight replay (her.strategy) keeps its episodes by the collector's env layout: its "
+                        "transitions cannot be moved one by one")
+
+    # ---- checkpoints -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state["her"] = {"row": self._row.clone(), "step": self._step.clone(), "length": self._length.clone(),
+                        "rows": self._rows, "num_envs": self.num_envs, "generator": self._generator.get_state()}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load a ``state_dict``; the episodes that were running stay unrelabelled (a resumed collector starts
+        new ones)."""
+        her = state.get("her")
+        if her is None or her["num_envs"] != self.num_envs:
+            raise ValueError(f"replay checkpoint: no hindsight bookkeeping for {self.num_envs} envs "
+                             f"(saved: {None if her is None else her['num_envs']}); resume with the same "
+                             f"env.collector_env_num and her settings")
+        super().load_state_dict(state)
+        self._row, self._step, self._length = her["row"].clone(), her["step"].clone(), her["length"].clone()
+        self._rows = int(her["rows"])
+        self._open = torch.zeros(self.num_envs, dtype=torch.int64)
+        self._generator.set_state(her["generator"])
