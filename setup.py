@@ -33,7 +33,7 @@ setup(
                  "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5", "imageio>=2.28", "imageio-ffmpeg>=0.4.9",
                  "onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17",
                  "optuna>=3.0", "wandb>=0.20", "mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10",
-                 "gymnasium[mujoco]>=1.0"],
+                 "gymnasium[mujoco]>=1.0", "gymnasium-robotics>=1.4", "mujoco>=3.1,<3.4"],
         # baton tune (an Optuna study in SQLite; TPE sampler, median pruner)
         "tune": ["optuna>=3.0"],
         # experiment trackers (log.wandb, log.mlflow; middleware/trackers.py). MLflow's client alone (skinny),
@@ -54,6 +54,10 @@ setup(
         "box2d": ["box2d>=2.3.10", "pygame>=2.1"],
         # gymnasium's MuJoCo v5 tasks (dizoo/mujoco): the mujoco wheel, no system MuJoCo needed
         "mujoco": ["gymnasium[mujoco]>=1.0"],
+        # gymnasium-robotics' goal-conditioned Fetch tasks (dizoo/robotics; hindsight replay): its 1.4.2 builds no
+        # Fetch env on mujoco >= 3.4 (an AssertionError on the joint types), so the extra keeps mujoco below it,
+        # and so does the test extra, which trains FetchReach
+        "robotics": ["gymnasium-robotics>=1.4", "mujoco>=3.1,<3.4"],
         # offline RL: datasets in Minari's format (HDF5 through h5py), read and written from a local root
         "offline": ["minari[hdf5]>=0.5"],
         # bench/peers.py: baton side by side with Stable-Baselines3 (rl-baselines3-zoo's settings) and
@@ -76,6 +80,7 @@ setup(
             "humanoid=dizoo.mujoco.envs",
             "invertedpendulum=dizoo.mujoco.envs",
             "bit_flipping=dizoo.goal.envs",
+            "fetch_reach=dizoo.robotics.envs",
         ],
         "baton.config_sections": [
             "log=middleware.logger",

@@ -40,6 +40,8 @@ evaluates once after its first update.
 Tasks (name: env, baton algo, budget): cartpole-dqn CartPole-v1 50k, cartpole-ppo CartPole-v1 100k,
 pendulum-sac Pendulum-v1 20k, lunarlander-ppo LunarLander-v3 1M, and hopper-sac, hopper-td3,
 halfcheetah-sac, halfcheetah-td3 on MuJoCo's v5 tasks at 100k (the size of a 2-core machine);
+bitflip-dqn-her: the HER paper's 15-bit flipping at 150k, DQN with hindsight replay on both sides (SB3's
+``HerReplayBuffer``; ``dizoo/goal/envs.py``);
 cartpole_masked-ppo_lstm: CartPole-v1 with its velocities hidden (``dizoo``'s ``VelocityMasked`` wrapper on both
 sides; rl-baselines3-zoo's CartPoleNoVel-v1) at 100k, recurrent PPO against SB3-contrib's RecurrentPPO (the
 ``bench`` extra installs it), with the wall time and env steps to 195 (CartPole-v0's level, which masked CartPole
@@ -95,6 +97,10 @@ TASKS: Dict[str, Task] = {
     "hopper-td3": Task("Hopper-v5", "td3", 100_000, "dizoo/mujoco/config/hopper_td3_config.py"),
     "halfcheetah-sac": Task("HalfCheetah-v5", "sac", 100_000, "dizoo/mujoco/config/halfcheetah_sac_config.py"),
     "halfcheetah-td3": Task("HalfCheetah-v5", "td3", 100_000, "dizoo/mujoco/config/halfcheetah_td3_config.py"),
+    # the HER paper's 15-bit flipping (dizoo/goal/envs.py), DQN with hindsight replay on both sides; SB3 makes the
+    # env from gymnasium's "module:id"
+    "bitflip-dqn-her": Task("dizoo.goal.envs:BitFlipping-v0", "dqn", 150_000,
+                            "dizoo/goal/config/bit_flipping_dqn_her_config.py", solve_at=-7.5),
     # CartPole with its velocities hidden: baton's env type cartpole_masked, the same wrapper around SB3's envs
     "cartpole_masked-ppo_lstm": Task("CartPole-v1", "ppo_lstm", 100_000,
                                      "dizoo/classic_control/cartpole/config/cartpole_masked_ppo_lstm_config.py",

@@ -74,6 +74,14 @@ ZOO: Dict[str, ZooSettings] = {
     "hopper-td3": _MUJOCO_TD3._replace(zoo_entry="td3.yml Hopper-v4 (mujoco-defaults)"),
     "halfcheetah-sac": _MUJOCO_SAC,
     "halfcheetah-td3": _MUJOCO_TD3,
+    # the zoo has no bit flipping: baton's bit_flipping_dqn_her_config settings, in SB3's units (8 envs, 8 updates
+    # of 128 every 8 vector steps, eps from 1 to 0.05 over 10k env steps, the target copied every 200 updates)
+    "bitflip-dqn-her": ZooSettings("DQN", "baton's bit_flipping_dqn_her_config (no zoo entry)", 8, dict(
+        replay_buffer_class="HerReplayBuffer", replay_buffer_kwargs=dict(n_sampled_goal=4,
+                                                                         goal_selection_strategy="future"),
+        learning_rate=1e-3, batch_size=128, buffer_size=100_000, learning_starts=1000, train_freq=8,
+        gradient_steps=8, target_update_interval=1600, exploration_fraction=10_000 / 150_000,
+        exploration_final_eps=0.05), policy="MultiInputPolicy"),
     # ppo_lstm.yml at commit 038ab1617a48: CartPoleNoVel-v1 is CartPole with the velocities dropped, as the
     # VelocityMasked wrapper the bench puts around CartPole-v1 (--wrapper); MlpLstmPolicy's defaults otherwise
     # (an LSTM of 256 for the actor and one for the critic)
@@ -111,6 +119,8 @@ def train(task: str, env_id: str, seed: int, budget: int, eval_every: int, eval_
     env = make_vec_env(env_id, n_envs=zoo.n_envs, seed=seed, wrapper_class=wrapper_class)
     eval_env = make_vec_env(env_id, n_envs=eval_envs, seed=seed + 100_000, wrapper_class=wrapper_class)
     kwargs = dict(zoo.kwargs)
+    if kwargs.get("replay_buffer_class") == "HerReplayBuffer":  # named in ZOO, which imports no SB3
+        kwargs["replay_buffer_class"] = sb3.HerReplayBuffer
     if zoo.noise_std:
         n_actions = env.action_space.shape[-1]
         kwargs["action_noise"] = NormalActionNoise(np.zeros(n_actions), zoo.noise_std * np.ones(n_actions))

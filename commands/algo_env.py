@@ -76,7 +76,25 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
     if env_type == GYM_TYPE:
         create["env"]["import_names"] = [__name__]
     exp_name = f"{algo}_{re.sub(r'[^A-Za-z0-9._-]+', '_', env_id)}"
-    return dict(exp_name=exp_name, env=env, policy=dict()), create
+    return dict(exp_name=exp_name, env=env, policy=_hindsight(algo, env_id, observation_space)), create
+
+
+def _hindsight(algo: str, env_id: str, observation_space: gym.Space) -> Dict[str, Any]:
+    """The policy section of a goal-conditioned env (a Dict observation with ``achieved_goal`` and
+    ``desired_goal``) for an algorithm with a replay: hindsight goals on (``data.replay.her``, the paper's
+    ``future`` strategy and 4 relabels), one-step returns and uniform sampling (Rainbow's priorities off); said in
+    one line. Empty otherwise."""
+    policy_cls = POLICY_REGISTRY.get(algo)
+    keys = getattr(observation_space, "spaces", None) or {}
+    if policy_cls.pipeline != "off_policy" or not {"achieved_goal", "desired_goal"} <= set(keys):
+        return {}
+    policy: Dict[str, Any] = dict(nstep=1, other=dict(replay_buffer=dict(her=dict(strategy="future"))))
+    if policy_cls.default_config().get("priority"):
+        policy["priority"] = False
+    logger.info("--env %s is goal-conditioned (achieved_goal, desired_goal): --algo %s replays it with hindsight "
+                "goals, policy.other.replay_buffer.her.strategy='future' with %s (strategy='none' to switch them "
+                "off)", env_id, algo, " and ".join(f"policy.{k}={v}" for k, v in policy.items() if k != "other"))
+    return policy
 
 
 def default_budget(algo: str) -> Optional[int]:

@@ -38,6 +38,7 @@ ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "bit_flipping": EnvFamilyRow("BitFlipping-v0", None),  # goal-conditioned: hindsight replay (data.replay.her)
     "cartpole": EnvFamilyRow("CartPole-v1", None),
     "cartpole_masked": EnvFamilyRow("CartPole-v1", None),  # its velocities hidden: a partially observed task
+    "fetch_reach": EnvFamilyRow("FetchReach-v4", "robotics"),  # goal-conditioned: hindsight replay
     "halfcheetah": EnvFamilyRow("HalfCheetah-v5", "mujoco"),
     "hopper": EnvFamilyRow("Hopper-v5", "mujoco"),
     "humanoid": EnvFamilyRow("Humanoid-v5", "mujoco"),
@@ -62,7 +63,7 @@ GYM_IDS: Dict[Optional[str], List[str]] = {
                "Walker2d-v5"],
 }
 #: the module each extra installs (looked up, not imported, to say whether it is there)
-_EXTRA_PROVIDES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py"}
+_EXTRA_PROVIDES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "robotics": "gymnasium_robotics"}
 
 
 def describe_algos() -> str:
