@@ -40,6 +40,7 @@ evaluates once after its first update.
 Tasks (name: env, baton algo, budget): cartpole-dqn CartPole-v1 50k, cartpole-ppo CartPole-v1 100k,
 pendulum-sac Pendulum-v1 20k, lunarlander-ppo LunarLander-v3 1M, and hopper-sac, hopper-td3,
 halfcheetah-sac, halfcheetah-td3 on MuJoCo's v5 tasks at 100k (the size of a 2-core machine);
+fetchreach-sac-her: FetchReach-v4 at 20k, SAC with hindsight replay at rl-baselines3-zoo's her.yml settings;
 bitflip-dqn-her: the HER paper's 15-bit flipping at 150k, DQN with hindsight replay on both sides (SB3's
 ``HerReplayBuffer``; ``dizoo/goal/envs.py``);
 cartpole_masked-ppo_lstm: CartPole-v1 with its velocities hidden (``dizoo``'s ``VelocityMasked`` wrapper on both
@@ -101,6 +102,10 @@ TASKS: Dict[str, Task] = {
     # env from gymnasium's "module:id"
     "bitflip-dqn-her": Task("dizoo.goal.envs:BitFlipping-v0", "dqn", 150_000,
                             "dizoo/goal/config/bit_flipping_dqn_her_config.py", solve_at=-7.5),
+    # gymnasium-robotics' FetchReach (the robotics extra): SAC with hindsight replay, rl-baselines3-zoo's settings on
+    # both sides (baton's config: dizoo/robotics)
+    "fetchreach-sac-her": Task("gymnasium_robotics:FetchReach-v4", "sac", 20_000,
+                               "dizoo/robotics/config/fetch_reach_sac_her_config.py", solve_at=-5.0),
     # CartPole with its velocities hidden: baton's env type cartpole_masked, the same wrapper around SB3's envs
     "cartpole_masked-ppo_lstm": Task("CartPole-v1", "ppo_lstm", 100_000,
                                      "dizoo/classic_control/cartpole/config/cartpole_masked_ppo_lstm_config.py",

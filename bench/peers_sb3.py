@@ -47,6 +47,7 @@ class ZooSettings(NamedTuple):
     kwargs: Dict[str, Any]  # constructor arguments besides policy, env and seed
     noise_std: float = 0.0  # the zoo's noise_type 'normal' with noise_std (TD3's action noise)
     policy: str = "MlpPolicy"  # the zoo's policy
+    normalize: bool = False  # the zoo's normalize: True (VecNormalize of observations and rewards)
 
 
 #: the algorithms SB3-contrib, not SB3, provides
@@ -82,6 +83,13 @@ ZOO: Dict[str, ZooSettings] = {
         learning_rate=1e-3, batch_size=128, buffer_size=100_000, learning_starts=1000, train_freq=8,
         gradient_steps=8, target_update_interval=1600, exploration_fraction=10_000 / 150_000,
         exploration_final_eps=0.05), policy="MultiInputPolicy"),
+    # her.yml FetchReach-v1 (rl_zoo3 2.0), on gymnasium-robotics' v4 of the task
+    "fetchreach-sac-her": ZooSettings("SAC", "her.yml FetchReach-v1", 1, dict(
+        replay_buffer_class="HerReplayBuffer", replay_buffer_kwargs=dict(n_sampled_goal=4,
+                                                                         goal_selection_strategy="future"),
+        buffer_size=1_000_000, ent_coef="auto", batch_size=256, gamma=0.95, learning_rate=1e-3,
+        learning_starts=1000, policy_kwargs=dict(net_arch=[64, 64], n_critics=1)), policy="MultiInputPolicy",
+        normalize=True),
     # ppo_lstm.yml at commit 038ab1617a48: CartPoleNoVel-v1 is CartPole with the velocities dropped, as the
     # VelocityMasked wrapper the bench puts around CartPole-v1 (--wrapper); MlpLstmPolicy's defaults otherwise
     # (an LSTM of 256 for the actor and one for the critic)
@@ -118,6 +126,11 @@ def train(task: str, env_id: str, seed: int, budget: int, eval_every: int, eval_
         wrapper_class = getattr(importlib.import_module(module), name)
     env = make_vec_env(env_id, n_envs=zoo.n_envs, seed=seed, wrapper_class=wrapper_class)
     eval_env = make_vec_env(env_id, n_envs=eval_envs, seed=seed + 100_000, wrapper_class=wrapper_class)
+    if zoo.normalize:  # the evaluation normalises observations with the training statistics, rewards not at all
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        env = VecNormalize(env, gamma=zoo.kwargs.get("gamma", 0.99))
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
     kwargs = dict(zoo.kwargs)
     if kwargs.get("replay_buffer_class") == "HerReplayBuffer":  # named in ZOO, which imports no SB3
         kwargs["replay_buffer_class"] = sb3.HerReplayBuffer
@@ -144,6 +157,8 @@ def train(task: str, env_id: str, seed: int, budget: int, eval_every: int, eval_
         def _on_step(self) -> bool:
             if self.num_timesteps >= self.next_eval:
                 self.next_eval += eval_every
+                if zoo.normalize:
+                    eval_env.obs_rms = env.obs_rms
                 mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=eval_episodes, deterministic=True)
                 self.curve.append([self.num_timesteps, time.perf_counter() - self.start, float(mean)])
             return True
