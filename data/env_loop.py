@@ -73,6 +73,9 @@ class EnvStep(NamedTuple):
     #: whether an episode ended in this step, where the host knows it without a read (gymnasium envs); None
     #: where knowing it would read a device's tensors back
     any_ended: Optional[bool] = None
+    #: where an episode ended, whether its env said it met its goal (``info["is_success"]`` of the episode's last
+    #: step, gymnasium-robotics' convention; False in the other rows); None where the envs say nothing of it
+    success: Optional[torch.Tensor] = None
 
     @property
     def action(self) -> torch.Tensor:
@@ -192,25 +195,36 @@ class _HostPort:
         else:
             self._send(action)
 
-    def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor, Optional[bool]]:
-        """``(obs, next_obs, reward, terminated, truncated, any_ended)``: ``next_obs`` holds the real final
-        observations where an episode ended."""
+    def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor, Optional[bool],
+                            Optional[torch.Tensor]]:
+        """``(obs, next_obs, reward, terminated, truncated, any_ended, success)``: ``next_obs`` holds the real final
+        observations where an episode ended, ``success`` the ended episodes' ``is_success`` (``EnvStep``)."""
         if self._recv is None:
             action, self._action = self._action, None
             obs, reward, terminated, truncated, info = self.env.step(action)
         else:
             obs, reward, terminated, truncated, info = self._recv()
         obs_t = next_obs = to_tensor(obs)
-        any_ended = False
+        any_ended, success = False, None
         final = info.get("final_obs")  # SAME_STEP adds it in the steps where an episode ended, and only there
         if final is not None:
             rows = np.flatnonzero(terminated | truncated)
             any_ended = len(rows) > 0
             if any_ended:
                 next_obs = to_tensor(replace_rows(obs, rows, [final[i] for i in rows]))
+                success = _success(info.get("final_info"), len(terminated))
         # gymnasium's rewards and flags are numpy arrays
         return (obs_t, next_obs, torch.from_numpy(reward), torch.from_numpy(terminated), torch.from_numpy(truncated),
-                any_ended)
+                any_ended, success)
+
+
+def _success(final_info: Any, num_envs: int) -> Optional[torch.Tensor]:
+    """The ended episodes' ``is_success`` from a SAME_STEP step's ``final_info`` (gymnasium's vector info: the
+    values and an ``_is_success`` mask of the envs that gave one); None where no env gave one."""
+    if not final_info or "is_success" not in final_info:
+        return None
+    given = np.asarray(final_info.get("_is_success", np.ones(num_envs, bool)), dtype=bool)
+    return torch.from_numpy(given & np.asarray(final_info["is_success"]).astype(bool))
 
 
 class _DevicePort:
@@ -227,10 +241,10 @@ class _DevicePort:
     def send(self, action: torch.Tensor) -> None:
         self._action = action
 
-    def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor, Optional[bool]]:
+    def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor, Optional[bool], None]:
         action, self._action = self._action, None
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, info["final_obs"], reward, terminated, truncated, None  # whether any ended: not read
+        return obs, info["final_obs"], reward, terminated, truncated, None, None  # whether any ended: not read
 
 
 def _port(env: VectorEnv) -> Union[_HostPort, _DevicePort]:
@@ -270,13 +284,13 @@ class _Lane:
     def observe(self, obs: Any, out: dict) -> EnvStep:
         """The step ``act`` sent, received: the next observations become current, the memory restarts where
         an episode ended."""
-        self.obs, next_obs, reward, terminated, truncated, any_ended = self.port.recv()
+        self.obs, next_obs, reward, terminated, truncated, any_ended, success = self.port.recv()
         if self._initial_state is not None:
             self.state = out["next_state"]
             if any_ended is not False:  # zeroed where an episode ended (unless the host knows none did)
                 ended = (terminated | truncated).to(self.state.device)
                 self.state = self.state.masked_fill(ended.reshape((-1,) + (1,) * (self.state.dim() - 1)), 0)
-        return EnvStep(obs, out, next_obs, reward, terminated, truncated, any_ended)
+        return EnvStep(obs, out, next_obs, reward, terminated, truncated, any_ended, success)
 
 
 def _check_outputs(policy: Any, out: Mapping[str, Any]) -> None:
@@ -294,8 +308,12 @@ def _merge(parts: Sequence[EnvStep]) -> EnvStep:
         return parts[0]
     out = {key: cat([p.out[key] for p in parts]) for key in parts[0].out}
     known = [p.any_ended for p in parts]
+    success = None
+    if any(p.success is not None for p in parts):  # a lane whose episodes did not end says False
+        success = torch.cat([p.success if p.success is not None else torch.zeros(len(p.reward), dtype=torch.bool)
+                             for p in parts])
     return EnvStep(cat([p.obs for p in parts]), out, *(cat([p[i] for p in parts]) for i in range(2, 6)),
-                   None if None in known else any(known))
+                   None if None in known else any(known), success)
 
 
 class EnvLoop:

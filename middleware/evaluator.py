@@ -24,7 +24,8 @@ class EvaluationCancelled(Exception):
 
 def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
                       should_stop: Optional[Callable[[], bool]] = None) -> Dict[str, Any]:
-    """Reset ``loop``'s envs with ``seed`` and run ``n_episode`` episodes; returns returns and lengths.
+    """Reset ``loop``'s envs with ``seed`` and run ``n_episode`` episodes; returns returns and lengths, and
+    ``successes`` (whether each episode met its goal) where the envs say (``info["is_success"]``, ``EnvStep``).
 
     The episodes are split evenly over the envs before starting (env i runs its own quota), so short
     episodes cannot crowd out long ones and bias the mean.
@@ -38,28 +39,39 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
     done_count = np.zeros(num_envs, dtype=np.int64)
     returns: List[float] = []
     lengths: List[int] = []
+    successes: List[bool] = []
     loop.reset(seed)
     while (done_count < quota).any():
         if should_stop is not None and should_stop():
             raise EvaluationCancelled(f"cancelled after {len(returns)} of {n_episode} episodes")
-        if not loop.step().has_ended():  # evaluation reads each step's ends: they decide when it stops
+        step = loop.step()
+        if not step.has_ended():  # evaluation reads each step's ends: they decide when it stops
             continue
-        finished = loop.finished()
+        finished = loop.finished()  # this step's ends: every earlier step's were taken when they happened
+        success = step.success.tolist() if step.success is not None else None
         for i, episode_return, length in zip(finished.envs.tolist(), finished.returns.tolist(),
                                              finished.lengths.tolist()):
             if done_count[i] < quota[i]:
                 returns.append(episode_return)
                 lengths.append(length)
+                if success is not None:
+                    successes.append(bool(success[i]))
                 done_count[i] += 1
-    return {"returns": returns, "lengths": lengths}
+    episodes: Dict[str, Any] = {"returns": returns, "lengths": lengths}
+    if len(successes) == len(returns):  # every episode's env said whether it met its goal
+        episodes["successes"] = successes
+    return episodes
 
 
 def evaluation_output(episodes: Dict[str, Any], *, train_iter: int, env_step: int, duration: float) -> Dict[str, Any]:
     """``ctx.eval_output`` of the episodes ``evaluate_episodes`` ran with the weights of ``train_iter`` /
     ``env_step`` (where logs plot the result)."""
     returns = np.asarray(episodes["returns"])
-    return {"returns": episodes["returns"], "lengths": episodes["lengths"], "mean": float(returns.mean()),
-            "std": float(returns.std()), "train_iter": train_iter, "env_step": env_step, "duration": duration}
+    output = {"returns": episodes["returns"], "lengths": episodes["lengths"], "mean": float(returns.mean()),
+              "std": float(returns.std()), "train_iter": train_iter, "env_step": env_step, "duration": duration}
+    if "successes" in episodes:  # goal-conditioned envs: the share of episodes that met their goal
+        output["success_rate"] = float(np.mean(episodes["successes"]))
+    return output
 
 
 def publish_evaluation(ctx: OnlineRLContext, output: Dict[str, Any], stop_value: float) -> None:

@@ -57,7 +57,8 @@ class OnlineLogger:
 
     - ``collect/episode_return`` (mean of training episodes finished since the last write; under DDP of
       every rank's, from the summed ``env_episode`` and ``episode_return_total``),
-      ``collect/eps``, ``eval/episode_return_mean``/``_std`` (at every evaluation),
+      ``collect/eps``, ``eval/episode_return_mean``/``_std`` (at every evaluation; ``eval/success_rate`` where the
+      envs say whether an episode met its goal),
     - ``train/loss``, ``train/q_value`` and the policy's other scalar outputs,
     - ``speed/env_steps_per_s``, ``speed/train_iter_per_s`` over the interval since the last write,
     - ``collect/duration_s`` (seconds a rank spent collecting per iteration) and
@@ -171,6 +172,8 @@ class OnlineLogger:
             return {}
         self._logged_eval_iter = ctx.last_eval_iter
         scalars = {"eval/episode_return_mean": float(output["mean"]), "eval/episode_return_std": float(output["std"])}
+        if "success_rate" in output:  # envs that say whether an episode met its goal (info["is_success"])
+            scalars["eval/success_rate"] = float(output["success_rate"])
         # at the counters of the weights it evaluated: a background result is some iterations old, and under
         # DDP ctx.env_step mid-iteration holds only this rank's share of the iteration's steps (the sum
         # arrives at the end), while an evaluation reads the agreed count at the start

@@ -199,3 +199,32 @@ def test_env_groups_doctests():
     import data.env_groups
 
     assert doctest.testmod(data.env_groups).failed == 0
+
+
+class _FirstBit:
+    """Flips bit 0 in every env: 2-bit goals that differ in bit 0 alone are met in one step, others never."""
+
+    def forward(self, obs, **kwargs):
+        return {"action": torch.zeros(len(obs["observation"]), dtype=torch.long)}
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_loop_steps_carry_each_ended_episodes_is_success_in_env_order(groups):
+    """``EnvStep.success``: the env's ``info["is_success"]`` where an episode ended (the bit-flipping env succeeds
+    exactly when it terminates), False elsewhere, merged across env groups in env order."""
+    import dizoo.goal.envs  # noqa: F401  (registers the bit_flipping env type)
+
+    env_type = ENV_REGISTRY.get("bit_flipping")
+    env_cfg = dict(env_type.default_config(), env_kwargs=dict(n_bits=2), max_episode_steps=3,
+                   manager=dict(type="sync", shared_memory=False, context=None))
+    env = make_vector_env(env_type, env_cfg, 4, seed=0, groups=groups)
+    loop = EnvLoop(_FirstBit(), env, seed=0)
+    seen = 0
+    for step in loop.run(12):
+        if step.success is None:
+            assert not step.has_ended()
+            continue
+        seen += 1
+        assert torch.equal(step.success, step.terminated) and not (step.success & ~step.ended).any()
+    assert seen > 0
+    env.close()

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from data.replay import HindsightStorage
@@ -141,3 +142,20 @@ def test_sac_with_her_reaches_fetch_goals(tmp_path):
     summary = serial_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=4_000,
                               exp_name=str(tmp_path / "run"))
     assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= -5
+
+
+def test_evaluation_logs_the_success_rate_of_envs_that_report_it(tmp_path):
+    """``info["is_success"]`` at an episode's end (gymnasium-robotics' convention, the bit-flipping env's too) makes
+    ``eval/success_rate``: the share of evaluation episodes that met their goal, beside the return."""
+    from middleware.progress_csv import read_progress
+
+    main, create = _config()
+    main.policy.eval.evaluator.eval_freq = 4
+    main.env.n_evaluator_episode = 6
+    serial_pipeline((main, create), max_env_step=256, exp_name=str(tmp_path / "run"))
+    progress = read_progress(str(tmp_path / "run" / "progress.csv"))
+    rates = progress["eval/success_rate"][~np.isnan(progress["eval/success_rate"])]
+    returns = progress["eval/episode_return_mean"][~np.isnan(progress["eval/episode_return_mean"])]
+    assert len(rates) == len(returns) > 1 and ((rates >= 0) & (rates <= 1)).all()
+    # 4 bits, episodes of 4 steps: a return above -4 is an episode that met its goal (its last reward 0)
+    assert rates.max() > 0 and (returns[rates == 0] == -4).all()
