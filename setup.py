@@ -24,12 +24,13 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        # the box2d packages, ale-py and mujoco are in the test extra so CI runs the LunarLander, Pong and MuJoCo
-        # configs too
+        # the box2d packages, ale-py, mujoco, gymnasium-robotics and minigrid are in the test extra so CI runs the
+        # LunarLander, Pong, MuJoCo, FetchReach and MiniGrid configs too; minigrid brings pygame-ce, which provides
+        # the pygame module box2d's rendering imports (pygame itself beside it would overwrite the same files)
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto, capped in tests/conftest.py)
         # imageio*, onnx*: baton eval --video and baton export --format onnx are tested, the exported file run
         # back through onnxruntime; optuna, wandb, mlflow: baton tune and the trackers are tested for real, offline
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "pygame>=2.1",
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "minigrid>=3.0",
                  "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5", "imageio>=2.28", "imageio-ffmpeg>=0.4.9",
                  "onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17",
                  "optuna>=3.0", "wandb>=0.20", "mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10",
@@ -58,6 +59,8 @@ setup(
         # Fetch env on mujoco >= 3.4 (an AssertionError on the joint types), so the extra keeps mujoco below it,
         # and so does the test extra, which trains FetchReach
         "robotics": ["gymnasium-robotics>=1.4", "mujoco>=3.1,<3.4"],
+        # MiniGrid (dizoo/minigrid): its image-and-direction dict observations
+        "minigrid": ["minigrid>=3.0"],
         # offline RL: datasets in Minari's format (HDF5 through h5py), read and written from a local root
         "offline": ["minari[hdf5]>=0.5"],
         # bench/peers.py: baton side by side with Stable-Baselines3 (rl-baselines3-zoo's settings) and
@@ -81,6 +84,7 @@ setup(
             "invertedpendulum=dizoo.mujoco.envs",
             "bit_flipping=dizoo.goal.envs",
             "fetch_reach=dizoo.robotics.envs",
+            "minigrid=dizoo.minigrid.envs",
         ],
         "baton.config_sections": [
             "log=middleware.logger",

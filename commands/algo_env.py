@@ -135,7 +135,7 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
     # a variant of a task (cartpole_masked) is chosen by name, not by id (its type's by_id is False)
     family = next((name for name in ENV_REGISTRY.names()
                    if name != GYM_TYPE and getattr(ENV_REGISTRY.get(name), "env_id", None) == env_id
-                   and getattr(ENV_REGISTRY.get(name), "by_id", True)), None)
+                   and getattr(ENV_REGISTRY.get(name), "by_id", True)), None) or _package_family(spec)
     if family is not None and hasattr(ENV_REGISTRY.get(family), "check_requires"):
         try:  # the family's extra named before gymnasium's own hint (MuJoCo ids without the mujoco extra)
             ENV_REGISTRY.get(family).check_requires(env_id)
@@ -146,6 +146,15 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
         return family, observation_space, action_space, None
     threshold = spec.reward_threshold
     return GYM_TYPE, observation_space, action_space, float(threshold) if threshold is not None else math.inf
+
+
+def _package_family(spec: Any) -> Optional[str]:
+    """The env type that takes every id of a package (its ``entry_point_prefix``: ``minigrid``), where ``spec``'s
+    entry point is in it."""
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else getattr(spec.entry_point, "__module__", "")
+    return next((name for name in ENV_REGISTRY.names()
+                 if (prefix := getattr(ENV_REGISTRY.get(name), "entry_point_prefix", None))
+                 and (entry == prefix or entry.startswith(prefix + ".") or entry.startswith(prefix + ":"))), None)
 
 
 def _flat_spaces(env_id: str, env_type: Any = None) -> Tuple[gym.Space, gym.Space]:

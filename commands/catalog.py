@@ -44,6 +44,7 @@ ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "humanoid": EnvFamilyRow("Humanoid-v5", "mujoco"),
     "invertedpendulum": EnvFamilyRow("InvertedPendulum-v5", "mujoco"),
     "lunarlander": EnvFamilyRow("LunarLander-v3", "box2d"),
+    "minigrid": EnvFamilyRow("any MiniGrid id, e.g. MiniGrid-DoorKey-5x5-v0 (its mission dropped)", "minigrid"),
     "pendulum": EnvFamilyRow("Pendulum-v1", None),
     "walker2d": EnvFamilyRow("Walker2d-v5", "mujoco"),
 }
@@ -63,7 +64,7 @@ GYM_IDS: Dict[Optional[str], List[str]] = {
                "Walker2d-v5"],
 }
 #: the module each extra installs (looked up, not imported, to say whether it is there)
-_EXTRA_PROVIDES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "robotics": "gymnasium_robotics"}
+_EXTRA_PROVIDES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "robotics": "gymnasium_robotics", "minigrid": "minigrid"}
 
 
 def describe_algos() -> str:

@@ -17,13 +17,18 @@ versions compare joint types differently and its Fetch envs fail at construction
 """
 from __future__ import annotations
 
+import contextlib
+import io
+
 from data.envs import GymEnvType
 from engine.registry import ENV_REGISTRY
 
 __all__ = ["FETCH_REACH"]
 
-try:  # its import registers the Fetch ids with gymnasium
-    import gymnasium_robotics  # noqa: F401
+try:  # its import registers the Fetch ids with gymnasium; its Farama notice (about the Adroit hand tasks' v1
+    # rewards, not the Fetch tasks) would print in every process that loads baton's env types: kept quiet
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        import gymnasium_robotics  # noqa: F401
 except ImportError:  # the extra is not installed: making the env names it (GymEnvType.check_requires)
     pass
 
