@@ -40,6 +40,7 @@ evaluates once after its first update.
 Tasks (name: env, baton algo, budget): cartpole-dqn CartPole-v1 50k, cartpole-ppo CartPole-v1 100k,
 pendulum-sac Pendulum-v1 20k, lunarlander-ppo LunarLander-v3 1M, and hopper-sac, hopper-td3,
 halfcheetah-sac, halfcheetah-td3 on MuJoCo's v5 tasks at 100k (the size of a 2-core machine);
+doorkey-ppo: MiniGrid-DoorKey-5x5-v0 at 400k, PPO (SB3 on the zoo's FlatObsWrapper and settings);
 fetchreach-sac-her: FetchReach-v4 at 20k, SAC with hindsight replay at rl-baselines3-zoo's her.yml settings;
 bitflip-dqn-her: the HER paper's 15-bit flipping at 150k, DQN with hindsight replay on both sides (SB3's
 ``HerReplayBuffer``; ``dizoo/goal/envs.py``);
@@ -106,6 +107,11 @@ TASKS: Dict[str, Task] = {
     # both sides (baton's config: dizoo/robotics)
     "fetchreach-sac-her": Task("gymnasium_robotics:FetchReach-v4", "sac", 20_000,
                                "dizoo/robotics/config/fetch_reach_sac_her_config.py", solve_at=-5.0),
+    # MiniGrid's DoorKey-5x5 (the minigrid extra): baton's dict of image and direction against the zoo's
+    # FlatObsWrapper (SB3's MultiInputPolicy takes no 7x7 image: its CNN needs 36x36)
+    "doorkey-ppo": Task("minigrid:MiniGrid-DoorKey-5x5-v0", "ppo", 400_000,
+                        "dizoo/minigrid/config/doorkey_ppo_config.py", wrapper="minigrid.wrappers:FlatObsWrapper",
+                        solve_at=0.9),
     # CartPole with its velocities hidden: baton's env type cartpole_masked, the same wrapper around SB3's envs
     "cartpole_masked-ppo_lstm": Task("CartPole-v1", "ppo_lstm", 100_000,
                                      "dizoo/classic_control/cartpole/config/cartpole_masked_ppo_lstm_config.py",

@@ -83,6 +83,11 @@ ZOO: Dict[str, ZooSettings] = {
         learning_rate=1e-3, batch_size=128, buffer_size=100_000, learning_starts=1000, train_freq=8,
         gradient_steps=8, target_update_interval=1600, exploration_fraction=10_000 / 150_000,
         exploration_final_eps=0.05), policy="MultiInputPolicy"),
+    # ppo.yml minigrid-defaults (rl_zoo3 2.0, after lcswillems' rl-starter-files), with the FlatObsWrapper the zoo
+    # puts around MiniGrid (bench/peers.py's wrapper)
+    "doorkey-ppo": ZooSettings("PPO", "ppo.yml MiniGrid (minigrid-defaults)", 8, dict(
+        n_steps=128, batch_size=64, gae_lambda=0.95, gamma=0.99, n_epochs=10, ent_coef=0.0, learning_rate=2.5e-4,
+        clip_range=0.2), normalize=True),
     # her.yml FetchReach-v1 (rl_zoo3 2.0), on gymnasium-robotics' v4 of the task
     "fetchreach-sac-her": ZooSettings("SAC", "her.yml FetchReach-v1", 1, dict(
         replay_buffer_class="HerReplayBuffer", replay_buffer_kwargs=dict(n_sampled_goal=4,

@@ -13,7 +13,12 @@ main_config = EasyDict(dict(
     policy=dict(
         obs_norm=True,
         discount_factor=0.95,
-        model=dict(actor_head_hidden_size_list=[64, 64], critic_head_hidden_size_list=[64, 64]),
+        model=dict(
+            actor_head_hidden_size_list=[64, 64], critic_head_hidden_size_list=[64, 64],
+            # the three keys joined as they are (SB3's MultiInputPolicy), not each through an MLP of its own
+            encoders=dict(observation=dict(type="flatten"), achieved_goal=dict(type="flatten"),
+                          desired_goal=dict(type="flatten")),
+        ),
         learn=dict(update_per_collect=4, batch_size=256),
         collect=dict(n_sample=4),
         eval=dict(evaluator=dict(eval_freq=500)),
