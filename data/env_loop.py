@@ -73,8 +73,9 @@ class EnvStep(NamedTuple):
     #: whether an episode ended in this step, where the host knows it without a read (gymnasium envs); None
     #: where knowing it would read a device's tensors back
     any_ended: Optional[bool] = None
-    #: where an episode ended, whether its env said it met its goal (``info["is_success"]`` of the episode's last
-    #: step, gymnasium-robotics' convention; False in the other rows); None where the envs say nothing of it
+    #: int8 per env: 1 where an episode ended and its env said it met its goal (``info["is_success"]`` of the
+    #: episode's last step, gymnasium-robotics' convention), 0 where it said it did not, -1 where nothing was said
+    #: (no end, or no ``is_success``); None where no env said anything in this step
     success: Optional[torch.Tensor] = None
 
     @property
@@ -219,12 +220,13 @@ class _HostPort:
 
 
 def _success(final_info: Any, num_envs: int) -> Optional[torch.Tensor]:
-    """The ended episodes' ``is_success`` from a SAME_STEP step's ``final_info`` (gymnasium's vector info: the
-    values and an ``_is_success`` mask of the envs that gave one); None where no env gave one."""
+    """``EnvStep.success`` from a SAME_STEP step's ``final_info`` (gymnasium's vector info: the values and an
+    ``_is_success`` mask of the envs that gave one); None where no env gave one."""
     if not final_info or "is_success" not in final_info:
         return None
     given = np.asarray(final_info.get("_is_success", np.ones(num_envs, bool)), dtype=bool)
-    return torch.from_numpy(given & np.asarray(final_info["is_success"]).astype(bool))
+    met = np.asarray(final_info["is_success"]).astype(bool)
+    return torch.from_numpy(np.where(given, met.astype(np.int8), np.int8(-1)).astype(np.int8))
 
 
 class _DevicePort:
@@ -309,8 +311,8 @@ def _merge(parts: Sequence[EnvStep]) -> EnvStep:
     out = {key: cat([p.out[key] for p in parts]) for key in parts[0].out}
     known = [p.any_ended for p in parts]
     success = None
-    if any(p.success is not None for p in parts):  # a lane whose episodes did not end says False
-        success = torch.cat([p.success if p.success is not None else torch.zeros(len(p.reward), dtype=torch.bool)
+    if any(p.success is not None for p in parts):  # a lane that said nothing: -1 in its rows
+        success = torch.cat([p.success if p.success is not None else torch.full((len(p.reward),), -1, dtype=torch.int8)
                              for p in parts])
     return EnvStep(cat([p.obs for p in parts]), out, *(cat([p[i] for p in parts]) for i in range(2, 6)),
                    None if None in known else any(known), success)

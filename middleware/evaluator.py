@@ -25,7 +25,8 @@ class EvaluationCancelled(Exception):
 def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
                       should_stop: Optional[Callable[[], bool]] = None) -> Dict[str, Any]:
     """Reset ``loop``'s envs with ``seed`` and run ``n_episode`` episodes; returns returns and lengths, and
-    ``successes`` (whether each episode met its goal) where the envs say (``info["is_success"]``, ``EnvStep``).
+    ``successes``: whether each episode met its goal, for the episodes whose env said (``info["is_success"]``,
+    ``EnvStep.success``; absent where none did).
 
     The episodes are split evenly over the envs before starting (env i runs its own quota), so short
     episodes cannot crowd out long ones and bias the mean.
@@ -54,11 +55,11 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
             if done_count[i] < quota[i]:
                 returns.append(episode_return)
                 lengths.append(length)
-                if success is not None:
-                    successes.append(bool(success[i]))
+                if success is not None and success[i] >= 0:
+                    successes.append(success[i] == 1)
                 done_count[i] += 1
     episodes: Dict[str, Any] = {"returns": returns, "lengths": lengths}
-    if len(successes) == len(returns):  # every episode's env said whether it met its goal
+    if successes:  # the episodes whose env said whether it met its goal
         episodes["successes"] = successes
     return episodes
 

@@ -114,10 +114,12 @@ def replay_buffer(settings: ReplayBufferParams, *, priority: bool = False, obs_s
 def _hindsight_storage(settings: ReplayBufferParams, goal_env: Any, num_envs: Optional[int], nstep: int,
                        priority: bool, device: torch.device, seed: Optional[int]) -> HindsightStorage:
     her = settings.her
-    if goal_env is None or not num_envs:
-        raise ConfigError("policy.other.replay_buffer.her relabels goals through an env of the run's own (its "
-                          "compute_reward) and the collector's env count: this pipeline gave neither (hindsight "
-                          "replay is for the online off-policy pipeline)")
+    missing = [what for what, given in (("an env of the run's own (its compute_reward)", goal_env is not None),
+                                        ("the collector's env count", bool(num_envs))) if not given]
+    if missing:
+        raise ConfigError(f"policy.other.replay_buffer.her relabels goals through an env of the run's own and the "
+                          f"collector's env count: this pipeline gave no {' and no '.join(missing)} (hindsight "
+                          f"replay is for the online off-policy pipeline)")
     if nstep != 1:
         raise ConfigError(f"policy.other.replay_buffer.her with policy.nstep={nstep}: a relabelled goal changes every "
                           f"reward of an n-step window, which the window's sum no longer holds; set policy.nstep=1")

@@ -80,14 +80,32 @@ def goal_functions(env: gym.Env, her: HerParams) -> Tuple[GoalFunction, Optional
                           f"keys {her.achieved_goal!r} and {her.desired_goal!r}; {env.spec.id if env.spec else env} "
                           f"observes {space} (no {', '.join(map(repr, missing))}): name its keys with "
                           f"her.achieved_goal and her.desired_goal, or set her.strategy='none'")
-    base = env.unwrapped
-    reward = getattr(base, "compute_reward", None)
+    reward, terminated = _wrapper_attr(env, "compute_reward"), _wrapper_attr(env, "compute_terminated")
     if not callable(reward):
         raise ConfigError(f"policy.other.replay_buffer.her relabels rewards through the env's "
-                          f"compute_reward(achieved_goal, desired_goal, info), which {type(base).__name__} does not "
-                          f"define: add it (gymnasium-robotics' GoalEnv convention), or set her.strategy='none'")
-    terminated = getattr(base, "compute_terminated", None)
+                          f"compute_reward(achieved_goal, desired_goal, info), which {type(env.unwrapped).__name__} "
+                          f"(and its wrappers) does not define: add it (gymnasium-robotics' GoalEnv convention), or "
+                          f"set her.strategy='none'")
     return reward, terminated if callable(terminated) else None
+
+
+def _wrapper_attr(env: gym.Env, name: str) -> Any:
+    """``name`` of the outermost wrapper (or the env) that has it: a wrapper's own ``compute_reward`` wins, as its
+    goals are the ones observed."""
+    try:
+        return env.get_wrapper_attr(name)
+    except AttributeError:
+        return None
+
+
+def _per_row(function: GoalFunction, achieved: np.ndarray, wanted: np.ndarray, rows: int) -> np.ndarray:
+    """``function(achieved, wanted, info)`` for a batch of ``rows``: called once on the batch, and row by row where
+    its answer is not one value per row (gymnasium-robotics' Maze envs compute their termination as a norm over
+    the whole array)."""
+    value = np.asarray(function(achieved, wanted, [{} for _ in range(rows)]))
+    if value.shape == (rows,):
+        return value
+    return np.array([np.asarray(function(achieved[i], wanted[i], {})).item() for i in range(rows)])
 
 
 class HindsightStorage(RingStorage):
@@ -128,10 +146,13 @@ class HindsightStorage(RingStorage):
     def extend(self, batch: Any) -> torch.Tensor:
         """Write whole vector steps (``[T * E]`` rows, time-major) and record where each env's episodes run."""
         n, envs = num_rows(batch["reward"]), self.num_envs
-        if n % envs or n > self.capacity:
-            raise ValueError(f"hindsight replay takes whole vector steps of {envs} envs, at most its capacity "
-                             f"({self.capacity:,}) at once, got {n} transitions: push what the collector gave, "
-                             f"with policy.nstep=1")
+        if n % envs:
+            raise ValueError(f"hindsight replay takes whole vector steps of {envs} envs (what the collector pushes "
+                             f"with policy.nstep=1), got {n} transitions")
+        if n > self.capacity:
+            raise ValueError(f"a collect of {n:,} transitions (policy.collect.n_sample in whole vector steps of {envs} "
+                             f"envs) is more than the hindsight replay holds (replay_buffer_size={self.capacity:,}), "
+                             f"which keeps whole pushes: give replay_buffer_size >= {n:,}")
         done = (batch["terminated"] | batch["truncated"]).to("cpu").view(-1, envs)
         step = torch.empty_like(done, dtype=torch.int64)
         running = self._open
@@ -179,12 +200,12 @@ class HindsightStorage(RingStorage):
         data["obs"][self.desired_goal][at] = goal
         data["next_obs"][self.desired_goal][at] = goal
         achieved = data["next_obs"][self.achieved_goal].index_select(0, at).to("cpu").numpy()
-        wanted, info = goal.to("cpu").numpy(), [{} for _ in range(len(rows))]
-        reward = np.asarray(self._compute_reward(achieved, wanted, info))
-        data["reward"][at] = torch.as_tensor(reward, dtype=data["reward"].dtype).reshape(-1).to(self.device)
+        wanted = goal.to("cpu").numpy()
+        reward = _per_row(self._compute_reward, achieved, wanted, len(rows))
+        data["reward"][at] = torch.as_tensor(reward, dtype=data["reward"].dtype).to(self.device)
         if self._compute_terminated is not None:
-            ended = np.broadcast_to(np.asarray(self._compute_terminated(achieved, wanted, info)), (len(rows),))
-            data["terminated"][at] = torch.as_tensor(ended.copy(), dtype=torch.bool).to(self.device)
+            ended = _per_row(self._compute_terminated, achieved, wanted, len(rows))
+            data["terminated"][at] = torch.as_tensor(ended.astype(bool)).to(self.device)
         return data
 
     def chronological(self) -> torch.Tensor:

@@ -149,5 +149,31 @@ def test_goal_functions_name_what_a_non_goal_env_lacks():
     class NoReward(BitFlippingEnv):
         compute_reward = None
 
-    with pytest.raises(ConfigError, match="compute_reward.*NoReward does not define"):
+    with pytest.raises(ConfigError, match="compute_reward.*NoReward \\(and its wrappers\\) does not define"):
         goal_functions(NoReward(4), her)
+
+    class OwnReward(gym.Wrapper):  # a wrapper's compute_reward is the one for the goals it observes
+        def compute_reward(self, achieved, desired, info):
+            return np.zeros(len(achieved))
+
+    reward, _ = goal_functions(OwnReward(BitFlippingEnv(4)), her)
+    assert reward.__self__.__class__ is OwnReward
+
+
+def test_a_goal_function_that_answers_one_value_for_a_batch_is_called_row_by_row():
+    """gymnasium-robotics' Maze computes its termination as one norm over the whole batch: each relabelled row
+    still gets its own."""
+    def whole_batch(achieved, desired, info):  # one bool for any input, true only where all rows match
+        return bool(np.linalg.norm(np.asarray(achieved) - np.asarray(desired)) == 0)
+
+    storage = _storage("final", k=1_000_000, terminated=whole_batch)
+    _push(storage, 4, ends=[(3, 0), (3, 1)])
+    data = storage.gather(torch.arange(len(storage)))
+    last = data["next_obs"]["observation"][:, 0] >= 6
+    assert data["terminated"][last].all() and not data["terminated"][~last].any()
+
+
+def test_a_collect_larger_than_the_replay_names_both_settings():
+    storage = _storage(capacity=6)
+    with pytest.raises(ValueError, match="collect of 8 transitions.*replay_buffer_size=6.*>= 8"):
+        _push(storage, 4, ends=[])

@@ -181,3 +181,37 @@ def test_step_collector_refuses_a_collect_beyond_the_machines_memory(monkeypatch
                                           r"this machine's .*give fewer envs or a smaller policy.collect.n_sample"):
         StepCollector(ConstantPolicy(), env, n_sample=64, nstep=3)
     env.close()
+
+
+class _SaysSuccessOnEvenEnvs(gym.Env):
+    """One-step episodes; only an env built with ``says=True`` puts ``is_success`` (True) in its info."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, says):
+        self.says = says
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 1.0, True, False, ({"is_success": True} if self.says else {})
+
+
+def test_the_success_rate_counts_only_the_episodes_whose_env_says():
+    """An env that gives no ``is_success`` is neither a success nor a failure: the rate is over the episodes that
+    said (all successes here), whichever episodes end together."""
+    from gymnasium.vector import SyncVectorEnv
+
+    from data.env_loop import EnvLoop
+    from middleware.evaluator import evaluate_episodes, evaluation_output
+
+    env = SyncVectorEnv([lambda: _SaysSuccessOnEvenEnvs(True), lambda: _SaysSuccessOnEvenEnvs(False)],
+                        autoreset_mode=AutoresetMode.SAME_STEP)
+    episodes = evaluate_episodes(EnvLoop(ConstantPolicy(), env, seed=0), n_episode=6, seed=0)
+    assert len(episodes["returns"]) == 6 and episodes["successes"] == [True] * 3
+    assert evaluation_output(episodes, train_iter=1, env_step=1, duration=0.0)["success_rate"] == 1.0
+    silent = SyncVectorEnv([lambda: _SaysSuccessOnEvenEnvs(False)] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    assert "successes" not in evaluate_episodes(EnvLoop(ConstantPolicy(), silent, seed=0), n_episode=4, seed=0)
