@@ -191,10 +191,11 @@ class HindsightStorage(RingStorage):
             other = step + (draw * (length - step)).long()  # in [step, length - 1]
         elif self.strategy == "final":
             other = length - 1
-        else:
-            other = (draw * length).long()
+        else:  # any step of the episode the ring still holds (its first steps may be overwritten)
+            oldest = max(0, self._rows - self.capacity)
+            first = (step - torch.div(row - oldest, self.num_envs, rounding_mode="floor")).clamp(min=0)
+            other = first + (draw * (length - first)).long()
         target = row + (other - step) * self.num_envs
-        target = torch.where(target >= max(0, self._rows - self.capacity), target, row)  # overwritten: its own
         goal = self.fields["next_obs"][self.achieved_goal].index_select(0, (target % self.capacity).to(self.device))
         at = rows.to(self.device)
         data["obs"][self.desired_goal][at] = goal
