@@ -97,6 +97,8 @@ def describe_envs() -> str:
     """The ``--list-envs`` text: env families with their ids, then the gymnasium ids ``gym`` takes."""
     lines = ["env families (--env ID uses the family whose id it is):"]
     for name, module in _declared("baton.envs", ENV_FAMILIES):
+        if name == GYM_TYPE:  # any other id: its own line, last
+            continue
         row = ENV_FAMILIES.get(name)
         ids = f"? ({module})" if row is None else f"{row.ids}{_extra_note(row.extra)}"
         lines.append(f"  {name:<12} {ids}")

@@ -110,6 +110,12 @@ def test_catalog_says_whether_an_extra_is_installed(installed, monkeypatch):
     assert line.endswith("(extra: .[box2d])" if installed else "(extra: .[box2d], not installed)")
 
 
+def test_catalog_lists_the_any_id_type_once_in_its_own_words():
+    lines = catalog.describe_envs().splitlines()
+    gym_lines = [line for line in lines if line.split()[:1] == [catalog.GYM_TYPE]]
+    assert len(gym_lines) == 1 and "any other gymnasium id" in gym_lines[0] and "?" not in gym_lines[0]
+
+
 def test_catalog_torch_envs_are_registered_batched_types_that_build():
     from commands.algo_env import build_config
 
