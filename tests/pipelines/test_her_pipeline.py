@@ -32,7 +32,7 @@ def _config(algo="dqn", bits=4, **policy):
     main.policy.eval.evaluator.eval_freq = 1000
     if algo != "dqn":
         for key in ("other", "nstep", "model"):  # DQN's
-            main.policy.pop(key)
+            main.policy.pop(key, None)
         main.policy.learn = dict(update_per_collect=2, batch_size=32)
         main.policy.other = dict(replay_buffer=dict(replay_buffer_size=4096, her=dict(strategy="future", k=4)))
         main.policy.random_collect_size = 32

@@ -14,20 +14,21 @@ from easydict import EasyDict
 
 main_config = EasyDict(dict(
     exp_name="bit_flipping_dqn_her",
-    env=dict(collector_env_num=8, evaluator_env_num=8, n_evaluator_episode=32),
+    env=dict(evaluator_env_num=8, n_evaluator_episode=32),
     policy=dict(
         model=dict(
             encoder_hidden_size_list=[128, 128],
             encoders=dict(observation=dict(type="flatten"), achieved_goal=dict(type="flatten"),
                           desired_goal=dict(type="flatten")),
         ),
-        nstep=1,  # a relabelled goal changes every reward of a window: hindsight replay takes one-step returns
-        learn=dict(update_per_collect=8, batch_size=128, learning_rate=0.001, target_update_freq=200),
+        learn=dict(update_per_collect=8, batch_size=128, target_update_freq=200),
         collect=dict(n_sample=64),
         eval=dict(evaluator=dict(eval_freq=200)),
         other=dict(
-            eps=dict(type="linear", start=1.0, end=0.05, decay=10_000),
-            replay_buffer=dict(replay_buffer_size=100_000, her=dict(strategy="future", k=4)),
+            eps=dict(type="linear", start=1.0),
+            # the paper's and SB3's defaults: future goals, 4 relabelled per real one; one-step returns (DQN's
+            # default nstep, which hindsight replay needs)
+            replay_buffer=dict(her=dict(strategy="future")),
         ),
     ),
 ))

@@ -22,7 +22,7 @@ main_config = EasyDict(dict(
     policy=dict(
         model=dict(encoders=dict(image=dict(normalise=False))),
         learn=dict(epoch_per_collect=4, batch_size=256, learning_rate=2.5e-4, entropy_weight=0.01),
-        collect=dict(n_sample=2048, gae_lambda=0.95),
+        # collect: the defaults, 2,048 steps (16 envs x 128) and GAE 0.95
         eval=dict(evaluator=dict(eval_freq=200)),
     ),
 ))

@@ -9,7 +9,7 @@ from easydict import EasyDict
 
 main_config = EasyDict(dict(
     exp_name="fetch_reach_sac_her",
-    env=dict(collector_env_num=4, evaluator_env_num=5, n_evaluator_episode=10),
+    env=dict(collector_env_num=4, n_evaluator_episode=10),
     policy=dict(
         obs_norm=True,
         discount_factor=0.95,
@@ -19,10 +19,10 @@ main_config = EasyDict(dict(
             encoders=dict(observation=dict(type="flatten"), achieved_goal=dict(type="flatten"),
                           desired_goal=dict(type="flatten")),
         ),
-        learn=dict(update_per_collect=4, batch_size=256),
+        learn=dict(update_per_collect=4),  # batches of 256, the default
         collect=dict(n_sample=4),
         eval=dict(evaluator=dict(eval_freq=500)),
-        other=dict(replay_buffer=dict(replay_buffer_size=1_000_000, her=dict(strategy="future", k=4))),
+        other=dict(replay_buffer=dict(her=dict(strategy="future"))),  # k=4 and 1M transitions: the defaults
     ),
 ))
 create_config = EasyDict(dict(
