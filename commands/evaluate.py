@@ -126,6 +126,8 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
               "min": float(returns.min()), "max": float(returns.max()), "returns": returns.tolist(),
               "lengths": [int(n) for n in played["lengths"]],
               "videos": list(videos.paths) if videos is not None else []}
+    if "successes" in played:  # goal-conditioned envs (info["is_success"]): as eval/success_rate in training
+        result["success_rate"] = float(np.mean(played["successes"]))
     result["output"] = output or os.path.join(run_dir, EVAL_FILE)
     atomic_write_json(result["output"], result)
     return result
@@ -157,7 +159,9 @@ def eval_main(args: argparse.Namespace) -> int:
     print(f"baton eval: {result['run_dir']} {os.path.basename(result['ckpt'])} (train_iter {result['train_iter']}, "
           f"env_step {result['env_step']}) on {result['env']}: return {result['mean']:.2f} +- "
           f"{result['std']:.2f} over {result['episodes']} episodes (min {result['min']:.1f}, max "
-          f"{result['max']:.1f}, seed {result['seed']}); wrote {result['output']}", flush=True)
+          f"{result['max']:.1f}, seed {result['seed']})"
+          + (f", success rate {result['success_rate']:.2f}" if "success_rate" in result else "")
+          + f"; wrote {result['output']}", flush=True)
     for path in result["videos"]:
         print(f"baton eval: video {path}", flush=True)
     return 0

@@ -101,6 +101,19 @@ def test_eval_of_a_box2d_run(tmp_path_factory, tmp_path):
     assert result["episodes"] == 2 and len(result["videos"]) == 2 and max(result["lengths"]) <= 30
 
 
+def test_eval_of_a_goal_env_says_its_success_rate(tmp_path_factory, capsys):
+    """An env that says whether an episode met its goal (``info["is_success"]``): the rate beside the return, as
+    ``eval/success_rate`` in training; a bit-flipping episode meets its goal exactly when its return beats -4."""
+    run = train_tiny(str(tmp_path_factory.mktemp("bits")), "dqn", "BitFlipping-v0", max_env_step=64,
+                     extra=["env.env_kwargs.n_bits=4", "env.max_episode_steps=4"])
+    assert main(["eval", run, "--episodes", "8"]) == 0
+    line = capsys.readouterr().out.strip()
+    with open(os.path.join(run, "eval.json")) as f:
+        result = json.load(f)
+    assert result["success_rate"] == pytest.approx(np.mean(np.array(result["returns"]) > -4))
+    assert f"success rate {result['success_rate']:.2f}" in line
+
+
 # ---- bad input -----------------------------------------------------------------------------------------
 def _one_error_line(capsys):
     err = capsys.readouterr().err.strip()
