@@ -84,8 +84,9 @@ def test_the_share_relabelled_is_k_over_k_plus_one_and_the_reward_is_the_envs():
     storage = _storage(k=4, capacity=4096)
     for _ in range(10):
         _push(storage, 8, ends=[(7, 0), (7, 1)])  # whole 8-step episodes
+    shares = [len(_relabelled(storage, torch.arange(len(storage)))[0]) / len(storage) for _ in range(20)]
+    assert abs(np.mean(shares) - 0.8) < 0.03  # 3,200 draws: the mean's deviation is about 0.007
     rows, goals, data = _relabelled(storage, torch.arange(len(storage)))
-    assert abs(len(rows) / len(storage) - 0.8) < 0.05
     relabelled = data["next_obs"]["desired_goal"][:, 0] >= 0
     met = relabelled & (data["next_obs"]["desired_goal"][:, 0] == data["next_obs"]["achieved_goal"][:, 0])
     assert met.any() and (data["reward"][met] == 0).all()
