@@ -319,7 +319,12 @@ class GymEnvType:
         kwargs = dict(settings.env_kwargs)
         if settings.max_episode_steps:
             kwargs["max_episode_steps"] = settings.max_episode_steps
-        return as_trainable(gym.make(settings.env_id, **kwargs), settings.action_mask_key)
+        return as_trainable(self.adapt(gym.make(settings.env_id, **kwargs)), settings.action_mask_key)
+
+    def adapt(self, env: gym.Env) -> gym.Env:
+        """``env`` as the family trains on it, before masks are looked for: itself here; a family whose envs
+        observe something baton cannot batch wraps it (``dizoo/minigrid``: the mission dropped)."""
+        return env
 
 
 class AnyGymEnvType(GymEnvType):

@@ -16,12 +16,9 @@ limit on average (DoorKey-5x5 needs about 10 to 20 steps; rl-baselines3-zoo's tr
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import gymnasium as gym
 from gymnasium.wrappers import FilterObservation
 
-from data.action_masks import as_trainable
 from data.envs import GymEnvType
 from engine.registry import ENV_REGISTRY
 
@@ -42,14 +39,8 @@ class MiniGridEnvType(GymEnvType):
     #: ``--env ID`` picks this type for every gymnasium id whose entry point is in this package
     entry_point_prefix = "minigrid"
 
-    def make(self, env_cfg: Mapping[str, Any]) -> gym.Env:
-        settings = self.Params.of(env_cfg, "env")
-        self.check_requires(settings.env_id)
-        kwargs = dict(settings.env_kwargs)
-        if settings.max_episode_steps:
-            kwargs["max_episode_steps"] = settings.max_episode_steps
-        env = FilterObservation(gym.make(settings.env_id, **kwargs), KEPT_KEYS)
-        return as_trainable(env, settings.action_mask_key)
+    def adapt(self, env: gym.Env) -> gym.Env:
+        return FilterObservation(env, KEPT_KEYS)
 
 
 MINIGRID = ENV_REGISTRY.register("minigrid", MiniGridEnvType("MiniGrid-DoorKey-5x5-v0", stop_value=0.9,
