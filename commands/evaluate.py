@@ -32,7 +32,7 @@ import numpy as np
 from data.env_loop import EnvLoop
 from data.envs import MAX_EVAL_EPISODES, make_vector_env
 from engine.fileio import atomic_write_json
-from middleware.evaluator import evaluate_episodes
+from middleware.evaluator import evaluate_episodes, success_rate
 from pipelines.stages import env_label, env_params
 
 from .run_options import EVAL_FILE
@@ -126,8 +126,9 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
               "min": float(returns.min()), "max": float(returns.max()), "returns": returns.tolist(),
               "lengths": [int(n) for n in played["lengths"]],
               "videos": list(videos.paths) if videos is not None else []}
-    if "successes" in played:  # goal-conditioned envs (info["is_success"]): as eval/success_rate in training
-        result["success_rate"] = float(np.mean(played["successes"]))
+    rate = success_rate(played)  # goal-conditioned envs (info["is_success"]): as eval/success_rate in training
+    if rate is not None:
+        result["success_rate"] = rate
     result["output"] = output or os.path.join(run_dir, EVAL_FILE)
     atomic_write_json(result["output"], result)
     return result

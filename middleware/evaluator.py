@@ -12,7 +12,7 @@ from engine.context import OnlineRLContext, StopReason
 from engine.protocols import EvalPolicy, VectorEnv, require
 
 __all__ = ["InteractionEvaluator", "evaluate_episodes", "NewEvaluation", "EvaluationCancelled", "evaluation_due",
-           "evaluation_output", "publish_evaluation", "final_evaluation"]
+           "evaluation_output", "publish_evaluation", "final_evaluation", "success_rate"]
 
 #: the stop reasons of a run that ran out of budget, which ``final_evaluation`` evaluates at
 BUDGETS = (StopReason.MAX_ENV_STEP, StopReason.MAX_TRAIN_ITER)
@@ -70,9 +70,16 @@ def evaluation_output(episodes: Dict[str, Any], *, train_iter: int, env_step: in
     returns = np.asarray(episodes["returns"])
     output = {"returns": episodes["returns"], "lengths": episodes["lengths"], "mean": float(returns.mean()),
               "std": float(returns.std()), "train_iter": train_iter, "env_step": env_step, "duration": duration}
-    if "successes" in episodes:  # goal-conditioned envs: the share of episodes that met their goal
-        output["success_rate"] = float(np.mean(episodes["successes"]))
+    rate = success_rate(episodes)
+    if rate is not None:
+        output["success_rate"] = rate
     return output
+
+
+def success_rate(episodes: Dict[str, Any]) -> Optional[float]:
+    """The share of ``evaluate_episodes``' episodes that met their goal, of those whose env said (goal-conditioned
+    envs, ``info["is_success"]``); None where no env said."""
+    return float(np.mean(episodes["successes"])) if "successes" in episodes else None
 
 
 def publish_evaluation(ctx: OnlineRLContext, output: Dict[str, Any], stop_value: float) -> None:
