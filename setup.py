@@ -85,6 +85,8 @@ setup(
             "bit_flipping=dizoo.goal.envs",
             "fetch_reach=dizoo.robotics.envs",
             "minigrid=dizoo.minigrid.envs",
+            "taxi=dizoo.toy_text.envs",
+            "camera_reach=dizoo.multisensor.envs",
         ],
         "baton.config_sections": [
             "log=middleware.logger",

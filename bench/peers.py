@@ -47,7 +47,11 @@ bitflip-dqn-her: the HER paper's 15-bit flipping at 150k, DQN with hindsight rep
 cartpole_masked-ppo_lstm: CartPole-v1 with its velocities hidden (``dizoo``'s ``VelocityMasked`` wrapper on both
 sides; rl-baselines3-zoo's CartPoleNoVel-v1) at 100k, recurrent PPO against SB3-contrib's RecurrentPPO (the
 ``bench`` extra installs it), with the wall time and env steps to 195 (CartPole-v0's level, which masked CartPole
-is measured at) per seed. A task whose
+is measured at) per seed;
+taxi-ppo-masked: Taxi-v4 at 300k with its legal-action mask against sb3-contrib's MaskablePPO (both on PPO's
+defaults, no zoo entry: ``dizoo/toy_text``), each action checked against the mask on both sides
+(``env.action_mask_check``), and taxi-ppo-unmasked: the same without it (baton ``env.action_mask_key=``, SB3's PPO),
+with the wall time and env steps to 8 (gymnasium's threshold) per seed. A task whose
 baton algorithm or env cannot be built (not registered, an extra not installed) is skipped with one line.
 The full 1M-step MuJoCo runs (the published tables' budget)::
 
@@ -83,6 +87,7 @@ class Task(NamedTuple):
     config: Optional[str]      # baton's dizoo config, relative to the repository; None or absent: --algo/--env
     wrapper: Optional[str] = None  # "module:Class" around env_id for SB3 (baton's config names the env type)
     solve_at: Optional[float] = None  # the score that solves the task: the time and env steps to it are reported
+    overrides: Tuple[str, ...] = ()  # baton's KEY=VALUE words after its config (a variant of the config's task)
 
 
 TASKS: Dict[str, Task] = {
@@ -116,6 +121,13 @@ TASKS: Dict[str, Task] = {
     "cartpole_masked-ppo_lstm": Task("CartPole-v1", "ppo_lstm", 100_000,
                                      "dizoo/classic_control/cartpole/config/cartpole_masked_ppo_lstm_config.py",
                                      wrapper="dizoo.classic_control.cartpole.envs:VelocityMasked", solve_at=195.0),
+    # Taxi-v4 with its legal-action mask (info["action_mask"]) against sb3-contrib's MaskablePPO, every action checked
+    # against the mask on both sides (a finished run took no illegal one); and both without it (baton's mask off,
+    # SB3's PPO): what the mask is worth
+    "taxi-ppo-masked": Task("Taxi-v4", "ppo", 300_000, "dizoo/toy_text/config/taxi_ppo_config.py", solve_at=8.0,
+                            overrides=("env.action_mask_check=True",)),
+    "taxi-ppo-unmasked": Task("Taxi-v4", "ppo", 300_000, "dizoo/toy_text/config/taxi_ppo_config.py", solve_at=8.0,
+                              overrides=("env.action_mask_key=",)),
 }
 EVALS_PER_RUN = 25  # the default --eval-every is the budget divided by this
 
@@ -260,11 +272,11 @@ def run_sb3(name: str, task: Task, seed: int, budget: int, eval_every: int, eval
 
 
 def run_baton(name: str, setup: BatonSetup, seed: int, budget: int, eval_episodes: int,
-              workdir: str) -> Dict[str, Any]:
+              workdir: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
     exp = os.path.join(workdir, f"baton_{name}_seed{seed}")
     process = _run(setup.argv + ["--seed", str(seed), "--max-env-step", str(budget), "--exp-name", exp,
                                  "--no-progress", "env.stop_value=none", f"env.n_evaluator_episode={eval_episodes}",
-                                 f"policy.eval.evaluator.eval_freq={setup.eval_freq}"],
+                                 f"policy.eval.evaluator.eval_freq={setup.eval_freq}", *overrides],
                    workdir, f"baton {name} seed {seed}")
     with open(os.path.join(exp, "summary.json")) as f:
         summary = json.load(f)
@@ -361,12 +373,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                   f"{args.eval_episodes} greedy episodes on {setup.evaluator_env_num} envs every {eval_every:,} env "
                   f"steps (baton: eval_freq {setup.eval_freq} updates = every {setup.eval_env_steps:,} env steps); "
                   f"wall times are training time, evaluations included", flush=True)
-            print(f"  sb3    {zoo.algo}, rl-baselines3-zoo {zoo.zoo_entry}\n  baton  {setup.source}", flush=True)
+            print(f"  sb3    {zoo.algo}, rl-baselines3-zoo {zoo.zoo_entry}\n  baton  {setup.source}"
+                  f"{''.join(' ' + o for o in task.overrides)}", flush=True)
             runs: Dict[str, List[Dict[str, Any]]] = dict(sb3=[], baton=[])
             for seed in args.seeds:  # alternating, one process at a time
                 runs["sb3"].append(run_sb3(name, task, seed, steps, eval_every, args.eval_episodes,
                                            setup.evaluator_env_num, workdir))
-                runs["baton"].append(run_baton(name, setup, seed, steps, args.eval_episodes, workdir))
+                runs["baton"].append(run_baton(name, setup, seed, steps, args.eval_episodes, workdir, task.overrides))
                 for framework in runs:
                     r = runs[framework][-1]
                     print(f"  {framework} seed {seed}: final {_score(r['curve'][-1][2] if r['curve'] else None)}, "

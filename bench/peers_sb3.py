@@ -48,10 +48,11 @@ class ZooSettings(NamedTuple):
     noise_std: float = 0.0  # the zoo's noise_type 'normal' with noise_std (TD3's action noise)
     policy: str = "MlpPolicy"  # the zoo's policy
     normalize: bool = False  # the zoo's normalize: True (VecNormalize of observations and rewards)
+    masks: bool = False    # MaskablePPO: info["action_mask"] as sb3-contrib's action_masks(), in training and evaluation
 
 
 #: the algorithms SB3-contrib, not SB3, provides
-CONTRIB = ("RecurrentPPO",)
+CONTRIB = ("RecurrentPPO", "MaskablePPO")
 
 
 _MUJOCO_SAC = ZooSettings("SAC", "sac.yml HalfCheetah-v4 (mujoco-defaults)", 1, dict(learning_starts=10_000))
@@ -101,7 +102,37 @@ ZOO: Dict[str, ZooSettings] = {
     "cartpole_masked-ppo_lstm": ZooSettings("RecurrentPPO", "ppo_lstm.yml CartPoleNoVel-v1", 8, dict(
         n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
         learning_rate=Linear(0.001), clip_range=Linear(0.2)), policy="MlpLstmPolicy"),
+    # Taxi-v4 (gymnasium's info["action_mask"]): the zoo has no Taxi entry, so both sides run PPO's defaults
+    # (SB3's are baton's: 2,048 steps a collect, 10 epochs of 64, 3e-4), on baton's 8 envs; SB3 one-hot encodes the
+    # 500 states. Masked: sb3-contrib's MaskablePPO, the mask read from info (``InfoActionMasks``); unmasked: PPO.
+    "taxi-ppo-masked": ZooSettings("MaskablePPO", "sb3-contrib MaskablePPO defaults (no zoo entry)", 8, {},
+                                   masks=True),
+    "taxi-ppo-unmasked": ZooSettings("PPO", "PPO defaults (no zoo entry)", 8, {}),
 }
+
+
+def _info_action_masks(env: Any) -> Any:
+    """``env`` with sb3-contrib's ``action_masks()`` answered from the ``info["action_mask"]`` of its last reset or
+    step (gymnasium's Taxi gives it there); an action the mask forbade raises, so a finished run took none."""
+    import gymnasium as gym
+
+    class InfoActionMasks(gym.Wrapper):
+        def reset(self, **kwargs: Any) -> Any:
+            obs, info = self.env.reset(**kwargs)
+            self.mask = np.asarray(info["action_mask"], dtype=bool)
+            return obs, info
+
+        def step(self, action: Any) -> Any:
+            if not self.mask[int(action)]:
+                raise RuntimeError(f"MaskablePPO took action {int(action)}, which the mask forbade")
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self.mask = np.asarray(info["action_mask"], dtype=bool)
+            return obs, reward, terminated, truncated, info
+
+        def action_masks(self) -> np.ndarray:
+            return self.mask
+
+    return InfoActionMasks(env)
 
 
 def _update_optimizer(model: Any) -> Any:
@@ -120,15 +151,21 @@ def train(task: str, env_id: str, seed: int, budget: int, eval_every: int, eval_
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.noise import NormalActionNoise
 
     torch.set_num_threads(1)
     zoo = ZOO[task]
+    if zoo.masks:  # the masked evaluation: greedy among legal actions
+        from sb3_contrib.common.maskable.evaluation import evaluate_policy
+    else:
+        from stable_baselines3.common.evaluation import evaluate_policy
     wrapper_class = None
     if wrapper:
         module, name = wrapper.split(":")
         wrapper_class = getattr(importlib.import_module(module), name)
+    if zoo.masks:
+        inner = wrapper_class
+        wrapper_class = (lambda e: _info_action_masks(inner(e))) if inner else _info_action_masks  # noqa: E731
     env = make_vec_env(env_id, n_envs=zoo.n_envs, seed=seed, wrapper_class=wrapper_class)
     eval_env = make_vec_env(env_id, n_envs=eval_envs, seed=seed + 100_000, wrapper_class=wrapper_class)
     if zoo.normalize:  # the evaluation normalises observations with the training statistics, rewards not at all

@@ -36,6 +36,7 @@ ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "ant": EnvFamilyRow("Ant-v5", "mujoco"),
     ATARI_TYPE: EnvFamilyRow("any ale-py game: ALE/<Game>-v5 or <Game>NoFrameskip-v4, e.g. ALE/Pong-v5", "atari"),
     "bit_flipping": EnvFamilyRow("BitFlipping-v0", None),  # goal-conditioned: hindsight replay (data.replay.her)
+    "camera_reach": EnvFamilyRow("CameraReach-v0", None),  # an image key and a vector key, both needed
     "cartpole": EnvFamilyRow("CartPole-v1", None),
     "cartpole_masked": EnvFamilyRow("CartPole-v1", None),  # its velocities hidden: a partially observed task
     "fetch_reach": EnvFamilyRow("FetchReach-v4", "robotics"),  # goal-conditioned: hindsight replay
@@ -46,6 +47,7 @@ ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "lunarlander": EnvFamilyRow("LunarLander-v3", "box2d"),
     "minigrid": EnvFamilyRow("any MiniGrid id, e.g. MiniGrid-DoorKey-5x5-v0 (its mission dropped)", "minigrid"),
     "pendulum": EnvFamilyRow("Pendulum-v1", None),
+    "taxi": EnvFamilyRow("Taxi-v4", None),  # its legal-action mask in info: masked acting and targets
     "walker2d": EnvFamilyRow("Walker2d-v5", "mujoco"),
 }
 

@@ -49,18 +49,21 @@ class ActionMaskInObservation(gym.Wrapper):
         env: the env; its action space must be ``Discrete``.
         key: where the env gives its mask: ``info[key]``, or ``obs[key]`` of a dict observation.
         source: ``"info"`` or ``"obs"``.
+        check: raise an ``ActionMaskError`` when a step's action is one the last mask forbade
+            (``env.action_mask_check``: a run that ends took no illegal action; the bench's masked tasks run so).
 
     A non-dict observation becomes ``{"observation": obs, "action_mask": mask}``; a dict observation gains (or
     renames to) ``action_mask``. The mask is int8 (1: legal), one entry per action.
     """
 
-    def __init__(self, env: gym.Env, key: str = ACTION_MASK_KEY, source: str = "info") -> None:
+    def __init__(self, env: gym.Env, key: str = ACTION_MASK_KEY, source: str = "info", check: bool = False) -> None:
         super().__init__(env)
         if not isinstance(env.action_space, gym.spaces.Discrete):
             raise ActionMaskError(f"env {_name(env)}: an action mask ({source} key {key!r}) applies to Discrete "
                                   f"actions, and this env's action space is {env.action_space}: leave "
                                   f"env.action_mask_key at its default, or use a discrete-action env")
         self._key, self._source, self._steps = key, source, 0
+        self._check, self._mask = check, None
         self._n = int(env.action_space.n)
         mask_space = gym.spaces.Box(0, 1, (self._n,), np.int8)
         inner = env.observation_space
@@ -79,6 +82,11 @@ class ActionMaskInObservation(gym.Wrapper):
         return self._with_mask(obs, info), info
 
     def step(self, action: Any) -> Tuple[Any, float, bool, bool, Dict[str, Any]]:
+        if self._check and self._mask is not None and not self._mask[int(action)]:
+            raise ActionMaskError(f"{self._where()}: action {int(action)} was taken, which the mask forbade (legal: "
+                                  f"{np.flatnonzero(self._mask).tolist()}); env.action_mask_check=True raises on it. "
+                                  f"The policy acted without this env's mask: check that the observation's "
+                                  f"action_mask reaches it")
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._steps += 1
         return self._with_mask(obs, info), reward, terminated, truncated, info
@@ -95,6 +103,8 @@ class ActionMaskInObservation(gym.Wrapper):
                                   f"but the action space has {self._n} actions: a mask holds one entry per action "
                                   f"(1: legal)")
         mask = mask.astype(np.int8, copy=False)
+        if self._check:
+            self._mask = mask
         if self._wrap:
             return {OBSERVATION_KEY: obs, ACTION_MASK_KEY: mask}
         out = {k: v for k, v in obs.items() if not (self._source == "obs" and k == self._key)}
@@ -106,27 +116,36 @@ class ActionMaskInObservation(gym.Wrapper):
         return f"env {_name(self.env)}, step {self._steps} of its episode"
 
 
-def with_action_mask(env: gym.Env, key: str = ACTION_MASK_KEY, seed: Optional[int] = None) -> gym.Env:
+def with_action_mask(env: gym.Env, key: str = ACTION_MASK_KEY, seed: Optional[int] = None,
+                     check: bool = False) -> gym.Env:
     """``env`` wrapped in ``ActionMaskInObservation`` when its first reset shows a mask under ``key`` (a dict
-    observation already holding ``action_mask`` is left as it is); ``env`` itself otherwise, and for a ``key``
-    of "" (masks off: an info mask is ignored). A ``key`` other
-    than the conventional name that is found nowhere is an ``ActionMaskError`` (it was asked for by name)."""
+    observation already holding ``action_mask`` is left as it is, unless ``check`` asks for its actions to be
+    checked against it); ``env`` itself otherwise, and for a ``key`` of "" (masks off: an info mask is ignored).
+    A ``key`` other than the conventional name that is found nowhere is an ``ActionMaskError`` (it was asked
+    for by name)."""
     space = env.observation_space
+    if check and not key:
+        raise ActionMaskError(f"env.action_mask_check=True with env.action_mask_key='' (masks off): there is no mask "
+                              f"to check env {_name(env)}'s actions against; drop one of the two settings")
     if not key:  # masks switched off (env.action_mask_key=""): the env acts as if it gave none
         return env
-    if key == ACTION_MASK_KEY and not isinstance(env.action_space, gym.spaces.Discrete):
+    if key == ACTION_MASK_KEY and not isinstance(env.action_space, gym.spaces.Discrete) and not check:
         return env  # masks are of discrete actions: nothing to look for (a key asked for by name is checked)
-    if key == ACTION_MASK_KEY and isinstance(space, gym.spaces.Dict) and ACTION_MASK_KEY in space.spaces:
+    if key == ACTION_MASK_KEY and isinstance(space, gym.spaces.Dict) and ACTION_MASK_KEY in space.spaces and not check:
         return env
     if isinstance(space, gym.spaces.Dict) and key in space.spaces:
-        return ActionMaskInObservation(env, key, source="obs")
+        return ActionMaskInObservation(env, key, source="obs", check=check)
     _, info = env.reset(seed=seed)
     if key in info:
-        return ActionMaskInObservation(env, key, source="info")
+        return ActionMaskInObservation(env, key, source="info", check=check)
     if key != ACTION_MASK_KEY:
         raise ActionMaskError(f"env.action_mask_key={key!r}: env {_name(env)} has no such key in its observation "
                               f"({_keys(space)}) nor in the info of its reset ({sorted(info) or 'empty'}); name "
                               f"the key it gives its legal-action mask under")
+    if check:
+        raise ActionMaskError(f"env.action_mask_check=True: env {_name(env)} gives no legal-action mask (no "
+                              f"{key!r} in its observation, {_keys(space)}, nor in the info of its reset) to check "
+                              f"its actions against; drop the setting, or name the mask's key (env.action_mask_key)")
     return env
 
 
@@ -158,8 +177,9 @@ class ObservationInDict(gym.ObservationWrapper):
 KEYED_ONLY = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
 
-def as_trainable(env: gym.Env, mask_key: str = ACTION_MASK_KEY) -> gym.Env:
-    """``env`` as the policies take it: its legal-action mask in its observation (``with_action_mask``) and a
-    lone discrete observation in a dict (``ObservationInDict``)."""
-    env = with_action_mask(env, mask_key)
+def as_trainable(env: gym.Env, mask_key: str = ACTION_MASK_KEY, check_mask: bool = False) -> gym.Env:
+    """``env`` as the policies take it: its legal-action mask in its observation (``with_action_mask``, each
+    action checked against it with ``check_mask``) and a lone discrete observation in a dict
+    (``ObservationInDict``)."""
+    env = with_action_mask(env, mask_key, check=check_mask)
     return ObservationInDict(env) if isinstance(env.observation_space, KEYED_ONLY) else env

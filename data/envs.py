@@ -103,6 +103,10 @@ class GymEnvParams(EnvParams):
     observation; found at the first reset and moved to the observation's ``action_mask`` key
     (``data.action_masks``). The default, gymnasium's and PettingZoo's name, needs no configuration; "": masks
     off (an info mask is ignored; a dict observation's own ``action_mask`` key stays a key of it)."""
+    action_mask_check: bool = param(False)
+    """Raise, naming the env, the step and the legal actions, when an action the env's mask forbids is taken
+    (training and evaluation alike): a run that ends took no illegal action. A debugging aid for an env of
+    your own; the bench's masked tasks run with it."""
 
 
 def env_settings(env_type: Any, env_cfg: Mapping[str, Any]) -> EnvParams:
@@ -319,7 +323,8 @@ class GymEnvType:
         kwargs = dict(settings.env_kwargs)
         if settings.max_episode_steps:
             kwargs["max_episode_steps"] = settings.max_episode_steps
-        return as_trainable(self.adapt(gym.make(settings.env_id, **kwargs)), settings.action_mask_key)
+        return as_trainable(self.adapt(gym.make(settings.env_id, **kwargs)), settings.action_mask_key,
+                            settings.action_mask_check)
 
     def adapt(self, env: gym.Env) -> gym.Env:
         """``env`` as the family trains on it, before masks are looked for: itself here; a family whose envs

@@ -102,3 +102,38 @@ def test_a_lone_discrete_observation_becomes_a_key_of_a_dict():
     assert sorted(unmasked_taxi.observation_space.spaces) == ["observation"]
     cartpole = gym.make("CartPole-v1")
     assert as_trainable(cartpole) is cartpole
+
+
+def test_a_checked_mask_raises_on_an_illegal_action_naming_it_and_the_legal_ones():
+    env = with_action_mask(gym.make("Taxi-v4"), check=True)
+    obs, _ = env.reset(seed=0)
+    legal = np.flatnonzero(obs["action_mask"])
+    obs, *_ = env.step(int(legal[0]))  # a legal action passes
+    illegal = int(np.flatnonzero(obs["action_mask"] == 0)[0])
+    with pytest.raises(ActionMaskError, match=rf"env Taxi-v4, step 1 of its episode: action {illegal} was taken, "
+                                              rf"which the mask forbade \(legal: \["):
+        env.step(illegal)
+    unchecked = with_action_mask(gym.make("Taxi-v4"))
+    obs, _ = unchecked.reset(seed=0)
+    unchecked.step(int(np.flatnonzero(obs["action_mask"] == 0)[0]))  # not checked: the env's own rules apply
+
+
+def test_a_dict_observation_with_the_conventional_key_is_wrapped_only_to_be_checked():
+    env = _DictMasked()
+    env.observation_space = gym.spaces.Dict({**env.observation_space.spaces})
+    checked = with_action_mask(with_action_mask(env, key="legal"), check=True)
+    assert isinstance(checked, ActionMaskInObservation) and "action_mask" in checked.observation_space.spaces
+    obs, _ = checked.reset(seed=0)
+    assert obs["action_mask"].tolist() == [1, 0, 0]
+    with pytest.raises(ActionMaskError, match="action 2 was taken, which the mask forbade"):
+        checked.step(2)
+
+
+def test_a_check_without_a_mask_to_check_against_is_refused_by_name():
+    with pytest.raises(ActionMaskError, match=r"env.action_mask_check=True with env.action_mask_key='' \(masks off\)"):
+        with_action_mask(gym.make("Taxi-v4"), key="", check=True)
+    with pytest.raises(ActionMaskError, match=r"env.action_mask_check=True: env CartPole-v1 gives no legal-action "
+                                              r"mask"):
+        with_action_mask(gym.make("CartPole-v1"), check=True)
+    with pytest.raises(ActionMaskError, match=r"env.action_mask_check=True: env Pendulum-v1 gives no legal-action"):
+        with_action_mask(gym.make("Pendulum-v1"), check=True)

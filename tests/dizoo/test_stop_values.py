@@ -15,11 +15,12 @@ from pipelines import build_pipeline
 
 
 @pytest.mark.parametrize("env_type", ["cartpole", "cartpole_torch", "cartpole_masked", "lunarlander", "hopper",
-                                      "halfcheetah", "ant", "invertedpendulum"])
+                                      "halfcheetah", "ant", "invertedpendulum", "taxi"])
 def test_each_stop_value_is_gymnasiums_reward_threshold(env_type):
     import dizoo  # noqa: F401  (registers the env types)
     import dizoo.box2d.lunarlander.envs  # noqa: F401
     import dizoo.mujoco.envs  # noqa: F401
+    import dizoo.toy_text.envs  # noqa: F401
 
     kind = ENV_REGISTRY.get(env_type)
     env_id = getattr(kind, "gym_twin", None) or kind.default_config()["env_id"]
