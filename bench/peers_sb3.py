@@ -102,12 +102,14 @@ ZOO: Dict[str, ZooSettings] = {
     "cartpole_masked-ppo_lstm": ZooSettings("RecurrentPPO", "ppo_lstm.yml CartPoleNoVel-v1", 8, dict(
         n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
         learning_rate=Linear(0.001), clip_range=Linear(0.2)), policy="MlpLstmPolicy"),
-    # Taxi-v4 (gymnasium's info["action_mask"]): the zoo has no Taxi entry, so both sides run PPO's defaults
-    # (SB3's are baton's: 2,048 steps a collect, 10 epochs of 64, 3e-4), on baton's 8 envs; SB3 one-hot encodes the
-    # 500 states. Masked: sb3-contrib's MaskablePPO, the mask read from info (``InfoActionMasks``); unmasked: PPO.
-    "taxi-ppo-masked": ZooSettings("MaskablePPO", "sb3-contrib MaskablePPO defaults (no zoo entry)", 8, {},
-                                   masks=True),
-    "taxi-ppo-unmasked": ZooSettings("PPO", "PPO defaults (no zoo entry)", 8, {}),
+    # Taxi-v4 (gymnasium's info["action_mask"]): the zoo has no Taxi entry, so SB3 runs PPO's defaults (10 epochs of
+    # minibatches of 64, GAE 0.95) with baton's config's changes (dizoo/toy_text/config/taxi_ppo_config.py: a rate of
+    # 1e-3, entropy 0.01) and its collect: 2,048 steps over 8 envs, n_steps=256 each; SB3 one-hot encodes the 500
+    # states. Masked: sb3-contrib's MaskablePPO, the mask read from info (``_info_action_masks``); unmasked: PPO.
+    "taxi-ppo-masked": ZooSettings("MaskablePPO", "none: PPO defaults as baton's taxi_ppo_config", 8, dict(
+        n_steps=256, learning_rate=1e-3, ent_coef=0.01), masks=True),
+    "taxi-ppo-unmasked": ZooSettings("PPO", "none: PPO defaults as baton's taxi_ppo_config", 8, dict(
+        n_steps=256, learning_rate=1e-3, ent_coef=0.01)),
 }
 
 
