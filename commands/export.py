@@ -9,6 +9,11 @@ preprocessing and the action scaling inside. The batch size is free. Run it with
 (``torch.jit.load(FILE)(obs)``) or with onnxruntime
 (``onnxruntime.InferenceSession(FILE).run(None, {"obs": obs})[0]``).
 
+A Dict or Tuple observation is one input per key (neither format carries a tree), named by its key path
+(``camera``, ``position``; ``pos.0`` for a Tuple's first space inside ``pos``), in the space's order with the
+legal-action mask last: a masked env's policy takes ``(observation, action_mask)``, and its greedy action is the
+best legal one. The inputs and their order are printed and returned (``inputs``).
+
 - ``torchscript`` (``.pt``): ``torch.jit.trace`` of the module (the acting path has no data-dependent
   control flow to lose in a trace). torch marks TorchScript as deprecated in favour of ``torch.export``; the
   format is kept because C++ (libtorch) and older deployments load it, and the warning is not repeated here.
@@ -31,7 +36,7 @@ import os
 import re
 import sys
 import warnings
-from typing import Any, Dict, Iterator, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -40,11 +45,13 @@ import torch
 from engine.fileio import DiskFullError, atomic_write_path
 from pipelines.stages import env_label, env_params
 from policies.greedy import NotExportableError
+from policies.masks import ACTION_MASK_KEY
 
 from .run_options import FORMATS
 from .saved_run import load_saved_run
 
-__all__ = ["export_policy", "export_run", "export_main", "FORMATS", "ExportError"]
+__all__ = ["export_policy", "export_run", "export_main", "observation_inputs", "input_name", "LeavesIn", "FORMATS",
+           "ExportError"]
 
 #: format -> file extension
 EXPORT_EXTRA = 'pip install -c constraints.txt -e ".[export]"'
@@ -64,6 +71,65 @@ def _example(observation_space: gym.spaces.Box, batch: int, seed: int) -> torch.
     return torch.as_tensor(np.stack([bounded.sample() for _ in range(batch)]))
 
 
+def _leaf_example(space: gym.Space, batch: int, seed: int) -> torch.Tensor:
+    """A batch of one observation leaf in the dtype the env loop gives it (discrete leaves int64)."""
+    if isinstance(space, gym.spaces.Box):
+        return _example(space, batch, seed)
+    space.seed(seed)
+    return torch.as_tensor(np.stack([np.asarray(space.sample()) for _ in range(batch)])).to(
+        torch.int8 if isinstance(space, gym.spaces.MultiBinary) else torch.int64)
+
+
+def observation_inputs(observation_space: gym.Space) -> List[Tuple[Tuple[str, ...], gym.Space]]:
+    """The file's inputs: ``[((), space)]`` for a Box, else each leaf of a Dict/Tuple space with its key path
+    (a Tuple's positions as "0", "1", ..., as ``data.obs`` keys them), in the space's order, the top-level
+    ``action_mask`` last; a leaf no tensor holds is a ``NotExportableError``."""
+    if isinstance(observation_space, gym.spaces.Box):
+        return [((), observation_space)]
+    found: List[Tuple[Tuple[str, ...], gym.Space]] = []
+
+    def walk(space: gym.Space, path: Tuple[str, ...]) -> None:
+        if isinstance(space, gym.spaces.Dict):
+            for key, sub in space.spaces.items():
+                walk(sub, path + (str(key),))
+        elif isinstance(space, gym.spaces.Tuple):
+            for i, sub in enumerate(space.spaces):
+                walk(sub, path + (str(i),))
+        elif isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                                gym.spaces.MultiBinary)):
+            found.append((path, space))
+        else:
+            raise NotExportableError(f"observation key {'.'.join(path) or '(the observation)'} is a "
+                                     f"{type(space).__name__} space, which no exported input can hold")
+
+    walk(observation_space, ())
+    return sorted(found, key=lambda item: item[0] == (ACTION_MASK_KEY,))  # stable: the mask last
+
+
+def input_name(path: Tuple[str, ...]) -> str:
+    """An input's name: ``obs`` for a Box observation, else the key path joined by dots."""
+    return ".".join(path) if path else "obs"
+
+
+class LeavesIn(torch.nn.Module):
+    """A greedy module of Dict/Tuple observations with one tensor input per leaf (``paths``, as
+    ``observation_inputs`` orders them), rebuilt into the nested dict the module takes: the export formats
+    carry tensors, not trees."""
+
+    def __init__(self, module: torch.nn.Module, paths: List[Tuple[str, ...]]) -> None:
+        super().__init__()
+        self.module, self.paths = module, paths
+
+    def forward(self, *leaves: torch.Tensor) -> torch.Tensor:
+        obs: Dict[str, Any] = {}
+        for path, leaf in zip(self.paths, leaves):
+            node = obs
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = leaf
+        return self.module(obs)
+
+
 def _describe(module: torch.nn.Module) -> str:
     return f"{type(module).__name__}({', '.join(type(child).__name__ for child in module.children())})"
 
@@ -79,21 +145,22 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
     """
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    if not isinstance(observation_space, gym.spaces.Box):
-        raise NotExportableError(_not_one_tensor(policy, observation_space))
+    inputs = observation_inputs(observation_space)
     module = policy.greedy_module().eval()
-    example = _example(observation_space, 2, seed=0)
+    if not isinstance(observation_space, gym.spaces.Box):
+        module = LeavesIn(module, [path for path, _ in inputs]).eval()
+    example = tuple(_leaf_example(space, 2, seed=0) for _, space in inputs)
     what = f"policy {type(policy).__name__}'s greedy module {_describe(module)}"
     if fmt == "torchscript":
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
             try:
-                traced = torch.jit.trace(module, (example,), check_trace=False)
+                traced = torch.jit.trace(module, example, check_trace=False)
             except Exception as err:
                 raise NotExportableError(f"{what} cannot be traced to TorchScript: {_first_line(err)}") from err
         write = traced.save
     else:
-        write = functools.partial(_export_onnx, module, example, what=what)
+        write = functools.partial(_export_onnx, module, example, [input_name(path) for path, _ in inputs], what=what)
     try:  # whole or not at all: a full disk or Ctrl-C leaves no part of a file where a good one belongs
         atomic_write_path(path, write, prefix="tmp-")
     except DiskFullError:
@@ -101,20 +168,8 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
     except OSError as err:  # a read-only directory, a path under a file: the place, not the policy
         raise ExportError(f"cannot write {path}: {err.strerror or err} ({_place(path)}); give -o a file in a "
                           f"directory you can write") from None
-    _check_file(module, observation_space, path, fmt, what)
+    _check_file(module, inputs, path, fmt, what)
     return path
-
-
-def _not_one_tensor(policy: Any, observation_space: gym.Space) -> str:
-    """Why a policy of Dict/Tuple (or other non-Box) observations is not exported, on one line with what to do."""
-    kind = type(observation_space).__name__
-    keys = getattr(observation_space, "spaces", None)
-    named = f" (keys {', '.join(map(str, keys))})" if isinstance(keys, Mapping) else ""
-    in_python = "" if getattr(policy, "recurrent", False) else \
-        ", or act in Python with policy.greedy_module(), which takes the observation tree"
-    return (f"policy {type(policy).__name__} acts on {kind} observations{named}, and both export formats "
-            f"({', '.join(FORMATS)}) take one observation tensor: a {kind} observation is not exported; evaluate it "
-            f"with baton eval{in_python}")
 
 
 def _place(path: str) -> str:
@@ -125,7 +180,8 @@ def _place(path: str) -> str:
     return f"{parent} is a file" if os.path.isfile(parent) else f"in {parent}"
 
 
-def _export_onnx(module: torch.nn.Module, example: torch.Tensor, path: str, *, what: str) -> None:
+def _export_onnx(module: torch.nn.Module, example: Tuple[torch.Tensor, ...], names: List[str], path: str, *,
+                 what: str) -> None:
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
@@ -133,10 +189,12 @@ def _export_onnx(module: torch.nn.Module, example: torch.Tensor, path: str, *, w
         raise ExportError(f"--format onnx needs the export extra ({err.name} is not installed): {EXPORT_EXTRA}") \
             from None
     batch = torch.export.Dim("batch", min=1)
+    per_input = tuple({0: batch} for _ in example)
+    shapes = (per_input,) if isinstance(module, LeavesIn) else per_input  # LeavesIn's inputs are one *leaves
     try:
         with _quiet_exporter():
-            torch.onnx.export(module, (example,), path, input_names=["obs"], output_names=["action"],
-                              dynamic_shapes=({0: batch},), dynamo=True, external_data=False, verbose=False)
+            torch.onnx.export(module, example, path, input_names=names, output_names=["action"],
+                              dynamic_shapes=shapes, dynamo=True, external_data=False, verbose=False)
     except OSError:  # the file could not be written: not the policy's fault (export_policy names the place)
         raise
     except Exception as err:
@@ -162,15 +220,16 @@ def _quiet_exporter() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _check_file(module: torch.nn.Module, observation_space: gym.Space, path: str, fmt: str, what: str) -> None:
+def _check_file(module: torch.nn.Module, inputs: List[Tuple[Tuple[str, ...], gym.Space]], path: str, fmt: str,
+                what: str) -> None:
     """Run the written file on a batch of 3 and compare its actions with the module's."""
-    obs = _example(observation_space, 3, seed=1)
+    obs = tuple(_leaf_example(space, 3, seed=1) for _, space in inputs)
     with torch.no_grad():
-        expected = module(obs).numpy()
+        expected = module(*obs).numpy()
     if fmt == "torchscript":
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
-            got = torch.jit.load(path)(obs).numpy()
+            got = torch.jit.load(path)(*obs).numpy()
     else:
         try:
             import onnxruntime
@@ -180,12 +239,12 @@ def _check_file(module: torch.nn.Module, observation_space: gym.Space, path: str
             onnx.checker.check_model(path)
             return
         session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-        got = session.run(None, {session.get_inputs()[0].name: obs.numpy()})[0]
+        got = session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), obs)})[0]
     same = np.array_equal(got, expected) if expected.dtype.kind in "iu" else \
         got.shape == expected.shape and np.allclose(got, expected, rtol=1e-5, atol=1e-5)
     if not same:
         raise ExportError(f"{path}: the {fmt} file of {what} acts otherwise than the module on a batch of "
-                          f"{len(obs)} observations (does its forward depend on the batch size or on values "
+                          f"{len(obs[0])} observations (does its forward depend on the batch size or on values "
                           f"through Python?); the file is left for inspection")
 
 
@@ -222,9 +281,18 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
     run = load_saved_run(run_dir, ckpt)
     space = run.policy.observation_space
     path = export_policy(run.policy, space, output or default_output(run_dir, run.ckpt, fmt), fmt)
+    inputs = [dict(name=input_name(p), dtype=_input_dtype(leaf), shape=list(leaf.shape or ()))
+              for p, leaf in observation_inputs(space)]
     return {"path": path, "format": fmt, "ckpt": run.ckpt, "policy": run.cfg.policy.type,
-            "env_id": env_params(run.cfg).env_id, "env": env_label(run.cfg), "obs_shape": list(space.shape), "obs_dtype": str(space.dtype),
+            "env_id": env_params(run.cfg).env_id, "env": env_label(run.cfg), "inputs": inputs,
             "action_space": str(run.policy.action_space)}
+
+
+def _input_dtype(space: gym.Space) -> str:
+    """The dtype of an input as the file takes it (``_leaf_example``'s)."""
+    if isinstance(space, gym.spaces.Box):
+        return str(space.dtype)
+    return "int8" if isinstance(space, gym.spaces.MultiBinary) else "int64"
 
 
 def export_main(args: argparse.Namespace) -> int:
@@ -239,7 +307,8 @@ def export_main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; the file is renamed into place whole or not
         print("baton export: interrupted; no file was written", file=sys.stderr, flush=True)
         return 130
+    inputs = ", ".join(f"{i['name']} {i['dtype']}[{', '.join(['batch'] + [str(d) for d in i['shape']])}]"
+                       for i in info["inputs"])
     print(f"baton export: wrote {info['path']} ({info['format']}: {info['policy']} on {info['env']}, from "
-          f"{os.path.basename(info['ckpt'])}): obs {info['obs_dtype']}[batch, {', '.join(map(str, info['obs_shape']))}]"
-          f" -> action of {info['action_space']}", flush=True)
+          f"{os.path.basename(info['ckpt'])}): {inputs} -> action of {info['action_space']}", flush=True)
     return 0

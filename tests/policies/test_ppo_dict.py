@@ -272,7 +272,8 @@ def test_encoder_settings_reach_the_model():
 
 
 # ---- the greedy module and export ----------------------------------------------------------------------------
-def test_greedy_module_takes_the_tree_masks_and_export_refuses_it(tmp_path):
+def test_greedy_module_takes_the_tree_masks_and_exports_the_mask_as_its_last_input(tmp_path):
+    """Taxi's policy exports as (observation, action_mask); the file's greedy action is the best legal one."""
     from commands.export import export_policy
 
     policy, batch = _collected("ppo", "taxi")
@@ -282,10 +283,12 @@ def test_greedy_module_takes_the_tree_masks_and_export_refuses_it(tmp_path):
     assert torch.equal(greedy, policy.eval_mode.forward(batch.obs)["action"].long())
     mask = batch.obs.action_mask.bool()
     assert mask[torch.arange(len(greedy)), greedy].all()
-    with pytest.raises(NotExportableError) as err:
-        export_policy(policy, policy.observation_space, str(tmp_path / "p.onnx"), "onnx")
-    message = str(err.value)
-    assert "\n" not in message and "torchscript, onnx" in message and "keys action_mask, observation" in message
+    path = export_policy(policy, policy.observation_space, str(tmp_path / "p.pt"), "torchscript")
+    exported = torch.jit.load(path)
+    assert torch.equal(exported(batch.obs.observation, batch.obs.action_mask), greedy)
+    only_last = torch.zeros_like(batch.obs.action_mask)
+    only_last[:, -1] = 1  # a mask of one legal action: the file takes it
+    assert (exported(batch.obs.observation, only_last) == only_last.shape[1] - 1).all()
 
 
 def test_greedy_module_of_continuous_actions_on_a_dict_space_is_the_clipped_mean():
