@@ -271,7 +271,8 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
     """Export the policy of checkpoint ``ckpt`` of the run in ``run_dir`` (``export_policy``).
 
     Returns:
-        ``{"path", "format", "ckpt", "policy", "env_id", "env" (as baton eval's), "obs_shape", "obs_dtype", "action_space"}``.
+        ``{"path", "format", "ckpt", "policy", "env_id", "env" (as baton eval's), "inputs", "action_space"}``;
+        ``inputs``: the file's inputs in order, each ``{"name", "dtype", "shape"}`` (without the batch).
 
     Raises:
         As ``commands.saved_run.load_saved_run`` and ``export_policy``.
