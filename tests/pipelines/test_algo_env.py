@@ -119,11 +119,11 @@ def test_an_action_space_the_algo_does_not_declare_is_refused_before_torch_loads
 
 def test_envs_with_discrete_or_dict_observations_and_masks_make_configs():
     """Issue 31: a lone Discrete observation (FrozenLake) reaches the model as a key of a dict, and Taxi-v4's info
-    mask joins its observation; both build with DQN and PPO."""
-    for env_id in ("FrozenLake-v1", "Taxi-v4"):
+    mask joins its observation; both build with DQN and PPO (Taxi-v4 through its family, dizoo/toy_text)."""
+    for env_id, env_type in (("FrozenLake-v1", "gym"), ("Taxi-v4", "taxi")):
         for algo in ("dqn", "rainbow", "ppo", "a2c"):
             main_config, create_config = build_config(algo, env_id)
-            assert create_config["env"]["type"] == "gym" and main_config["env"]["env_id"] == env_id
+            assert create_config["env"]["type"] == env_type and main_config["env"]["env_id"] == env_id
 
 
 def test_an_id_without_an_episode_limit_gets_one_so_that_evaluations_end():
