@@ -11,6 +11,11 @@ autoreset mode, env i reset with ``seed + i``; each finished episode keeps its r
 its ``terminated`` and ``truncated`` flags apart. The first N episodes to finish (ordered by the step they
 finished at, then by env) are written as Minari dataset NAME (``data.offline.write_dataset``), so the same
 command and seed give the same dataset.
+
+A Dict or Tuple observation (nested too; a legal-action mask makes one, ``policies.masks``) is recorded leaf by
+leaf, each in its own dtype (an image stays uint8), in Minari's layout; with ``--eps`` the random action of an
+observation that carries a mask is a legal one. Only an observation with a leaf no array holds (a ``Text``,
+``Graph``, ``Sequence``) is refused, naming the key (``data.offline.check_storable``).
 """
 from __future__ import annotations
 
@@ -23,11 +28,13 @@ import torch
 
 from data.env_loop import EnvLoop
 from data.envs import make_vector_env
-from data.offline import Episode, write_dataset
+from data.obs import Obs, cat_numpy, map_leaves, to_plain
+from data.offline import Episode, check_storable, write_dataset
 from engine.config import compile_config
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from pipelines.stages import env_params
 from middleware.checkpoint import CheckpointError, check_policy_type, load_checkpoint
+from policies.masks import action_mask
 
 __all__ = ["record_dataset", "EpsGreedy"]
 
@@ -54,23 +61,32 @@ class EpsGreedy:
         #: a recurrent policy's (``ppo_lstm``): the env loop then carries its memory through this wrapper
         self.initial_state = getattr(policy, "initial_state", None)
 
-    def forward(self, obs: torch.Tensor, **kwargs: Any) -> Dict[str, Any]:
-        """The policy's greedy action, replaced at random with probability ``eps``; ``kwargs`` (a recurrent
-        policy's ``state``) go to the policy, and what it returns besides the action (its ``next_state``) comes
-        back with it."""
+    def forward(self, obs: Obs, **kwargs: Any) -> Dict[str, Any]:
+        """The policy's greedy action, replaced at random with probability ``eps`` (by a legal one, where ``obs``
+        carries a mask); ``kwargs`` (a recurrent policy's ``state``) go to the policy, and what it returns besides
+        the action (its ``next_state``) comes back with it."""
         out = self._policy.forward(obs, **kwargs)
         action = out["action"].numpy(force=True)
         if self._eps > 0:
             explore = self._rng.random(len(action)) < self._eps
             if explore.any():
                 if isinstance(self._space, gym.spaces.Discrete):
-                    random_action = self._rng.integers(0, int(self._space.n), len(action))
+                    random_action = self._random_discrete(len(action), action_mask(obs))
                 else:
                     random_action = self._rng.uniform(self._space.low, self._space.high,
                                                       (len(action),) + tuple(self._space.shape))
                 mask = explore.reshape((-1,) + (1,) * (action.ndim - 1))
                 action = np.where(mask, random_action.astype(action.dtype), action)
         return {**out, "action": torch.from_numpy(action)}
+
+    def _random_discrete(self, rows: int, mask: Optional[torch.Tensor]) -> np.ndarray:
+        """A uniformly random action per row: among all actions, or among each row's legal ones (a row with
+        none legal: among all, as ``policies.masks`` treats it)."""
+        if mask is None:
+            return self._rng.integers(0, int(self._space.n), rows)
+        legal = mask.numpy(force=True)
+        legal = legal | ~legal.any(axis=1, keepdims=True)
+        return np.array([self._rng.choice(np.flatnonzero(row)) for row in legal])
 
 
 def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt: str, episodes: int, dataset: str,
@@ -84,8 +100,9 @@ def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt:
 
     Raises:
         CheckpointError: the checkpoint is missing, unsafe, or was written by another policy.
-        data.offline.DatasetError: the dataset exists (without ``overwrite``).
-        ValueError: a count below 1, or an env whose observation is a Dict/Tuple (``_check_recordable``).
+        ValueError: a count below 1.
+        data.offline.DatasetError: the dataset exists (without ``overwrite``), or the env's observation has a leaf
+            no dataset stores (``data.offline.check_storable``).
     """
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
@@ -127,41 +144,35 @@ def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt:
 
 
 def _check_recordable(observation_space: gym.Space, env_id: str) -> None:
-    """Refuse an env whose observation is a Dict/Tuple (a tree; a legal-action mask makes one too), in one line.
-
-    Why: the datasets baton writes are read back by its offline algorithms (BC, CQL, TD3+BC), which learn from
-    flat observations; a dataset of dict observations would be written and then refused by every reader.
-    """
-    if isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
-        keys = getattr(observation_space, "spaces", {})
-        named = f" (keys {', '.join(map(str, keys))})" if isinstance(keys, Mapping) else ""
-        raise ValueError(f"env {env_id}'s observations are a {type(observation_space).__name__}{named}, and "
-                         f"baton record writes datasets of flat observations, the ones its offline algorithms "
-                         f"learn from: record an env with a flat Box observation")
+    """Refuse, before an episode is played, an env whose observation has a leaf no dataset stores as rows of an
+    array (a ``Text``, ``Graph`` or ``Sequence`` key), naming its key path and the fix (``check_storable``)."""
+    check_storable(observation_space, f"env {env_id}")
 
 
 def _run_episodes(loop: EnvLoop, n_episodes: int) -> List[Episode]:
     """The first ``n_episodes`` episodes to finish on ``loop``'s envs, each with its real final
-    observation and its own ``terminated``/``truncated`` flags."""
+    observation and its own ``terminated``/``truncated`` flags; a dictionary observation is gathered leaf by
+    leaf (nested dicts of arrays, a Tuple's items under "0", "1", ...: ``write_dataset`` nests them as the
+    space)."""
     num_envs = loop.num_envs
     columns: List[Dict[str, list]] = [_new_column() for _ in range(num_envs)]
     done: List[Episode] = []
     loop.reset()
     while len(done) < n_episodes:
         step = loop.step()
-        obs, action, next_obs = (value.numpy(force=True) for value in (step.obs, step.action, step.next_obs))
-        reward, terminated, truncated = (value.numpy(force=True) for value in (step.reward, step.terminated,
-                                                                                step.truncated))
+        obs, next_obs = _host(step.obs), _host(step.next_obs)
+        action, reward, terminated, truncated = (value.numpy(force=True) for value in (
+            step.action, step.reward, step.terminated, step.truncated))
         for i in range(num_envs):
             col = columns[i]
-            col["obs"].append(obs[i])
+            col["obs"].append(_row(obs, i))
             col["action"].append(action[i])
             col["reward"].append(float(reward[i]))
             col["terminated"].append(bool(terminated[i]))
             col["truncated"].append(bool(truncated[i]))
         for i in step.ended_envs():  # ascending env index: a deterministic order
             col = columns[i]
-            done.append(Episode(observations=np.stack(col["obs"] + [next_obs[i]]),
+            done.append(Episode(observations=cat_numpy(col["obs"] + [_row(next_obs, i)]),
                                 actions=np.stack(col["action"]),
                                 rewards=np.asarray(col["reward"], dtype=np.float32),
                                 terminations=np.asarray(col["terminated"], dtype=bool),
@@ -170,9 +181,19 @@ def _run_episodes(loop: EnvLoop, n_episodes: int) -> List[Episode]:
     return done[:n_episodes]
 
 
+def _host(value: Obs) -> Any:
+    """An observation batch as numpy on the host: one array, or nested dicts of arrays for a tree."""
+    return map_leaves(lambda leaf: leaf.numpy(force=True), to_plain(value))
+
+
+def _row(value: Any, i: int) -> Any:
+    """Env ``i``'s row of a host observation batch, kept as a batch of one (every leaf ``[1, ...]``), so an
+    episode's rows are one ``cat_numpy`` away from its observations."""
+    return map_leaves(lambda leaf: leaf[i:i + 1], value)
+
+
 def _new_column() -> Dict[str, list]:
     return {"obs": [], "action": [], "reward": [], "terminated": [], "truncated": []}
-
 
 
 def add_record_options(parser: Any) -> Any:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping
 
 import torch
 
+from data.obs import Obs, first_leaf
 from engine.context import OfflineRLContext
 from engine.protocols import LearnPolicy, ReplayBuffer, require
 
@@ -34,8 +35,8 @@ class OfflineDataFetcher:
     ``ctx.train_epoch`` (the minimum over ranks).
 
     Args:
-        load: returns the shard's transitions, a dict of tensors sharing their first dimension
-            (``data.offline.OfflineDataset.transitions``).
+        load: returns the shard's transitions, a dict of tensors sharing their first dimension, ``obs`` and
+            ``next_obs`` trees of them for a dictionary observation (``data.offline.OfflineDataset.transitions``).
         buffer: the replay buffer to fill, sized to the shard, with an ``EpochSampler``.
         batch_size, update_per_iter: what each call fetches.
         describe: what the log calls the shard (e.g. ``ShardPlan.describe``).
@@ -44,7 +45,7 @@ class OfflineDataFetcher:
         load_seconds, loaded: how long the load took and how many transitions it stored.
     """
 
-    def __init__(self, load: Callable[[], Mapping[str, torch.Tensor]], buffer: ReplayBuffer, *, batch_size: int,
+    def __init__(self, load: Callable[[], Mapping[str, Obs]], buffer: ReplayBuffer, *, batch_size: int,
                  update_per_iter: int, describe: str = "this rank's shard") -> None:
         if int(batch_size) < 1 or int(update_per_iter) < 1:
             raise ValueError(f"policy.learn.batch_size and update_per_iter must be >= 1, got {batch_size} and "
@@ -70,7 +71,7 @@ class OfflineDataFetcher:
         sampler = getattr(self._buffer, "sampler", None)
         if hasattr(sampler, "seek"):
             sampler.seek(train_iter * self._batch_size)
-        device = next(iter(fields.values())).device if fields else "cpu"
+        device = first_leaf(next(iter(fields.values()))).device if fields else "cpu"  # obs may be a tree
         logger.info("%s: loaded %d transitions into the replay storage (%s) in %.3f s (%.2f M transitions/s)",
                     self._describe, self.loaded, device, self.load_seconds,
                     self.loaded / max(self.load_seconds, 1e-9) / 1e6)

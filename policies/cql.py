@@ -4,15 +4,21 @@ that pushes down the Q values of actions the dataset did not take.
 One update, on one screen (``_loss``)::
 
     q_all    = Q(obs);  q = q_all[action]
-    a*       = argmax_a Q(next_obs)                                   (double Q: the online net picks ...)
+    a*       = argmax_a Q(next_obs)   (over the legal actions, with a mask)  (double Q: the online net picks ...)
     target   = reward + gamma * (1 - terminated) * Q_target(next_obs)[a*]   (... the target net rates)
     td_loss  = mean(huber(q - target))           (or mse)
-    cql_loss = mean(logsumexp_a q_all - q)       (soft maximum over actions minus the dataset's action)
+    cql_loss = mean(logsumexp_a q_all - q)       (soft maximum over the (legal) actions minus the dataset's action)
     loss     = td_loss + cql_alpha * cql_loss
 
 Only ``terminated`` cuts the bootstrap: a transition the recording truncated bootstraps from its
 ``next_obs``. Acting is greedy in Q (``eps``-greedy in the collect mode). Offline (``pipeline =
 "offline"``): it trains from ``dataset.name``, never from an env.
+
+Dict/Tuple observations reach the Q network as trees, each key encoded by its own encoder
+(``policy.model.encoders``, as DQN's). Where they carry a legal-action mask (``action_mask``,
+``policies.masks``), acting (``QValuePolicy``'s, as DQN's) and the next action of the target take legal actions
+only, and the penalty's soft maximum runs over the legal actions: an illegal action is never taken, so there is
+no value of it to keep down.
 """
 from __future__ import annotations
 
@@ -27,12 +33,17 @@ import torch.nn.functional as F
 from engine.params import param, section
 from engine.registry import POLICY_REGISTRY
 
+from data.obs import cat
+
 from .accel import hot_path
 from .base import OfflineEvalParams, PolicyParams, resolve_shape, space_dims
 from .dqn import EpsilonDraws, QLearnParams, QModelParams, QValuePolicy
+from .masks import action_mask, masked_argmax, masked_logits, observation_has_mask
 from .models import QNetwork
+from .normalisation import model_obs
 from .optim import OptimizerStep
 from .placement import DeviceGenerators
+from .spaces import model_observation
 
 __all__ = ["DiscreteCQLPolicy", "CQLParams", "cql_penalty"]
 
@@ -65,7 +76,7 @@ class CQLParams(PolicyParams):
     discount_factor: float = param(0.99, rule="unit_interval")
     """gamma, the discount of future rewards."""
     model: QModelParams = section(QModelParams, encoder_hidden_size_list=[128, 128])
-    """The Q network (DQN's, without the Rainbow pieces)."""
+    """The Q network (DQN's, without the Rainbow pieces; ``encoders``: a Dict/Tuple observation's keys)."""
     learn: CQLLearnParams = section(CQLLearnParams, batch_size=256, learning_rate=5e-4, target_update_freq=200)
     """The update."""
     eval: OfflineEvalParams = section(OfflineEvalParams)
@@ -85,14 +96,15 @@ class DiscreteCQLPolicy(QValuePolicy):
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
-        space_dims(observation_space, action_space, "cql", continuous=False)
+        obs_shape, _, _ = space_dims(observation_space, action_space, "cql", continuous=False, structured=True)
         learn = self.params.learn
-        obs_shape = resolve_shape(cfg["model"], "obs_shape", observation_space.shape, "cql",
-                                  f"observation shape {observation_space.shape}")
+        obs_in = model_observation(cfg["model"], observation_space, obs_shape, "cql")  # a shape, or the Dict space
+        observation_has_mask(observation_space, action_space, "cql")  # a mask that cannot be used: named here
         action_dim = int(resolve_shape(cfg["model"], "action_shape", int(action_space.n), "cql",
                                        f"action space {action_space}"))
-        hidden, dueling = self.params.model.encoder_hidden_size_list, self.params.model.dueling
-        self.model = self.placement.build(lambda: QNetwork(obs_shape, action_dim, hidden, dueling))
+        model = self.params.model
+        self.model = self.placement.build(lambda: QNetwork(obs_in, action_dim, model.encoder_hidden_size_list,
+                                                           model.dueling, encoders=model.encoders))
         self._target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), "CQL")
         self._td_loss = F.smooth_l1_loss if learn.td_loss == "huber" else F.mse_loss
@@ -108,7 +120,8 @@ class DiscreteCQLPolicy(QValuePolicy):
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
-        obs, next_obs = batch.obs.to(dev).float(), batch.next_obs.to(dev).float()
+        # float tensors, or a tree's leaves in their dtypes (its encoders cast them: an image stays uint8)
+        obs, next_obs = (model_obs(o, dev, self.normalisation) for o in (batch.obs, batch.next_obs))
         action = batch.action.to(dev).long()
         reward = batch.reward.to(dev).float()
         not_done = (~batch.terminated.to(dev)).float()
@@ -118,23 +131,25 @@ class DiscreteCQLPolicy(QValuePolicy):
         return {"loss": loss.detach(), **stats}
 
     @hot_path("learn")
-    def _loss(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+    def _loss(self, obs: Any, next_obs: Any, action: torch.Tensor, reward: torch.Tensor,
               not_done: torch.Tensor) -> tuple:
-        """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``."""
-        n = len(obs)
+        """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``. Where the
+        observations carry a legal-action mask, the next action is the best legal one and the penalty's soft
+        maximum runs over the legal actions."""
+        n = action.shape[0]
         # one forward of the online net over obs and next_obs: one DDP forward per update
-        q_both = self.learn_model(torch.cat([obs, next_obs]))
+        q_both = self.learn_model(cat([obs, next_obs]))
         q_all, q_next_online = q_both[:n], q_both[n:].detach()
         q = q_all.gather(1, action.unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             q_next_target = self._target_model(next_obs)
-            if self._double_q:
-                next_value = q_next_target.gather(1, q_next_online.argmax(dim=1, keepdim=True)).squeeze(1)
-            else:
-                next_value = q_next_target.max(dim=1).values
+            # double Q: the online net picks the next action, the target net rates it
+            pick = q_next_online if self._double_q else q_next_target
+            next_action = masked_argmax(pick, action_mask(next_obs))
+            next_value = q_next_target.gather(1, next_action.unsqueeze(1)).squeeze(1)
             target = reward + self._gamma * not_done * next_value
         td_loss = self._td_loss(q, target)
-        cql_loss = cql_penalty(q_all, q)
+        cql_loss = cql_penalty(masked_logits(q_all, action_mask(obs)), q)
         loss = td_loss + self._alpha * cql_loss
         return loss, {"td_loss": td_loss.detach(), "cql_loss": cql_loss.detach(), "q_value": q.detach().mean(),
                       "target_q": target.mean()}

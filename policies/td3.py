@@ -128,8 +128,8 @@ def model_input(cfg: Mapping[str, Any], observation_space: gym.Space, action_spa
 
 @dataclass
 class ActorCriticModelParams(Params):
-    """``policy.model`` of an MLP actor and MLP critics: TD3+BC's (two critics, flat observations: it learns
-    from a dataset of vectors), and the base of ``EncodedActorCriticModelParams``."""
+    """``policy.model`` of an MLP actor and MLP critics of flat observations: the base of
+    ``EncodedActorCriticModelParams``, which every actor-critic policy's model is."""
 
     obs_shape: Optional[Union[int, List[int]]] = param(None)
     """None: taken from the env's observation space (and recorded in the run's config); given: checked
@@ -266,7 +266,7 @@ class TD3Policy(Policy):
                              f"got {learn.target_theta}")
         twin = getattr(model, "twin_critic", True)  # TD3+BC's model has no such key: two critics
         actor_hidden, critic_hidden = model.actor_head_hidden_size_list, model.critic_head_hidden_size_list
-        encoders = getattr(model, "encoders", None)  # TD3+BC's model has none: flat observations
+        encoders = getattr(model, "encoders", None)  # a model section without them: flat observations
         self.model = self.placement.build(lambda: TD3Model(obs_in, action_dim, actor_hidden, critic_hidden, twin,
                                                            encoders))
         self._target_model = copy.deepcopy(self.model).requires_grad_(False)

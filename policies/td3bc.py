@@ -13,7 +13,9 @@ holds another shard, and Pendulum's observations are of order 1 already (cos, si
 [-8, 8]; scaling the velocity to [-1, 1] did not learn faster in our runs). Only ``terminated`` cuts the
 bootstrap: a transition the recording truncated bootstraps from its ``next_obs``, discounted by
 ``discount_factor`` (a dataset's transitions are one step each). Acting is ``pi(s)`` in env units.
-Offline (``pipeline = "offline"``): it trains from ``dataset.name``, never from an env.
+Offline (``pipeline = "offline"``): it trains from ``dataset.name``, never from an env. Dict/Tuple observations
+reach the actor and the critics as trees, each key encoded by their own encoders (``policy.model.encoders``,
+as TD3's).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from engine.registry import POLICY_REGISTRY
 
 from .base import SpaceMismatchError
 from .defaults import OfflineEvalParams, PolicyParams
-from .td3 import ActorCriticModelParams, TD3Policy, TD3UpdateParams
+from .td3 import EncodedActorCriticModelParams, TD3Policy, TD3UpdateParams
 
 __all__ = ["TD3BCPolicy", "TD3BCParams", "TD3BCLearnParams", "td3bc_actor_loss"]
 
@@ -70,8 +72,8 @@ class TD3BCParams(PolicyParams):
     discount_factor: float = param(0.99, rule="unit_interval")
     """gamma, the discount of future rewards: a dataset's transitions are one step each, so the TD target
     bootstraps with gamma itself."""
-    model: ActorCriticModelParams = section(ActorCriticModelParams)
-    """The actor and the two critics."""
+    model: EncodedActorCriticModelParams = section(EncodedActorCriticModelParams)
+    """The actor and the two critics (``encoders``: a Dict/Tuple observation's keys)."""
     learn: TD3BCLearnParams = section(TD3BCLearnParams)
     """The update."""
     eval: OfflineEvalParams = section(OfflineEvalParams)
@@ -85,8 +87,8 @@ class TD3BCPolicy(TD3Policy):
     pipeline = "offline"
     default_env_steps = None
     algo, label = "td3bc", "TD3+BC"
-    #: a dataset of vector observations (its model has no encoders)
-    structured_obs = False
+    #: Dict/Tuple observations are encoded key by key (``policy.model.encoders``), as TD3's
+    structured_obs = True
 
     Params = TD3BCParams
 

@@ -5,9 +5,10 @@ Nothing here sees a context: the offline middleware (``middleware.offline``) and
 (``pipelines.offline``) put these parts together.
 """
 from .dataset import (DatasetError, DatasetNotFoundError, DatasetSpaceError, Episode, OfflineDataset,
-                      dataset_root, open_dataset, write_dataset)
+                      check_storable, dataset_root, open_dataset, write_dataset)
 from .sampler import EpochSampler
 from .shard import EmptyShardError, ShardPlan, shard_episodes
 
 __all__ = ["OfflineDataset", "Episode", "open_dataset", "write_dataset", "dataset_root", "DatasetError",
-           "DatasetNotFoundError", "DatasetSpaceError", "EpochSampler", "ShardPlan", "shard_episodes", "EmptyShardError"]
+           "DatasetNotFoundError", "DatasetSpaceError", "check_storable", "EpochSampler", "ShardPlan", "shard_episodes",
+           "EmptyShardError"]

@@ -7,6 +7,11 @@ per episode, ``episode_<i>``, holding
 - ``observations``: ``T + 1`` rows (the last is the observation the final step led to),
 - ``actions``, ``rewards``, ``terminations``, ``truncations``: ``T`` rows each.
 
+A dictionary observation (a gymnasium ``Dict`` or ``Tuple`` space, nested too) is stored in Minari's layout, a
+group per key, each leaf with its ``T + 1`` rows; read back, ``Episode.observations`` holds nested dicts (tuples
+for a ``Tuple``) of arrays, and ``transitions()`` gives ``obs``/``next_obs`` as a DI-treetensor tree (``data.obs``,
+a ``Tuple``'s items under keys ``"0"``, ``"1"``, ...), each leaf in its own dtype: an image stays uint8.
+
 ``terminations`` and ``truncations`` are stored apart, and stay apart when read: a truncated transition
 bootstraps from its next observation, only a terminated one cuts the return. The root is ``root`` when
 given, else ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets`` (Minari's own rule), so
@@ -23,16 +28,24 @@ Examples:
     >>> ds = open_dataset("toy/tiny-v0", root=root)
     >>> ds.n_episodes, ds.total_steps, ds.transitions()["terminated"].tolist()
     (2, 6, [False, False, True, False, False, True])
+    >>> camera = gym.spaces.Dict(image=gym.spaces.Box(0, 255, (3, 3, 1), np.uint8), cell=gym.spaces.Discrete(9))
+    >>> ep.observations = {"image": np.zeros((4, 3, 3, 1), np.uint8), "cell": np.arange(4)}
+    >>> _ = write_dataset("toy/camera-v0", [ep], camera, spaces[1], root=root)
+    >>> obs = open_dataset("toy/camera-v0", root=root).transitions()["obs"]
+    >>> obs["image"].dtype, obs["image"].shape, obs["cell"].tolist()
+    (torch.uint8, torch.Size([3, 3, 3, 1]), [0, 1, 2])
 """
 from __future__ import annotations
 
 import difflib
+import inspect
 import json
+import logging
 import os
 import shutil
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -41,10 +54,13 @@ import torch
 from engine.params import Params, param
 from engine.registry import CONFIG_SECTIONS
 
+from ..obs import Obs, cat_numpy, leaves, map_leaves, num_rows, to_tensor
 from .shard import SPLITS
 
+logger = logging.getLogger(__name__)
+
 __all__ = ["DatasetParams", "Episode", "OfflineDataset", "open_dataset", "write_dataset", "dataset_root", "DatasetError",
-           "DatasetNotFoundError", "DatasetSpaceError", "MAKE_HINT"]
+           "DatasetNotFoundError", "DatasetSpaceError", "MAKE_HINT", "check_storable"]
 
 #: how to make a dataset, named in every "not found" error
 MAKE_HINT = ("record one from a trained checkpoint: baton record -c CONFIG --ckpt RUN/ckpt/best.pth.tar "
@@ -64,11 +80,17 @@ class DatasetSpaceError(DatasetError):
     """The dataset's observation or action space differs from the env's."""
 
 
+#: observations as an episode holds them: one array, or nested dicts (``Dict`` spaces) and tuples (``Tuple``
+#: spaces) of arrays, each leaf with one row per step plus the final observation
+Observations = Union[np.ndarray, Mapping[str, Any], Tuple[Any, ...]]
+
+
 @dataclass
 class Episode:
-    """One episode in Minari's layout: ``observations`` has one row more than the other fields."""
+    """One episode in Minari's layout: ``observations`` (an array, or nested dicts and tuples of arrays for a
+    dictionary observation) has one row more than the other fields, in every leaf."""
 
-    observations: np.ndarray
+    observations: Observations
     actions: np.ndarray
     rewards: np.ndarray
     terminations: np.ndarray
@@ -79,14 +101,30 @@ class Episode:
         return len(self.rewards)
 
     def check(self) -> None:
-        """Raise DatasetError when the fields' lengths do not fit Minari's layout."""
+        """Raise DatasetError when the fields' lengths do not fit Minari's layout (every observation leaf counted,
+        the first that does not fit named)."""
         n = len(self.rewards)
         lengths = {"actions": len(self.actions), "terminations": len(self.terminations),
                    "truncations": len(self.truncations)}
-        if n == 0 or len(self.observations) != n + 1 or any(v != n for v in lengths.values()):
+        rows = _observation_rows(self.observations)
+        wrong = next(((path, r) for path, r in rows if r != n + 1), None)
+        if n == 0 or wrong is not None or any(v != n for v in lengths.values()):
+            got = (f"{rows[0][1]} observations" if wrong is None or not wrong[0]
+                   else f"{wrong[1]} rows in {_label(wrong[0])}")
             raise DatasetError(f"episode {self.id}: {n} rewards need {n + 1} observations and {n} actions, "
-                               f"terminations and truncations; got {len(self.observations)} observations and "
-                               f"{lengths}")
+                               f"terminations and truncations; got {got} and {lengths}")
+
+
+def _observation_rows(observations: Observations) -> List[Tuple[Tuple[str, ...], int]]:
+    """The rows of every observation leaf, by key path (``((), rows)`` for one array)."""
+    if not isinstance(observations, (Mapping, tuple)):
+        return [((), len(observations))]
+    return [(path, num_rows(leaf)) for path, leaf in leaves(to_tensor(observations))]
+
+
+def _label(path: Sequence[str]) -> str:
+    """``observation['outer']['inner']``: a key path as the errors name it (a Tuple's items are "0", "1", ...)."""
+    return "observation" + "".join(f"[{key!r}]" for key in path)
 
 
 @dataclass
@@ -184,7 +222,7 @@ class OfflineDataset:
         try:
             for raw in self._storage.get_episodes(indices):
                 current = raw["id"]
-                ep = Episode(np.asarray(raw["observations"]), np.asarray(raw["actions"]),
+                ep = Episode(_as_arrays(raw["observations"]), np.asarray(raw["actions"]),
                              np.asarray(raw["rewards"]), np.asarray(raw["terminations"], dtype=bool),
                              np.asarray(raw["truncations"], dtype=bool), id=int(raw["id"]))
                 ep.check()
@@ -196,13 +234,16 @@ class OfflineDataset:
             raise DatasetError(f"dataset {self.name!r}: {self._file()} is corrupt or truncated ({where}: {err}); "
                                f"record it again ({MAKE_HINT})") from err
 
-    def transitions(self, indices: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
+    def transitions(self, indices: Optional[Sequence[int]] = None) -> Dict[str, Obs]:
         """The one-step transitions of episodes ``indices`` (default: all), concatenated in that order:
         ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``, ``truncated`` as tensors
-        (observations and rewards float32; discrete actions int64, continuous float32).
+        (observations and rewards float32; discrete actions int64, continuous float32). A dictionary observation
+        is a tree (``data.obs``) whose leaves keep their dtype (an image stays uint8, a quarter of float32's
+        memory), except float leaves, float32, and ``Discrete``/``MultiDiscrete`` ones, int64.
 
         Read from the flat copy (``FLAT_DIR``, built from the HDF5 file on first use): one array per
-        field, so a shard is a handful of index gathers rather than one HDF5 lookup per episode."""
+        field (per observation leaf), so a shard is a handful of index gathers rather than one HDF5 lookup per
+        episode."""
         flat = self._flat()
         lengths = flat["lengths"]
         sel = np.arange(self.n_episodes) if indices is None else np.asarray(indices, dtype=np.int64)
@@ -218,18 +259,26 @@ class OfflineDataset:
         t_idx = np.arange(total) + np.repeat(starts[sel] - out_starts, sel_len)
         o_idx = t_idx + np.repeat(sel, sel_len)        # each earlier episode holds one more observation row
         discrete = isinstance(self.action_space, gym.spaces.Discrete)
-        observations = flat["observations"]
-        obs = np.ascontiguousarray(observations[o_idx], dtype=np.float32)
-        next_obs = np.ascontiguousarray(observations[o_idx + 1], dtype=np.float32)
         action = np.asarray(flat["actions"][t_idx]).astype(np.int64 if discrete else np.float32, copy=False)
-        return {"obs": torch.from_numpy(obs), "action": torch.from_numpy(action),
+        return {"obs": self._observations(flat["observations"], o_idx),
+                "action": torch.from_numpy(action),
                 "reward": torch.from_numpy(np.asarray(flat["rewards"][t_idx], dtype=np.float32)),
-                "next_obs": torch.from_numpy(next_obs),
+                "next_obs": self._observations(flat["observations"], o_idx + 1),
                 "terminated": torch.from_numpy(np.asarray(flat["terminations"][t_idx], dtype=bool)),
                 "truncated": torch.from_numpy(np.asarray(flat["truncations"][t_idx], dtype=bool))}
 
-    def _flat(self) -> Dict[str, np.ndarray]:
-        """The flat copy's arrays (memory-mapped), built first when missing or older than the HDF5 file."""
+    def _observations(self, observations: Any, rows: np.ndarray) -> Obs:
+        """The observation rows ``rows`` of the flat copy: a float32 tensor, or a tree of every leaf's rows in
+        its dtype (``transitions``)."""
+        if isinstance(observations, np.ndarray):
+            return torch.from_numpy(np.ascontiguousarray(observations[rows], dtype=np.float32))
+        spaces = dict(_leaf_spaces(self.observation_space))
+        return to_tensor(map_leaves(lambda leaf, path: _leaf_rows(leaf, rows, spaces.get(path)), observations,
+                                    with_path=True))
+
+    def _flat(self) -> Dict[str, Any]:
+        """The flat copy's arrays (memory-mapped), built first when missing or older than the HDF5 file;
+        ``observations`` is one array, or nested dicts of the leaves' arrays (``_write_flat``)."""
         flat_dir = os.path.join(os.path.dirname(self.path), FLAT_DIR)
         stamp = _stamp(self._file(), int(self.metadata.get("total_steps", -1)))
         try:
@@ -240,8 +289,8 @@ class OfflineDataset:
         if not fresh:
             _write_flat(flat_dir, self.episodes(), stamp)
         try:
-            return {name: np.load(os.path.join(flat_dir, f"{name}.npy"), mmap_mode="r") for name in _FLAT_FIELDS}
-        except (OSError, ValueError) as err:
+            return _read_flat(flat_dir)
+        except (OSError, ValueError, KeyError, IndexError) as err:
             raise DatasetError(f"dataset {self.name!r}: the flat copy {flat_dir} is unreadable ({err}); delete "
                                f"it and it is rebuilt from {self._file()}") from err
 
@@ -256,18 +305,23 @@ class OfflineDataset:
         """Raise DatasetSpaceError when the env's spaces differ from the dataset's.
 
         Box spaces must agree in shape (bounds and dtype may differ: a dataset recorded on a wrapped env
-        can declare other bounds); Discrete spaces in their number of actions."""
+        can declare other bounds); Discrete spaces in their number of actions; Dict and Tuple spaces in their
+        keys, and key by key by these rules (the error names the first key path that differs)."""
         for what, ours, theirs in (("observation", self.observation_space, observation_space),
                                    ("action", self.action_space, action_space)):
-            if not _compatible(ours, theirs):
+            difference = _space_difference(ours, theirs)
+            if difference is not None:
+                where = f" ({difference})" if difference else ""
                 raise DatasetSpaceError(f"dataset {self.name!r} ({self.path}) was recorded with {what} space "
-                                        f"{ours}, but {env_desc} has {theirs}: train on the env the dataset was "
-                                        f"recorded on, or record a dataset on this env")
+                                        f"{ours}, but {env_desc} has {theirs}{where}: train on the env the dataset "
+                                        f"was recorded on, or record a dataset on this env")
 
 
 #: the flat copy of a dataset, beside its ``data`` directory (hidden: Minari's listings skip it)
 FLAT_DIR = ".baton_flat"
 _FLAT_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations", "lengths")
+#: a dictionary observation's flat copy: its leaves' key paths, in the order of ``observations.<i>.npy``
+_LEAF_INDEX = "observations.json"
 
 
 def _stamp(hdf5_file: str, total_steps: int) -> Dict[str, int]:
@@ -277,20 +331,32 @@ def _stamp(hdf5_file: str, total_steps: int) -> Dict[str, int]:
 
 def _write_flat(flat_dir: str, episodes: Iterable[Episode], stamp: Mapping[str, int]) -> None:
     """Write the flat copy of ``episodes`` atomically (a new directory renamed into place): every field
-    concatenated over episodes, ``observations`` with its ``T + 1`` rows per episode."""
+    concatenated over episodes, ``observations`` with its ``T + 1`` rows per episode. A flat observation is
+    ``observations.npy``; a dictionary one is a file per leaf, ``observations.<i>.npy``, and ``_LEAF_INDEX``, the
+    leaves' key paths, from which ``_read_flat`` nests them again."""
     episodes = list(episodes)
-    arrays = {"observations": np.concatenate([e.observations for e in episodes]),
-              "actions": np.concatenate([e.actions for e in episodes]),
+    observations = cat_numpy([e.observations for e in episodes])  # leaf by leaf for a dict (or tuple)
+    arrays = {"actions": np.concatenate([e.actions for e in episodes]),
               "rewards": np.concatenate([e.rewards for e in episodes]).astype(np.float32),
               "terminations": np.concatenate([e.terminations for e in episodes]).astype(bool),
               "truncations": np.concatenate([e.truncations for e in episodes]).astype(bool),
               "lengths": np.array([len(e) for e in episodes], dtype=np.int64)}
+    paths: Optional[List[List[str]]] = None
+    if isinstance(observations, np.ndarray):
+        arrays["observations"] = observations
+    else:
+        tree_leaves = leaves(to_tensor(observations))  # the tree's paths: a Tuple's items as "0", "1", ...
+        paths = [list(path) for path, _ in tree_leaves]
+        arrays.update({f"observations.{i}": leaf.numpy() for i, (_, leaf) in enumerate(tree_leaves)})
     parent, base = os.path.split(flat_dir)
     tmp = os.path.join(parent, f"{base}.tmp-{uuid.uuid4().hex[:8]}")
     os.makedirs(tmp)
     try:
         for name, array in arrays.items():
             np.save(os.path.join(tmp, f"{name}.npy"), array)
+        if paths is not None:
+            with open(os.path.join(tmp, _LEAF_INDEX), "w") as f:
+                json.dump({"paths": paths}, f)
         with open(os.path.join(tmp, "stamp.json"), "w") as f:
             json.dump(dict(stamp), f)
         old = None
@@ -308,12 +374,138 @@ def _write_flat(flat_dir: str, episodes: Iterable[Episode], stamp: Mapping[str, 
         raise
 
 
-def _compatible(a: gym.Space, b: gym.Space) -> bool:
+def _read_flat(flat_dir: str) -> Dict[str, Any]:
+    """The flat copy's arrays, memory-mapped: ``observations`` one array, or nested dicts of the leaves'."""
+    load = lambda name: np.load(os.path.join(flat_dir, f"{name}.npy"), mmap_mode="r")  # noqa: E731
+    flat = {name: load(name) for name in _FLAT_FIELDS if name != "observations"}
+    index = os.path.join(flat_dir, _LEAF_INDEX)
+    if not os.path.isfile(index):
+        flat["observations"] = load("observations")
+        return flat
+    with open(index) as f:
+        paths = json.load(f)["paths"]
+    nested: Dict[str, Any] = {}
+    for i, path in enumerate(paths):
+        node = nested
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = load(f"observations.{i}")
+    flat["observations"] = nested
+    return flat
+
+
+def _leaf_rows(leaf: np.ndarray, rows: np.ndarray, space: Optional[gym.Space]) -> np.ndarray:
+    """The rows ``rows`` of one observation leaf as ``transitions`` gives them: float32 for floats, int64 for a
+    ``Discrete`` or ``MultiDiscrete`` leaf (what an embedding takes), any other dtype kept (a uint8 image)."""
+    out = np.asarray(leaf[rows])
+    if np.issubdtype(out.dtype, np.floating):
+        return out.astype(np.float32, copy=False)
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return out.astype(np.int64, copy=False)
+    return out
+
+
+def _as_arrays(value: Any) -> Observations:
+    """An observation as Minari reads it: nested dicts and tuples kept, every leaf an array."""
+    if isinstance(value, Mapping):
+        return {str(key): _as_arrays(v) for key, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_as_arrays(v) for v in value)
+    return np.asarray(value)
+
+
+def _as_space(value: Any, space: gym.Space, path: Tuple[str, ...] = ()) -> Observations:
+    """``value`` nested as ``space`` (Minari writes a Dict's keys as groups, a Tuple's items as groups
+    ``_index_i``): a Tuple's items taken from a tuple or from a mapping keyed "0", "1", ... (a tree's keys,
+    ``data.obs.to_plain``), every leaf an array.
+
+    Raises:
+        DatasetError: a key the space has and the observation lacks, or the reverse, naming the key path.
+    """
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        children = _children(space)
+        if isinstance(space, gym.spaces.Tuple) and isinstance(value, (tuple, list)):
+            value = {str(i): v for i, v in enumerate(value)}
+        have = sorted(map(str, value)) if isinstance(value, Mapping) else None
+        if have != sorted(key for key, _ in children):
+            raise DatasetError(f"{_label(path)}: the observation space {space} has keys "
+                               f"{sorted(key for key, _ in children)}, the episode's observations "
+                               f"{have if have is not None else 'are one array'}: record the episodes on the env "
+                               f"whose observation space is written with them")
+        value = {str(key): v for key, v in value.items()}
+        nested = [(key, _as_space(value[key], sub, path + (key,))) for key, sub in children]
+        return dict(nested) if isinstance(space, gym.spaces.Dict) else tuple(v for _, v in nested)
+    if isinstance(value, (Mapping, tuple)):
+        raise DatasetError(f"{_label(path)}: the observation space is {space}, but the episode's observations "
+                           f"there are a {type(value).__name__}: record the episodes on the env whose observation "
+                           f"space is written with them")
+    return np.asarray(value)
+
+
+def _children(space: gym.Space) -> List[Tuple[str, gym.Space]]:
+    """A Dict's keys or a Tuple's items ("0", "1", ...: the keys of its tree) with their spaces."""
+    if isinstance(space, gym.spaces.Dict):
+        return [(str(key), sub) for key, sub in space.spaces.items()]
+    return [(str(i), sub) for i, sub in enumerate(space.spaces)]
+
+
+def _leaf_spaces(space: gym.Space, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], gym.Space]]:
+    """Every leaf space of ``space`` with its key path (the paths of its observations' trees)."""
+    if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        yield path, space
+        return
+    for key, sub in _children(space):
+        yield from _leaf_spaces(sub, path + (key,))
+
+
+#: leaf spaces whose observations are arrays of a fixed shape, which a dataset stores as rows
+_STORABLE = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
+
+def check_storable(observation_space: gym.Space, where: str) -> None:
+    """Refuse an observation space with a leaf a dataset cannot store as rows of an array (a ``Text``,
+    ``Graph``, ``Sequence`` or ``OneOf``), naming its key path and the fix; ``where`` names the env or dataset.
+
+    Raises:
+        DatasetError: naming the first such leaf.
+    """
+    for path, space in _leaf_spaces(observation_space):
+        if not isinstance(space, _STORABLE):
+            raise DatasetError(
+                f"{where}: {_label(path)} is a {type(space).__name__} space, whose observations have no fixed shape, "
+                f"so a dataset cannot store them as rows of an array: drop the key with a gymnasium wrapper (e.g. "
+                f"gymnasium.wrappers.FilterObservation) or encode it to a Box (a gymnasium.ObservationWrapper)")
+
+
+def _space_difference(a: gym.Space, b: gym.Space, path: Tuple[str, ...] = ()) -> Optional[str]:
+    """None when ``a`` and ``b`` are compatible (``OfflineDataset.check_spaces``' rules), else what differs: ""
+    for the whole space, or the key path that differs, with both of its spaces."""
+    if isinstance(a, gym.spaces.Dict) and isinstance(b, gym.spaces.Dict) or (
+            isinstance(a, gym.spaces.Tuple) and isinstance(b, gym.spaces.Tuple)):
+        ours, theirs = dict(_children(a)), dict(_children(b))
+        if set(ours) != set(theirs):
+            return f"{_label(path)} has keys {sorted(ours)} in the dataset, {sorted(theirs)} in the env"
+        for key in ours:
+            difference = _space_difference(ours[key], theirs[key], path + (key,))
+            if difference is not None:
+                return difference
+        return None
+    if _compatible_leaf(a, b):
+        return None
+    return f"{_label(path)} is {a} in the dataset, {b} in the env" if path else ""
+
+
+def _compatible_leaf(a: gym.Space, b: gym.Space) -> bool:
     if isinstance(a, gym.spaces.Discrete) and isinstance(b, gym.spaces.Discrete):
         return int(a.n) == int(b.n)
     if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
         return tuple(a.shape) == tuple(b.shape)
     return a == b
+
+
+def _compatible(a: gym.Space, b: gym.Space) -> bool:
+    """Whether ``a`` and ``b`` are compatible by ``OfflineDataset.check_spaces``' rules."""
+    return _space_difference(a, b) is None
 
 
 def _episodes_of(buffers: Sequence[Any]) -> List[Episode]:
@@ -357,14 +549,22 @@ def write_dataset(name: str, episodes: Iterable[Episode], observation_space: gym
     write leaves no half dataset under the name.
 
     Args:
-        env_id: the gymnasium id it was recorded on (its spec is stored, as Minari does).
+        env_id: the gymnasium id it was recorded on (its spec is stored, as Minari does, where it can be: a spec
+            whose entry point is a class rather than a ``"module:Class"`` string is not, and the id is kept in
+            ``metadata.json``'s ``env_id`` instead).
         metadata: further plain entries for ``metadata.json`` (``algorithm_name``, ``description``, ...).
         overwrite: replace an existing dataset of that name (default: an error).
 
+    A dictionary observation (a ``Dict`` or ``Tuple`` space) is written in Minari's layout, a group per key,
+    images raw (Minari's lossy JPEG encoding of images is switched off where it has one): each episode's
+    ``observations`` nested as the space is (a ``Tuple``'s items as a tuple, or as a mapping keyed "0", "1", ...).
+
     Raises:
-        DatasetError: the name exists (without ``overwrite``), or an episode does not fit the layout.
+        DatasetError: the name exists (without ``overwrite``), an episode does not fit the layout or its
+            observations do not fit the space, or the space has a leaf no dataset stores (``check_storable``).
     """
     storage_cls = _minari()
+    check_storable(observation_space, f"dataset {name!r}")
     from minari import __version__ as minari_version
     from minari.data_collector import EpisodeBuffer
 
@@ -378,17 +578,23 @@ def write_dataset(name: str, episodes: Iterable[Episode], observation_space: gym
     tmp_data = os.path.join(tmp_dir, "data")
     os.makedirs(tmp_data)
     try:
-        env_spec = gym.spec(env_id) if env_id else None
+        env_spec = _json_spec(env_id)
         storage = storage_cls.new(tmp_data, observation_space=observation_space, action_space=action_space,
-                                  env_spec=env_spec, data_format="hdf5")
+                                  env_spec=env_spec, data_format="hdf5", **_lossless(storage_cls))
         meta = {"dataset_id": name, "minari_version": minari_version, "author": {"baton"}}
+        if env_id and env_spec is None:
+            meta["env_id"] = env_id
         meta.update(dict(metadata or {}))
         storage.update_metadata(meta)
         buffers = []
         for i, ep in enumerate(episodes):
             ep.id = i
             ep.check()
-            buffers.append(EpisodeBuffer(id=i, observations=np.asarray(ep.observations),
+            try:
+                observations = _as_space(ep.observations, observation_space)
+            except DatasetError as err:
+                raise DatasetError(f"dataset {name!r}, episode {i}: {err}") from None
+            buffers.append(EpisodeBuffer(id=i, observations=observations,
                                          actions=np.asarray(ep.actions), rewards=np.asarray(ep.rewards),
                                          terminations=np.asarray(ep.terminations, dtype=bool),
                                          truncations=np.asarray(ep.truncations, dtype=bool)))
@@ -405,3 +611,24 @@ def write_dataset(name: str, episodes: Iterable[Episode], observation_space: gym
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return data_path
+
+
+def _json_spec(env_id: Optional[str]) -> Optional[Any]:
+    """The gymnasium spec of ``env_id`` where Minari can store it (JSON: an entry point given as a class, as
+    ``gym.register(id, entry_point=EnvClass)`` allows, is not), else None."""
+    if not env_id:
+        return None
+    spec = gym.spec(env_id)
+    try:
+        spec.to_json()
+    except ValueError:
+        logger.info("the spec of %s is not stored with the dataset (its entry point %r is not a 'module:Class' "
+                    "string, which JSON cannot hold); metadata.json names its id", env_id, spec.entry_point)
+        return None
+    return spec
+
+
+def _lossless(storage_cls: Any) -> Dict[str, Any]:
+    """``jpeg_encoding=False`` where this Minari's storage takes it: it would JPEG-encode image leaves (lossy), and
+    a dataset holds the observations the policy saw."""
+    return {"jpeg_encoding": False} if "jpeg_encoding" in inspect.signature(storage_cls.new).parameters else {}

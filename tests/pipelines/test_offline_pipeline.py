@@ -154,9 +154,9 @@ def test_offline_pipeline_dataset_of_another_env_is_refused(recorded, tmp_path):
         build_pipeline((main, create), exp_name=str(tmp_path / "run"))
 
 
-def test_offline_record_refuses_a_dict_observation_in_one_line(tmp_path, capsys, monkeypatch):
-    """Issue 31: Taxi-v4's observation is a dict (its state and its mask); baton's datasets hold flat observations,
-    the ones its offline algorithms learn from, so recording one is refused before an episode is played."""
+def test_offline_record_cli_records_a_dict_observation(tmp_path, capsys, monkeypatch):
+    """Issue 31: Taxi-v4's observation is a dict (its state and its mask); ``baton record`` writes it leaf by leaf,
+    and the dataset's observation space is the env's dict (tests/data/test_offline_dicts.py trains on one)."""
     from commands.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -167,9 +167,9 @@ def test_offline_record_refuses_a_dict_observation_in_one_line(tmp_path, capsys,
     assert main(["train", "-c", str(config), "--max-env-step", "200", "--no-progress", "--exp-name", "taxi"]) == 0
     capsys.readouterr()
     assert main(["record", "-c", str(config), "--ckpt", "taxi/ckpt/latest.pth.tar", "--episodes", "2",
-                 "--dataset", "test/taxi-v0", "--root", str(tmp_path / "datasets")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == ("baton: env Taxi-v4's observations are a Dict (keys action_mask, observation), and baton record "
-                   "writes datasets of flat observations, the ones its offline algorithms learn from: record an env "
-                   "with a flat Box observation")
-    assert not (tmp_path / "datasets").exists()
+                 "--dataset", "test/taxi-v0", "--root", str(tmp_path / "datasets"), "env.max_episode_steps=20"]) == 0
+    assert "baton: recorded test/taxi-v0: 2 episodes" in capsys.readouterr().out
+    ds = open_dataset("test/taxi-v0", str(tmp_path / "datasets"))
+    assert sorted(ds.observation_space.keys()) == ["action_mask", "observation"]
+    obs = next(ds.episodes()).observations
+    assert obs["action_mask"].dtype == np.int8 and obs["action_mask"].shape == (len(obs["observation"]), 6)

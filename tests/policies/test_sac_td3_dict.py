@@ -165,13 +165,18 @@ def test_a_tuple_and_a_nested_dict_observation_build_act_and_learn(algo):
     assert np.isfinite(float(policy.learn_mode.forward(batch)["loss"]))
 
 
-def test_a_declared_obs_shape_and_td3bc_refuse_a_dict_observation_by_name():
-    cfg = EasyDict(deep_merge(SACPolicy.default_config(), dict(model=dict(obs_shape=[3]))))
-    with pytest.raises(SpaceMismatchError, match=r"policy.model.obs_shape=\[3\] of sac: .* remove policy.model.obs_shape"):
-        SACPolicy(cfg, OBS, ACT)
-    with pytest.raises(SpaceMismatchError, match="'td3bc' needs a flat Box observation space, got Dict"):
-        TD3BCPolicy(EasyDict(TD3BCPolicy.default_config()), OBS, ACT)
-    assert "encoders" not in TD3BCPolicy.default_config()["model"]  # flat datasets: nothing to encode
+def test_a_declared_obs_shape_is_refused_by_name_and_td3bc_encodes_a_dict_as_td3_does():
+    for cls, name in ((SACPolicy, "sac"), (TD3BCPolicy, "td3bc")):
+        cfg = EasyDict(deep_merge(cls.default_config(), dict(model=dict(obs_shape=[3]))))
+        with pytest.raises(SpaceMismatchError, match=rf"policy.model.obs_shape=\[3\] of {name}: .* remove "
+                                                     r"policy.model.obs_shape"):
+            cls(cfg, OBS, ACT)
+    # a dataset of dict observations (docs/offline.md): the actor's and the critics' own encoders, from its config
+    cfg = EasyDict(deep_merge(TD3BCPolicy.default_config(), dict(model=dict(encoders=SMALL))))
+    policy = TD3BCPolicy(cfg, OBS, ACT)
+    assert sorted(_encoders(policy)) == ["model.actor.torso.0", "model.critic.encoder", "target.actor.torso.0",
+                                         "target.critic.encoder"]
+    assert policy.eval_mode.forward(_tree())["action"].shape == (4, 2)
 
 
 def test_flat_models_keep_their_layers_and_init_order():
