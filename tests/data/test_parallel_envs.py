@@ -1,0 +1,127 @@
+"""Several agents per env row (issue 32, item 1): PettingZoo parallel envs batched with an agent axis; agents
+that leave are masked, not dropped; a row ends when its last agent does; differing spaces are refused by name."""
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from pettingzoo import ParallelEnv
+
+from data.parallel_envs import AgentSpaceError, ParallelEnvBatch
+
+simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
+
+
+class _Leaving(ParallelEnv):
+    """Three agents; agent ``i`` terminates after ``i + 2`` steps (``die=True``) or all are cut at step 3. Each
+    agent observes ``[its index, the step]`` and is rewarded its action; an optional mask allows action 0 only
+    at odd steps."""
+
+    metadata = {"name": "leaving_v0", "is_parallelizable": True}
+
+    def __init__(self, die=True, masked=False, odd_space=False):
+        self.possible_agents = ["a0", "a1", "a2"]
+        self.die, self.masked, self.odd_space = die, masked, odd_space
+        self.state_space = gym.spaces.Box(-10, 10, (2,), np.float32)
+
+    def observation_space(self, agent):
+        box = gym.spaces.Box(-10, 10, (3 if self.odd_space and agent == "a2" else 2,), np.float32)
+        if self.masked:
+            return gym.spaces.Dict({"observation": box, "action_mask": gym.spaces.Box(0, 1, (2,), np.int8)})
+        return box
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def _obs(self, agent):
+        value = np.array([self.possible_agents.index(agent), self.t], np.float32)
+        if self.masked:
+            return {"observation": value, "action_mask": np.array([self.t % 2, 1], np.int8)}
+        return value
+
+    def state(self):
+        return np.array([self.t, len(self.agents)], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents), "an action for exactly the live agents"
+        self.t += 1
+        rewards = {a: float(actions[a]) for a in self.agents}
+        if self.die:
+            term = {a: self.t >= self.possible_agents.index(a) + 2 for a in self.agents}
+            trunc = {a: False for a in self.agents}
+        else:
+            term = {a: False for a in self.agents}
+            trunc = {a: self.t >= 3 for a in self.agents}
+        obs = {a: self._obs(a) for a in self.agents}
+        infos = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rewards, term, trunc, infos
+
+
+def test_simple_spread_rows_hold_every_agent_and_end_together_at_max_cycles():
+    make = functools.partial(simple_spread_v3.parallel_env, N=3, max_cycles=5)
+    envs = ParallelEnvBatch([make, make])
+    space = envs.single_observation_space
+    OBS = "obs"
+    assert space[OBS].shape == (3, 18) and space["state"].shape == (54,) and "action_mask" not in space.spaces
+    assert envs.single_action_space == gym.spaces.MultiDiscrete([5, 5, 5])
+    obs, _ = envs.reset(seed=0)
+    again, _ = ParallelEnvBatch([make, make]).reset(seed=0)
+    assert np.array_equal(obs[OBS], again[OBS]) and not np.array_equal(obs[OBS][0], obs[OBS][1])  # seed, seed + 1
+    assert np.array_equal(obs["state"], obs[OBS].reshape(2, 54))  # mpe2's state: the observations joined
+    for t in range(5):
+        obs, reward, terminated, truncated, info = envs.step(np.ones((2, 3), np.int64))
+        assert reward.shape == (2, 3) and reward.dtype == np.float32 and not terminated.any()
+        assert truncated.all() == (t == 4)
+    assert info["_final_obs"].all() and info["final_obs"][0][OBS].shape == (3, 18)
+    assert not np.array_equal(info["final_obs"][0][OBS], obs[OBS][0])  # the row was reset in the same step
+    assert obs["alive"].tolist() == [[1, 1, 1]] * 2
+    envs.close()
+
+
+def test_agents_that_leave_are_masked_and_the_row_ends_with_the_last():
+    envs = ParallelEnvBatch([_Leaving])
+    obs, _ = envs.reset(seed=0)
+    assert obs["alive"].tolist() == [[1, 1, 1]] and obs["state"].tolist() == [[0, 3]]
+    obs, reward, terminated, _, info = envs.step(np.array([[1, 1, 1]]))
+    assert reward.tolist() == [[1, 1, 1]] and not info["agent_terminated"].any() and not terminated.any()
+    obs, reward, terminated, _, info = envs.step(np.array([[1, 0, 1]]))  # a0 terminates at step 2
+    assert info["agent_terminated"].tolist() == [[True, False, False]] and obs["alive"].tolist() == [[0, 1, 1]]
+    assert obs["obs"][0, 0].tolist() == [0, 2] and obs["state"].tolist() == [[2, 2]]  # a0's last observation
+    obs, reward, terminated, _, info = envs.step(np.array([[1, 1, 1]]))  # a0's action is not sent: it left
+    assert reward.tolist() == [[0, 1, 1]] and info["agent_terminated"].tolist() == [[False, True, False]]
+    assert obs["obs"][0, 0].tolist() == [0, 0] and obs["alive"].tolist() == [[0, 0, 1]]  # gone: zeros
+    obs, reward, terminated, truncated, info = envs.step(np.array([[1, 1, 1]]))  # a2, the last, at step 4
+    assert terminated.tolist() == [True] and not truncated.any() and reward.tolist() == [[0, 0, 1]]
+    assert info["final_obs"][0]["alive"].tolist() == [0, 0, 0] and obs["alive"].tolist() == [[1, 1, 1]]
+
+
+def test_a_row_cut_by_a_time_limit_is_truncated_not_terminated():
+    envs = ParallelEnvBatch([functools.partial(_Leaving, die=False)])
+    envs.reset(seed=0)
+    for _ in range(3):
+        _, _, terminated, truncated, info = envs.step(np.zeros((1, 3), np.int64))
+    assert truncated.tolist() == [True] and not terminated.any() and not info["agent_terminated"].any()
+
+
+def test_pettingzoo_masks_become_an_action_mask_key_per_agent():
+    envs = ParallelEnvBatch([functools.partial(_Leaving, masked=True)] * 2)
+    space = envs.single_observation_space
+    assert space["action_mask"].shape == (3, 2) and space["obs"].shape == (3, 2)
+    obs, _ = envs.reset(seed=0)
+    assert obs["action_mask"].tolist() == [[[0, 1]] * 3] * 2
+    obs, *_ = envs.step(np.ones((2, 3), np.int64))
+    assert obs["action_mask"][:, :, 0].tolist() == [[1, 1, 1]] * 2
+
+
+def test_agents_with_differing_spaces_are_refused_naming_each_group():
+    with pytest.raises(AgentSpaceError, match=r"env leaving_v0: its agents' observation spaces differ \(a0, a1: "
+                                              r"Box\(-10.0, 10.0, \(2,\), float32\); a2: Box\(-10.0, 10.0, \(3,\), "
+                                              r"float32\)\)"):
+        ParallelEnvBatch([functools.partial(_Leaving, odd_space=True)])
