@@ -101,7 +101,7 @@ class Finished(NamedTuple):
     """Episodes that ended, ordered by step and then env: each one's env, return and length in env steps."""
 
     envs: torch.Tensor     # int64
-    returns: torch.Tensor  # float64
+    returns: torch.Tensor  # float64; [episodes, agents] where each env holds several (data.parallel_envs)
     lengths: torch.Tensor  # int64
 
 
@@ -149,15 +149,18 @@ class _Tally:
             return
         ended = torch.stack([s.terminated for s in pending]).logical_or_(torch.stack([s.truncated for s in pending]))
         if self._return is None:
-            self._return = torch.zeros(reward.shape[1], dtype=torch.float64, device=reward.device)
+            self._return = torch.zeros(reward.shape[1:], dtype=torch.float64, device=reward.device)
             self._length = torch.zeros(reward.shape[1], dtype=torch.int64, device=reward.device)
         k = self._steps_column(len(pending), reward.device)                     # [K, 1]: 0, 1, ...
+        agents = reward.shape[2:]  # several agents per env (data.parallel_envs): a return per agent
         cum = reward.cumsum(0, dtype=torch.float64).add_(self._return)         # as if no episode had ended
         last_end = torch.where(ended, k, -1).cummax(0).values                  # the last end at or before step k
         prev_end = F.pad(last_end[:-1], (0, 0, 1, 0), value=-1)                # ... before step k (-1: none)
-        returns = cum - F.pad(cum, (0, 0, 1, 0)).gather(0, prev_end + 1)       # less what the episodes before had
+        start = (prev_end + 1).reshape(prev_end.shape + (1,) * len(agents)).expand(cum.shape)
+        padded = torch.cat([torch.zeros_like(cum[:1]), cum])                   # cum before step 0 is 0
+        returns = cum - padded.gather(0, start)                                # less what the episodes before had
         lengths = (k - prev_end).add_(self._length * (prev_end < 0))           # the carried length until an end
-        self._return = returns[-1].masked_fill(ended[-1], 0.0)
+        self._return = returns[-1].masked_fill(ended[-1].reshape(ended.shape[1:] + (1,) * len(agents)), 0.0)
         self._length = lengths[-1].masked_fill(ended[-1], 0)
         self._finished.append(Finished(ended.nonzero()[:, 1], returns[ended], lengths[ended]))
 

@@ -125,3 +125,24 @@ def test_agents_with_differing_spaces_are_refused_naming_each_group():
                                               r"Box\(-10.0, 10.0, \(2,\), float32\); a2: Box\(-10.0, 10.0, \(3,\), "
                                               r"float32\)\)"):
         ParallelEnvBatch([functools.partial(_Leaving, odd_space=True)])
+
+
+def test_the_env_loop_steps_the_batch_and_tallies_each_agent_s_return():
+    """The single-agent loop steps several agents per row as they are: a tree of ``[E, N, ...]`` observations,
+    ``[E, N]`` rewards, and each ended episode's return per agent (``Finished.returns`` ``[episodes, N]``)."""
+    import torch
+
+    from data.env_loop import EnvLoop
+
+    class Ones:
+        def forward(self, obs, **kwargs):
+            return {"action": torch.ones(obs["obs"].shape[:2], dtype=torch.int64)}
+
+    loop = EnvLoop(Ones(), ParallelEnvBatch([_Leaving, functools.partial(_Leaving, die=False)]), seed=0)
+    steps = list(loop.run(7))
+    assert steps[0].obs["obs"].shape == (2, 3, 2) and steps[0].reward.shape == (2, 3)
+    finished = loop.finished()
+    # env 0: agents live 2, 3, 4 steps (a reward of 1 a step each), episodes of 4 steps, one ended at step 4;
+    # env 1: every agent cut at 3 steps, episodes ended at steps 3 and 6
+    assert finished.envs.tolist() == [1, 0, 1] and finished.lengths.tolist() == [3, 4, 3]
+    assert finished.returns.tolist() == [[3, 3, 3], [2, 3, 4], [3, 3, 3]]
