@@ -30,7 +30,7 @@ setup(
         # pytest-xdist: the suite runs on every core (pytest.ini: -n auto, capped in tests/conftest.py)
         # imageio*, onnx*: baton eval --video and baton export --format onnx are tested, the exported file run
         # back through onnxruntime; optuna, wandb, mlflow: baton tune and the trackers are tested for real, offline
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "minigrid>=3.0",
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.0", "box2d>=2.3.10", "minigrid>=3.0", "mpe2>=1.1",
                  "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5", "imageio>=2.28", "imageio-ffmpeg>=0.4.9",
                  "onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17",
                  "optuna>=3.0", "wandb>=0.20", "mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10",
@@ -61,6 +61,8 @@ setup(
         "robotics": ["gymnasium-robotics>=1.4", "mujoco>=3.1,<3.4"],
         # MiniGrid (dizoo/minigrid): its image-and-direction dict observations
         "minigrid": ["minigrid>=3.0"],
+        # several agents (dizoo/pettingzoo, data.parallel_envs): PettingZoo's parallel API and its MPE tasks
+        "pettingzoo": ["pettingzoo>=1.24.3", "mpe2>=1.1"],
         # offline RL: datasets in Minari's format (HDF5 through h5py), read and written from a local root
         "offline": ["minari[hdf5]>=0.5"],
         # bench/peers.py: baton side by side with Stable-Baselines3 (rl-baselines3-zoo's settings) and
@@ -87,6 +89,7 @@ setup(
             "minigrid=dizoo.minigrid.envs",
             "taxi=dizoo.toy_text.envs",
             "camera_reach=dizoo.multisensor.envs",
+            "mpe=dizoo.pettingzoo.envs",
         ],
         "baton.config_sections": [
             "log=middleware.logger",

@@ -45,6 +45,7 @@ ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "humanoid": EnvFamilyRow("Humanoid-v5", "mujoco"),
     "invertedpendulum": EnvFamilyRow("InvertedPendulum-v5", "mujoco"),
     "lunarlander": EnvFamilyRow("LunarLander-v3", "box2d"),
+    "mpe": EnvFamilyRow("simple_spread_v3", "pettingzoo"),  # several agents; any mpe2 task by env.env_id
     "minigrid": EnvFamilyRow("any MiniGrid id, e.g. MiniGrid-DoorKey-5x5-v0 (its mission dropped)", "minigrid"),
     "pendulum": EnvFamilyRow("Pendulum-v1", None),
     "taxi": EnvFamilyRow("Taxi-v4", None),  # its legal-action mask in info: masked acting and targets

@@ -146,3 +146,18 @@ def test_the_env_loop_steps_the_batch_and_tallies_each_agent_s_return():
     # env 1: every agent cut at 3 steps, episodes ended at steps 3 and 6
     assert finished.envs.tolist() == [1, 0, 1] and finished.lengths.tolist() == [3, 4, 3]
     assert finished.returns.tolist() == [[3, 3, 3], [2, 3, 4], [3, 3, 3]]
+
+
+def test_the_mpe_env_type_makes_simple_spread_batches_at_the_mappo_settings():
+    from data.envs import make_vector_env
+    from dizoo.pettingzoo.envs import MPE
+
+    envs = make_vector_env(MPE, MPE.default_config(), 3, seed=0)
+    assert isinstance(envs, ParallelEnvBatch) and envs.num_envs == 3 and envs.num_agents == 3
+    assert envs.envs[0].unwrapped.max_cycles == 25 and envs.envs[0].unwrapped.local_ratio == 0.5
+    short = make_vector_env(MPE, dict(MPE.default_config(), max_episode_steps=4), 1, seed=0)
+    for _ in range(4):
+        *_, truncated, _ = short.step(np.zeros((1, 3), np.int64))
+    assert truncated.tolist() == [True]
+    with pytest.raises(ValueError, match="env.env_id='simple_sprad_v3' is not an mpe2 task"):
+        MPE.make(dict(MPE.default_config(), env_id="simple_sprad_v3"))
