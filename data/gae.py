@@ -22,7 +22,8 @@ __all__ = ["gae_advantages"]
 
 def gae_advantages(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, terminated: torch.Tensor,
                    truncated: torch.Tensor, gamma: float, lam: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Advantages and value targets, all tensors ``[T, E]``.
+    """Advantages and value targets, all tensors ``[T, E]``; with several agents per env row, ``reward``,
+    ``value`` and ``next_value`` ``[T, E, N]`` (each agent's stream) and the row's flags ``[T, E]``.
 
     Examples:
         >>> r = torch.tensor([[1.0], [1.0]]); v = torch.tensor([[0.5], [0.5]]); nv = torch.tensor([[0.5], [2.0]])
@@ -32,6 +33,9 @@ def gae_advantages(reward: torch.Tensor, value: torch.Tensor, next_value: torch.
         [3.5, 2.5]
     """
     reward, value, next_value = reward.float(), value.float(), next_value.float()
+    if terminated.dim() < reward.dim():  # an env row's flags over its agents (data.parallel_envs: [T, E] vs [T, E, N])
+        shape = terminated.shape + (1,) * (reward.dim() - terminated.dim())
+        terminated, truncated = terminated.reshape(shape), truncated.reshape(shape)
     not_terminated = (~terminated.bool()).float()
     not_done = (~(terminated.bool() | truncated.bool())).float()
     delta = reward + gamma * next_value * not_terminated - value

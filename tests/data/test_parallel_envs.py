@@ -161,3 +161,22 @@ def test_the_mpe_env_type_makes_simple_spread_batches_at_the_mappo_settings():
     assert truncated.tolist() == [True]
     with pytest.raises(ValueError, match="env.env_id='simple_sprad_v3' is not an mpe2 task"):
         MPE.make(dict(MPE.default_config(), env_id="simple_sprad_v3"))
+
+
+def test_gae_runs_each_agent_s_stream_with_its_row_s_episode_ends():
+    """Per agent, the advantages of ``[T, E, N]`` rewards and values are those of each agent's own ``[T, E]``
+    stream under the row's ``terminated``/``truncated``."""
+    import torch
+
+    from data.gae import gae_advantages
+
+    g = torch.Generator().manual_seed(0)
+    reward, value, next_value = (torch.randn(6, 2, 3, generator=g) for _ in range(3))
+    terminated = torch.tensor([[0, 0], [1, 0], [0, 0], [0, 1], [0, 0], [0, 0]], dtype=torch.bool)
+    truncated = torch.tensor([[0, 0], [0, 0], [0, 1], [0, 0], [0, 0], [0, 0]], dtype=torch.bool)
+    adv, ret = gae_advantages(reward, value, next_value, terminated, truncated, gamma=0.9, lam=0.8)
+    for n in range(3):
+        alone, alone_ret = gae_advantages(reward[..., n], value[..., n], next_value[..., n], terminated, truncated,
+                                          gamma=0.9, lam=0.8)
+        torch.testing.assert_close(adv[..., n], alone)
+        torch.testing.assert_close(ret[..., n], alone_ret)
