@@ -102,6 +102,8 @@ setup(
             "dqn=policies.dqn",
             "rainbow=policies.rainbow",
             "ppo=policies.ppo",
+            "mappo=policies.mappo",
+            "ippo=policies.mappo",
             "a2c=policies.a2c",
             "ppo_lstm=policies.ppo_lstm",
             "sac=policies.sac",

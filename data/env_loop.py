@@ -98,11 +98,14 @@ class EnvStep(NamedTuple):
 
 
 class Finished(NamedTuple):
-    """Episodes that ended, ordered by step and then env: each one's env, return and length in env steps."""
+    """Episodes that ended, ordered by step and then env: each one's env, return and length in env steps. Where
+    each env holds several agents (``data.parallel_envs``), ``returns`` is the mean of the agents' returns (the
+    field's per-agent unit) and ``agent_returns`` each agent's, ``[episodes, agents]``."""
 
     envs: torch.Tensor     # int64
-    returns: torch.Tensor  # float64; [episodes, agents] where each env holds several (data.parallel_envs)
+    returns: torch.Tensor  # float64
     lengths: torch.Tensor  # int64
+    agent_returns: Optional[torch.Tensor] = None  # float64 [episodes, agents]; None: one agent per env
 
 
 class _Tally:
@@ -135,7 +138,7 @@ class _Tally:
         if not parts:
             empty = torch.empty(0, dtype=torch.int64)
             return Finished(empty, empty.double(), empty)
-        return Finished(*(torch.cat(field) for field in zip(*parts)))
+        return Finished(*(None if field[0] is None else torch.cat(field) for field in zip(*parts)))
 
     def _settle(self) -> None:
         """Returns and lengths at every pending step, by cumulative sums that restart after each episode end."""
@@ -162,7 +165,12 @@ class _Tally:
         lengths = (k - prev_end).add_(self._length * (prev_end < 0))           # the carried length until an end
         self._return = returns[-1].masked_fill(ended[-1].reshape(ended.shape[1:] + (1,) * len(agents)), 0.0)
         self._length = lengths[-1].masked_fill(ended[-1], 0)
-        self._finished.append(Finished(ended.nonzero()[:, 1], returns[ended], lengths[ended]))
+        ended_returns = returns[ended]
+        if agents:
+            self._finished.append(Finished(ended.nonzero()[:, 1], ended_returns.flatten(1).mean(1), lengths[ended],
+                                           ended_returns))
+        else:
+            self._finished.append(Finished(ended.nonzero()[:, 1], ended_returns, lengths[ended]))
 
     def _steps_column(self, steps: int, device: torch.device) -> torch.Tensor:
         key = (steps, device)

@@ -53,7 +53,7 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
         memory = {"state": rows(traj.next_state)} if "next_state" in traj else {}
         next_value = policy.value(rows(traj.next_obs), **memory)
         reward = traj.reward if reward_scale is None else reward_scale(traj.reward, traj.terminated | traj.truncated)
-        traj.adv, traj.returns = gae_advantages(reward, traj.value, next_value.reshape(steps, envs),
+        traj.adv, traj.returns = gae_advantages(reward, traj.value, next_value.reshape(traj.value.shape),
                                                 traj.terminated, traj.truncated, gamma, lam)
         if seq_len is None:
             ctx.trajectories = traj.flatten(0, 1)

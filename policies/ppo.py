@@ -174,15 +174,7 @@ class PPOPolicy(Policy):
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         params = self.params
-        obs_shape, action_dim, self.continuous = space_dims(observation_space, action_space, params.type or "ppo",
-                                                            images=True, structured=True)
-        self._structured = obs_shape is None  # Dict/Tuple observations: trees, encoded key by key
-        self._image = not self._structured and len(obs_shape) == 3
-        self._masked = observation_has_mask(observation_space, action_space, self.algo)
-        model_cfg = cfg["model"]
-        model_observation(model_cfg, observation_space, obs_shape, self.algo)
-        resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
-        model_obs = observation_space if self._structured else obs_shape
+        model_obs, action_dim = self._model_input(cfg["model"], observation_space, action_space)
         self.model = self.placement.build(lambda: self._make_model(model_obs, action_dim))
         learn = params.learn
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self.algo,
@@ -206,6 +198,19 @@ class PPOPolicy(Policy):
         if params.reward_norm:
             self.normalisation.reward_norm = RunningObsNorm((), params.reward_norm_clip,
                                                             name="policy.reward_norm_clip").to(self.device)
+
+    def _model_input(self, model_cfg: Any, observation_space: gym.Space, action_space: gym.Space) -> tuple:
+        """``(what the model is built for, action_dim)``: a Box observation's shape or a Dict/Tuple space, with
+        ``continuous``, ``_structured``, ``_image`` and ``_masked`` set and ``policy.model``'s shapes filled or
+        checked (``policies.mappo``: the agents' spaces)."""
+        obs_shape, action_dim, self.continuous = space_dims(observation_space, action_space,
+                                                            self.params.type or "ppo", images=True, structured=True)
+        self._structured = obs_shape is None  # Dict/Tuple observations: trees, encoded key by key
+        self._image = not self._structured and len(obs_shape) == 3
+        self._masked = observation_has_mask(observation_space, action_space, self.algo)
+        model_observation(model_cfg, observation_space, obs_shape, self.algo)
+        resolve_shape(model_cfg, "action_shape", action_dim, self.algo, f"action space {action_space}")
+        return (observation_space if self._structured else obs_shape), action_dim
 
     def _make_model(self, obs: Union[tuple, gym.Space], action_dim: int) -> torch.nn.Module:
         """The actor-critic of ``policy.model`` (a recurrent one for ``ppo_lstm``) for ``obs``: a Box

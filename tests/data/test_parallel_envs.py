@@ -129,7 +129,8 @@ def test_agents_with_differing_spaces_are_refused_naming_each_group():
 
 def test_the_env_loop_steps_the_batch_and_tallies_each_agent_s_return():
     """The single-agent loop steps several agents per row as they are: a tree of ``[E, N, ...]`` observations,
-    ``[E, N]`` rewards, and each ended episode's return per agent (``Finished.returns`` ``[episodes, N]``)."""
+    ``[E, N]`` rewards, and each ended episode's return per agent (``Finished.agent_returns`` ``[episodes, N]``;
+    ``returns``: their mean)."""
     import torch
 
     from data.env_loop import EnvLoop
@@ -145,7 +146,8 @@ def test_the_env_loop_steps_the_batch_and_tallies_each_agent_s_return():
     # env 0: agents live 2, 3, 4 steps (a reward of 1 a step each), episodes of 4 steps, one ended at step 4;
     # env 1: every agent cut at 3 steps, episodes ended at steps 3 and 6
     assert finished.envs.tolist() == [1, 0, 1] and finished.lengths.tolist() == [3, 4, 3]
-    assert finished.returns.tolist() == [[3, 3, 3], [2, 3, 4], [3, 3, 3]]
+    assert finished.agent_returns.tolist() == [[3, 3, 3], [2, 3, 4], [3, 3, 3]]
+    assert finished.returns.tolist() == [3, 3, 3]  # the mean over agents
 
 
 def test_the_mpe_env_type_makes_simple_spread_batches_at_the_mappo_settings():

@@ -1,0 +1,157 @@
+"""MAPPO and IPPO: PPO for the agents of one env (``data.parallel_envs``), one actor shared by every agent.
+
+The env gives each row every agent (``obs`` ``[B, N, D]``, ``alive`` ``[B, N]``, the global ``state`` ``[B, S]``,
+an ``action_mask`` ``[B, N, A]`` where the agents have one); the policy acts ``[B, N]`` and keeps a log-prob
+and a value per agent. Everything else is PPO's (``policies.ppo``): GAE runs each agent's stream under its row's
+episode ends (``data.gae``), the minibatches are of env rows with all their agents, the loss is PPO's over every
+agent of the minibatch, and advantages are normalised over all of them (across DDP ranks too).
+
+- **IPPO** (``policy.type='ippo'``): the critic sees the agent's own observation (de Witt et al., 2020).
+- **MAPPO** (``policy.type='mappo'``): the critic sees the env's global state (Yu et al., 2022: mpe2's
+  ``state()``, every agent's observation joined), a centralised value for decentralised actors.
+
+Both share the actor (and the critic) over agents, with the agent's index one-hot beside its input
+(``policy.model.agent_id``), so that shared parameters can still act differently per agent. Discrete actions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from data.parallel_envs import ALIVE_KEY, MASK_KEY, OBS_KEY, STATE_KEY
+from engine.params import Params, param, section
+from engine.registry import POLICY_REGISTRY
+
+from .models import _orthogonal, mlp
+from .ppo import PPOParams, PPOPolicy
+from .spaces import SpaceMismatchError
+
+__all__ = ["MAPPOPolicy", "IPPOPolicy", "AgentsActorCritic", "MAPPOParams"]
+
+
+@dataclass
+class MAPPOModelParams(Params):
+    """The shared actor and critic of MAPPO and IPPO (``AgentsActorCritic``)."""
+
+    actor_head_hidden_size_list: List[int] = param([64, 64])
+    """The actor MLP's layer widths (tanh), one network for every agent."""
+    critic_head_hidden_size_list: List[int] = param([64, 64])
+    """The critic MLP's layer widths (tanh): on the global state (MAPPO) or the agent's observation (IPPO)."""
+    agent_id: bool = param(True)
+    """Append the agent's index, one-hot, to the actor's and the critic's input."""
+
+
+@dataclass
+class MAPPOParams(PPOParams):
+    """MAPPO's and IPPO's ``policy`` section: PPO's, with the agents' model."""
+
+    model: MAPPOModelParams = section(MAPPOModelParams)
+    """The shared actor-critic."""
+
+
+class AgentsActorCritic(nn.Module):
+    """One actor and one critic for ``num_agents`` agents: ``forward(obs)`` gives logits ``[B, N, A]`` and values
+    ``[B, N]`` for a row's tree (module docstring); ``state_dim`` None: the critic reads each agent's own
+    observation (IPPO), else the global state (MAPPO).
+
+    Examples:
+        >>> net = AgentsActorCritic(18, 54, 3, 5, [64], [64])
+        >>> logits, value = net({"obs": torch.zeros(4, 3, 18), "state": torch.zeros(4, 54)})
+        >>> logits.shape, value.shape
+        (torch.Size([4, 3, 5]), torch.Size([4, 3]))
+    """
+
+    def __init__(self, obs_dim: int, state_dim: Optional[int], num_agents: int, action_dim: int,
+                 actor_hidden: List[int], critic_hidden: List[int], agent_id: bool = True) -> None:
+        super().__init__()
+        self.num_agents, self.agent_id, self.centralised = num_agents, agent_id, state_dim is not None
+        ids = num_agents if agent_id else 0
+        self.actor = mlp(obs_dim + ids, actor_hidden, nn.Tanh)
+        self.critic = mlp((state_dim if self.centralised else obs_dim) + ids, critic_hidden, nn.Tanh)
+        for layer in list(self.actor) + list(self.critic):
+            if isinstance(layer, nn.Linear):
+                _orthogonal(layer, 2 ** 0.5)
+        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1] if actor_hidden else obs_dim + ids, action_dim), 0.01)
+        critic_in = critic_hidden[-1] if critic_hidden else (state_dim if self.centralised else obs_dim) + ids
+        self.critic_head = _orthogonal(nn.Linear(critic_in, 1), 1.0)
+
+    def _with_ids(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[..., N, F]`` with each agent's one-hot index appended (``agent_id``)."""
+        if not self.agent_id:
+            return x
+        ids = torch.eye(self.num_agents, dtype=x.dtype, device=x.device).expand(*x.shape[:-1], self.num_agents)
+        return torch.cat([x, ids], dim=-1)
+
+    def actor_out(self, obs: Any) -> torch.Tensor:
+        """The logits ``[..., N, A]``."""
+        return self.actor_head(self.actor(self._with_ids(obs[OBS_KEY].float()))).float()
+
+    def value(self, obs: Any) -> torch.Tensor:
+        """Each agent's value ``[..., N]``."""
+        own = obs[OBS_KEY].float()
+        if self.centralised:
+            state = obs[STATE_KEY].float()
+            critic_in = state.unsqueeze(-2).expand(*own.shape[:-1], state.shape[-1])
+        else:
+            critic_in = own
+        return self.critic_head(self.critic(self._with_ids(critic_in))).squeeze(-1).float()
+
+    def forward(self, obs: Any):
+        return self.actor_out(obs), self.value(obs)
+
+
+@POLICY_REGISTRY.register("mappo")
+class MAPPOPolicy(PPOPolicy):
+    """MAPPO: shared actor, centralised critic on the global state (``create_config.policy.type='mappo'``)."""
+
+    action_spaces = ("discrete",)
+    algo = "MAPPO"
+    supports_obs_norm = False
+    centralised = True
+    Params = MAPPOParams
+    params: MAPPOParams
+
+    def _model_input(self, model_cfg: Any, observation_space: gym.Space, action_space: gym.Space) -> tuple:
+        """The agents' spaces: a ``data.parallel_envs`` row (``obs`` ``[N, D]``, ``alive``, and ``state`` for a
+        centralised critic) and the agents' shared ``Discrete`` actions (a ``MultiDiscrete`` of equal sizes)."""
+        spaces = getattr(observation_space, "spaces", None) or {}
+        name = self.params.type or self.algo.lower()
+        if not isinstance(observation_space, gym.spaces.Dict) or OBS_KEY not in spaces or ALIVE_KEY not in spaces:
+            raise SpaceMismatchError(f"policy {name!r} trains the agents of a multi-agent env (an env type that "
+                                     f"batches them, e.g. 'mpe': observations with {OBS_KEY!r} and {ALIVE_KEY!r} "
+                                     f"keys), got the observation space {observation_space}")
+        if self.centralised and STATE_KEY not in spaces:
+            raise SpaceMismatchError(f"policy {name!r}: its critic reads the env's global state, and this env has "
+                                     f"no state() (observation keys {sorted(spaces)}); use policy 'ippo', whose "
+                                     f"critic reads each agent's observation")
+        nvec = getattr(action_space, "nvec", None)
+        if not isinstance(action_space, gym.spaces.MultiDiscrete) or len(set(nvec.tolist())) != 1:
+            raise SpaceMismatchError(f"policy {name!r} takes agents with one Discrete action space each, got "
+                                     f"{action_space}")
+        agent_obs = spaces[OBS_KEY]
+        if len(agent_obs.shape) != 2:
+            raise SpaceMismatchError(f"policy {name!r} takes a flat observation per agent, got {agent_obs} for "
+                                     f"{agent_obs.shape[0]} agents")
+        self.continuous, self._structured, self._image = False, True, False
+        self._masked = MASK_KEY in spaces
+        self._num_agents, self._obs_dim = int(agent_obs.shape[0]), int(agent_obs.shape[1])
+        self._state_dim = int(spaces[STATE_KEY].shape[0]) if self.centralised else None
+        return observation_space, int(nvec[0])
+
+    def _make_model(self, obs: Any, action_dim: int) -> nn.Module:
+        model = self.params.model
+        return AgentsActorCritic(self._obs_dim, self._state_dim, self._num_agents, action_dim,
+                                 model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
+                                 model.agent_id)
+
+
+@POLICY_REGISTRY.register("ippo")
+class IPPOPolicy(MAPPOPolicy):
+    """IPPO: shared actor, each agent's critic on its own observation (``create_config.policy.type='ippo'``)."""
+
+    algo = "IPPO"
+    centralised = False
