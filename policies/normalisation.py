@@ -92,6 +92,8 @@ class Normalisation:
             running = torch.zeros(shape, dtype=torch.float64, device=reward.device)
         returns = torch.empty(reward.shape, dtype=torch.float64, device=reward.device)
         not_done = ~done.bool()
+        if not_done.dim() < reward.dim():  # a row's episode ends over its agents ([T, E] against [T, E, N])
+            not_done = not_done.reshape(not_done.shape + (1,) * (reward.dim() - not_done.dim()))
         for t in range(len(reward)):
             running = running * gamma + reward[t]
             returns[t] = running
