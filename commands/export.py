@@ -44,6 +44,7 @@ import torch
 
 from engine.fileio import DiskFullError, atomic_write_path
 from pipelines.stages import env_label, env_params
+from data.obs import space_leaves
 from policies.greedy import NotExportableError
 from policies.masks import ACTION_MASK_KEY
 
@@ -86,23 +87,12 @@ def observation_inputs(observation_space: gym.Space) -> List[Tuple[Tuple[str, ..
     ``action_mask`` last; a leaf no tensor holds is a ``NotExportableError``."""
     if isinstance(observation_space, gym.spaces.Box):
         return [((), observation_space)]
-    found: List[Tuple[Tuple[str, ...], gym.Space]] = []
-
-    def walk(space: gym.Space, path: Tuple[str, ...]) -> None:
-        if isinstance(space, gym.spaces.Dict):
-            for key, sub in space.spaces.items():
-                walk(sub, path + (str(key),))
-        elif isinstance(space, gym.spaces.Tuple):
-            for i, sub in enumerate(space.spaces):
-                walk(sub, path + (str(i),))
-        elif isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
-                                gym.spaces.MultiBinary)):
-            found.append((path, space))
-        else:
-            raise NotExportableError(f"observation key {'.'.join(path) or '(the observation)'} is a "
-                                     f"{type(space).__name__} space, which no exported input can hold")
-
-    walk(observation_space, ())
+    found = list(space_leaves(observation_space))
+    for path, space in found:
+        if not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                                  gym.spaces.MultiBinary)):
+            raise NotExportableError(f"observation key {'.'.join(path)} is a {type(space).__name__} space, which "
+                                     f"no exported input can hold")
     return sorted(found, key=lambda item: item[0] == (ACTION_MASK_KEY,))  # stable: the mask last
 
 

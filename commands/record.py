@@ -34,7 +34,7 @@ from engine.config import compile_config
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from pipelines.stages import env_params
 from middleware.checkpoint import CheckpointError, check_policy_type, load_checkpoint
-from policies.masks import action_mask
+from policies.masks import action_mask, random_legal
 
 __all__ = ["record_dataset", "EpsGreedy"]
 
@@ -84,9 +84,8 @@ class EpsGreedy:
         none legal: among all, as ``policies.masks`` treats it)."""
         if mask is None:
             return self._rng.integers(0, int(self._space.n), rows)
-        legal = mask.numpy(force=True)
-        legal = legal | ~legal.any(axis=1, keepdims=True)
-        return np.array([self._rng.choice(np.flatnonzero(row)) for row in legal])
+        u = torch.from_numpy(self._rng.random(rows))  # this recorder's draws, as policies.masks takes them
+        return random_legal(u, mask.cpu()).numpy()
 
 
 def record_dataset(input_cfg: Tuple[Mapping[str, Any], Mapping[str, Any]], ckpt: str, episodes: int, dataset: str,

@@ -37,8 +37,9 @@ Examples:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -46,7 +47,7 @@ from .batch import TreeValue, create_storage, flatten, mapping, ttorch  # treeva
 
 __all__ = ["Obs", "to_tensor", "index_rows", "replace_rows", "stack", "cat", "to_device", "all_finite", "cat_numpy",
            "is_tree", "leaves", "map_leaves", "first_leaf", "num_rows", "nbytes", "to_plain", "from_plain",
-           "space_nbytes"]
+           "space_nbytes", "space_children", "space_leaves"]
 
 #: an observation: a tensor, or a tree of tensors (``treetensor.torch.Tensor``)
 Obs = Union[torch.Tensor, "ttorch.Tensor"]
@@ -140,6 +141,28 @@ def space_nbytes(space: Any) -> int:
     if shape is None or dtype is None:
         return 0
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def space_children(space: Any) -> List[Tuple[str, Any]]:
+    """A ``Dict``'s keys or a ``Tuple``'s items ("0", "1", ...: the keys of its tree) with their spaces, in the
+    space's own order."""
+    if isinstance(space, gym.spaces.Dict):
+        return [(str(key), sub) for key, sub in space.spaces.items()]
+    return [(str(i), sub) for i, sub in enumerate(space.spaces)]
+
+
+def space_leaves(space: Any, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], Any]]:
+    """Every leaf space of a ``Dict``/``Tuple`` space (nested too) with its key path, depth first in the space's
+    order (the paths of its observations' trees); ``((), space)`` for any other space."""
+    if not _is_structured_space(space):
+        yield path, space
+        return
+    for key, sub in space_children(space):
+        yield from space_leaves(sub, path + (key,))
+
+
+def _is_structured_space(space: Any) -> bool:
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
 
 
 # ---- the loop's operations ---------------------------------------------------------------------------------

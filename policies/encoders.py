@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from data.batch import ttorch
+from data.obs import space_children
 from engine.config import ConfigError
 
 from .masks import ACTION_MASK_KEY  # the top-level key of the legal-action mask: never encoded
@@ -77,18 +78,10 @@ def _config_key(path: Sequence[str]) -> str:
     return ".".join((CONFIG_PATH,) + tuple(path))
 
 
-def _children(space: gym.Space) -> List[Tuple[str, gym.Space]]:
-    """A Dict's or Tuple's keys and spaces, in the space's own order (a Tuple's keys "0", "1", ..., as its
-    observations are keyed in a tree)."""
-    if isinstance(space, gym.spaces.Dict):
-        return [(str(key), sub) for key, sub in space.spaces.items()]
-    return [(str(i), sub) for i, sub in enumerate(space.spaces)]
-
-
 def _leaves(space: gym.Space, path: KeyPath = ()) -> Iterator[Tuple[KeyPath, gym.Space]]:
     """Every leaf space under ``space`` with its key path, depth first in the space's order: the fixed order in
     which features are concatenated. The top-level ``action_mask`` is left out (module docstring)."""
-    for key, sub in _children(space):
+    for key, sub in space_children(space):
         if not path and key == ACTION_MASK_KEY:
             continue
         if is_structured(sub):
@@ -99,7 +92,7 @@ def _leaves(space: gym.Space, path: KeyPath = ()) -> Iterator[Tuple[KeyPath, gym
 
 def _space_at(space: gym.Space, path: KeyPath) -> gym.Space:
     for key in path:
-        space = dict(_children(space))[key]
+        space = dict(space_children(space))[key]
     return space
 
 
@@ -144,7 +137,7 @@ def _settings(space: gym.Space, encoders: Optional[Mapping[str, Any]]) -> Dict[K
 
 def _collect_settings(space: gym.Space, given: Mapping[str, Any], path: KeyPath,
                       found: Dict[KeyPath, EncoderParams]) -> None:
-    children = dict(_children(space))
+    children = dict(space_children(space))
     for key, value in given.items():
         key = str(key)
         here = path + (key,)
@@ -157,9 +150,10 @@ def _collect_settings(space: gym.Space, given: Mapping[str, Any], path: KeyPath,
         sub = children[key]
         if is_structured(sub):
             if not isinstance(value, Mapping):
+                first = space_children(sub)[0][0] if space_children(sub) else "key"
                 raise ValueError(f"{_config_key(here)}: {key_label(here)} is a {type(sub).__name__} space, so its "
-                                 f"encoders are set per key inside it, e.g. {_config_key(here)}."
-                                 f"{_children(sub)[0][0] if _children(sub) else 'key'}.type=mlp; got {value!r}")
+                                 f"encoders are set per key inside it, e.g. {_config_key(here)}.{first}.type=mlp; "
+                                 f"got {value!r}")
             _collect_settings(sub, value, here, found)
         elif isinstance(value, EncoderParams):
             found[here] = value

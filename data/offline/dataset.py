@@ -54,7 +54,7 @@ import torch
 from engine.params import Params, param
 from engine.registry import CONFIG_SECTIONS
 
-from ..obs import Obs, cat_numpy, leaves, map_leaves, num_rows, to_tensor
+from ..obs import Obs, cat_numpy, leaves, map_leaves, num_rows, space_children, space_leaves, to_tensor
 from .shard import SPLITS
 
 logger = logging.getLogger(__name__)
@@ -272,7 +272,7 @@ class OfflineDataset:
         its dtype (``transitions``)."""
         if isinstance(observations, np.ndarray):
             return torch.from_numpy(np.ascontiguousarray(observations[rows], dtype=np.float32))
-        spaces = dict(_leaf_spaces(self.observation_space))
+        spaces = dict(space_leaves(self.observation_space))
         return to_tensor(map_leaves(lambda leaf, path: _leaf_rows(leaf, rows, spaces.get(path)), observations,
                                     with_path=True))
 
@@ -423,7 +423,7 @@ def _as_space(value: Any, space: gym.Space, path: Tuple[str, ...] = ()) -> Obser
         DatasetError: a key the space has and the observation lacks, or the reverse, naming the key path.
     """
     if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-        children = _children(space)
+        children = space_children(space)
         if isinstance(space, gym.spaces.Tuple) and isinstance(value, (tuple, list)):
             value = {str(i): v for i, v in enumerate(value)}
         have = sorted(map(str, value)) if isinstance(value, Mapping) else None
@@ -442,22 +442,6 @@ def _as_space(value: Any, space: gym.Space, path: Tuple[str, ...] = ()) -> Obser
     return np.asarray(value)
 
 
-def _children(space: gym.Space) -> List[Tuple[str, gym.Space]]:
-    """A Dict's keys or a Tuple's items ("0", "1", ...: the keys of its tree) with their spaces."""
-    if isinstance(space, gym.spaces.Dict):
-        return [(str(key), sub) for key, sub in space.spaces.items()]
-    return [(str(i), sub) for i, sub in enumerate(space.spaces)]
-
-
-def _leaf_spaces(space: gym.Space, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], gym.Space]]:
-    """Every leaf space of ``space`` with its key path (the paths of its observations' trees)."""
-    if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-        yield path, space
-        return
-    for key, sub in _children(space):
-        yield from _leaf_spaces(sub, path + (key,))
-
-
 #: leaf spaces whose observations are arrays of a fixed shape, which a dataset stores as rows
 _STORABLE = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
@@ -469,7 +453,7 @@ def check_storable(observation_space: gym.Space, where: str) -> None:
     Raises:
         DatasetError: naming the first such leaf.
     """
-    for path, space in _leaf_spaces(observation_space):
+    for path, space in space_leaves(observation_space):
         if not isinstance(space, _STORABLE):
             raise DatasetError(
                 f"{where}: {_label(path)} is a {type(space).__name__} space, whose observations have no fixed shape, "
@@ -482,7 +466,7 @@ def _space_difference(a: gym.Space, b: gym.Space, path: Tuple[str, ...] = ()) ->
     for the whole space, or the key path that differs, with both of its spaces."""
     if isinstance(a, gym.spaces.Dict) and isinstance(b, gym.spaces.Dict) or (
             isinstance(a, gym.spaces.Tuple) and isinstance(b, gym.spaces.Tuple)):
-        ours, theirs = dict(_children(a)), dict(_children(b))
+        ours, theirs = dict(space_children(a)), dict(space_children(b))
         if set(ours) != set(theirs):
             return f"{_label(path)} has keys {sorted(ours)} in the dataset, {sorted(theirs)} in the env"
         for key in ours:
