@@ -55,6 +55,9 @@ class ManagerParams(Params):
     """async: observations come back through shared memory rather than pipes."""
     context: Optional[str] = param(None)
     """async: the multiprocessing start method ("fork", "spawn", "forkserver"); None: gymnasium's."""
+    workers: Optional[int] = param(None, rule="at_least_one")
+    """async, for an env type that batches several envs in each process (``mpe``: ``data.parallel_env_workers``):
+    the worker processes its envs are split over; None: one per usable core, at most one per env."""
     overlap: bool = param(False)
     """The collector's envs in 2 groups, one stepping while the policy acts on the other (``data.env_groups``;
     pays off where the policy's forward is not cheap next to the env step, e.g. Atari)."""
@@ -360,8 +363,9 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
             ``i`` still seeded ``seed + i``), which a collector steps overlapped with its policy's forward;
             default 2 for training envs when ``env_cfg.manager.overlap`` is set, else 1 (one vector env).
 
-    An env type with a ``make_vector(env_cfg, num_envs, seed, training)`` method builds its own vector env
-    (e.g. ale_py's threaded ``AtariVectorEnv``); it must use SAME_STEP autoreset.
+    An env type with a ``make_vector(env_cfg, num_envs, seed, training, manager)`` method builds its own vector
+    env (e.g. ale_py's threaded ``AtariVectorEnv``, mpe's ``ParallelEnvBatch``), given the manager type it may
+    follow or not; it must use SAME_STEP autoreset.
     """
     settings = env_settings(env_type, env_cfg)
     if groups is None:
@@ -372,10 +376,14 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
                          f"set env.manager.overlap=False")
     if groups > 1:
         return _make_env_groups(env_type, env_cfg, num_envs, seed, manager, training, groups)
-    if hasattr(env_type, "make_vector"):
-        return env_type.make_vector(env_cfg, num_envs, seed, training)
-    check_env_id(settings.env_id)
     kind = manager or settings.manager.type
+    if hasattr(env_type, "make_vector"):
+        return env_type.make_vector(env_cfg, num_envs, seed, training, manager=kind)
+    if settings.manager.workers is not None:
+        raise ConfigError(f"env.manager.workers={settings.manager.workers} applies to env types that batch several "
+                          f"envs in each worker process (mpe); env type {settings.type or env_type!r} with "
+                          f"env.manager.type='async' runs one process per env: leave env.manager.workers unset")
+    check_env_id(settings.env_id)
     env_fns = [lambda: env_type.make(env_cfg) for _ in range(num_envs)]
     if kind in ("sync", "base"):
         venv = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)

@@ -230,7 +230,8 @@ class TorchEnvType:
         twin = dict(env_cfg, env_id=self.gym_twin) if self.gym_twin is not None else env_cfg
         return highest_return(twin, self.best_step_reward, self.best_return)
 
-    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True) -> Any:
+    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True,
+                    manager: str = "sync") -> Any:
         """The collector's envs on ``env.device`` (reset with ``seed``); for evaluation (``training=False``)
         the gymnasium twin's vector env, or the same dynamics on the CPU.
 

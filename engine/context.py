@@ -185,7 +185,9 @@ class OnlineRLContext(Context):
     ``train_output`` (learner statistics: loss, q value, ...), ``collect_kwargs`` (arguments for the
     collect policy, e.g. ``eps``), ``collect_stats`` (this rank's collector counts of the iteration:
     samples, env_steps, episodes, duration), ``episode_returns`` (returns of training episodes finished
-    now), ``learner_ready`` (whether this rank's learner had enough data this iteration),
+    now; in a multi-agent env each is the mean of its agents'), ``agent_episode_returns`` (the same episodes'
+    returns per agent, ``[episodes][agents]`` in the env's agent order; None where each env holds one agent),
+    ``learner_ready`` (whether this rank's learner had enough data this iteration),
     ``checkpoints_saved`` (the checkpoint files rank 0 wrote this iteration: under DDP every rank then
     writes its replay shard and RNG state beside them).
     """
@@ -208,6 +210,7 @@ class OnlineRLContext(Context):
     collect_kwargs: Dict[str, Any] = per_step(default_factory=dict)
     collect_stats: Optional[Dict[str, float]] = per_step(None)
     episode_returns: Optional[List[float]] = per_step(None)
+    agent_episode_returns: Optional[List[List[float]]] = per_step(None)
     learner_ready: Optional[bool] = per_step(None)
     checkpoints_saved: Optional[List[str]] = per_step(None, sync=Sync.RANK0)
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from data.batch import make_batch
-from data.env_loop import EnvLoop
+from data.env_loop import EnvLoop, Finished
 from data.nstep import NStepBuilder, collect_bytes
 from data.obs import all_finite, cat, index_rows, leaves, space_nbytes, stack
 from engine.config import ConfigError
@@ -81,30 +81,35 @@ def _check_finite_obs(obs: Any, next_obs: Any, reward: torch.Tensor, env_id: Opt
                       key=f" {list(path)}" if path else "")
 
 
-def record_counts(ctx: OnlineRLContext, env_steps: int, samples: int, returns: List[float], start: float) -> None:
+def record_counts(ctx: OnlineRLContext, env_steps: int, samples: int, returns: List[float], start: float,
+                  agent_returns: Optional[List[List[float]]] = None) -> None:
     """What every collector adds to the context after a call that began at ``start`` (``time.perf_counter``):
-    the env steps, the finished episodes and their returns, the seconds it took (summed over ranks under DDP:
-    the logger's global collection speed), and this call's ``collect_stats``."""
+    the env steps, the finished episodes and their returns (and each agent's, ``agent_returns``, in a
+    multi-agent env), the seconds it took (summed over ranks under DDP: the logger's global collection speed),
+    and this call's ``collect_stats``."""
     ctx.env_step += env_steps
     ctx.env_episode += len(returns)
     ctx.episode_return_total += float(sum(returns))
     ctx.episode_returns = returns
+    ctx.agent_episode_returns = agent_returns
     duration = time.perf_counter() - start
     ctx.collect_time_total += duration
     ctx.collect_stats = {"samples": samples, "env_steps": env_steps, "episodes": len(returns), "duration": duration}
 
 
 def record_chunk(ctx: OnlineRLContext, chunk: Dict[str, Any], nstep: Optional[NStepBuilder], env_steps: int,
-                 returns: List[float], start: float) -> None:
+                 finished: Finished, start: float) -> None:
     """A step collector's ``[T, E]`` chunk into ``ctx.trajectories``: as it is (``nstep`` None: the on-policy,
-    time-major mode), or through the n-step builder (off-policy); then ``record_counts``."""
+    time-major mode), or through the n-step builder (off-policy); then ``record_counts`` with the episodes that
+    ``finished`` in it."""
     if nstep is None:
         transitions, samples = chunk, env_steps
     else:
         transitions = nstep.push(chunk)
         samples = len(transitions.get("reward", ()))
     ctx.trajectories = make_batch(transitions) if transitions else None
-    record_counts(ctx, env_steps, samples, returns, start)
+    agent_returns = None if finished.agent_returns is None else finished.agent_returns.tolist()
+    record_counts(ctx, env_steps, samples, finished.returns.tolist(), start, agent_returns)
 
 
 class _EnvLoopOwner:
@@ -186,11 +191,11 @@ class StepCollector(_EnvLoopOwner):
         chunk = {"obs": stack(obs), "action": policy_out.pop("action"), "reward": reward_t.float(),
                  "next_obs": stack(next_obs), "terminated": torch.stack(terminated),
                  "truncated": torch.stack(truncated), **policy_out}
-        returns = self._loop.finished().returns
+        finished = self._loop.finished()
         if not bool(all_finite(chunk["obs"]) & all_finite(chunk["next_obs"]) & all_finite(chunk["reward"])):
             _check_finite_obs(chunk["obs"], chunk["next_obs"], chunk["reward"], self._env_id, ctx.env_step)
         # 3. n-step transitions or the time-major chunk, and the counters
-        record_chunk(ctx, chunk, self._nstep, steps * envs, returns.tolist(), start)
+        record_chunk(ctx, chunk, self._nstep, steps * envs, finished, start)
 
 
 def _check_collect_memory(env: Any, num_envs: int, n_sample: int, nstep: int) -> None:

@@ -26,7 +26,8 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
                       should_stop: Optional[Callable[[], bool]] = None) -> Dict[str, Any]:
     """Reset ``loop``'s envs with ``seed`` and run ``n_episode`` episodes; returns returns and lengths, and
     ``successes``: whether each episode met its goal, for the episodes whose env said (``info["is_success"]``,
-    ``EnvStep.success``; absent where none did).
+    ``EnvStep.success``; absent where none did), and ``agent_returns``: each episode's return per agent,
+    where each env holds several (``data.parallel_envs``; ``returns`` holds their means).
 
     The episodes are split evenly over the envs before starting (env i runs its own quota), so short
     episodes cannot crowd out long ones and bias the mean.
@@ -41,6 +42,7 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
     returns: List[float] = []
     lengths: List[int] = []
     successes: List[bool] = []
+    agent_returns: List[List[float]] = []  # several agents per env: each one's return per episode
     loop.reset(seed)
     while (done_count < quota).any():
         if should_stop is not None and should_stop():
@@ -50,17 +52,22 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
             continue
         finished = loop.finished()  # this step's ends: every earlier step's were taken when they happened
         success = step.success.tolist() if step.success is not None else None
-        for i, episode_return, length in zip(finished.envs.tolist(), finished.returns.tolist(),
-                                             finished.lengths.tolist()):
+        per_agent = finished.agent_returns.tolist() if finished.agent_returns is not None else None
+        for k, (i, episode_return, length) in enumerate(zip(finished.envs.tolist(), finished.returns.tolist(),
+                                                            finished.lengths.tolist())):
             if done_count[i] < quota[i]:
                 returns.append(episode_return)
                 lengths.append(length)
+                if per_agent is not None:
+                    agent_returns.append(per_agent[k])
                 if success is not None and success[i] >= 0:
                     successes.append(success[i] == 1)
                 done_count[i] += 1
     episodes: Dict[str, Any] = {"returns": returns, "lengths": lengths}
     if successes:  # the episodes whose env said whether it met its goal
         episodes["successes"] = successes
+    if agent_returns:
+        episodes["agent_returns"] = agent_returns
     return episodes
 
 
@@ -73,6 +80,8 @@ def evaluation_output(episodes: Dict[str, Any], *, train_iter: int, env_step: in
     rate = success_rate(episodes)
     if rate is not None:
         output["success_rate"] = rate
+    if "agent_returns" in episodes:  # several agents per env: each one's mean return, in the env's agent order
+        output["agent_means"] = np.asarray(episodes["agent_returns"]).mean(0).tolist()
     return output
 
 

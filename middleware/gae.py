@@ -22,7 +22,8 @@ __all__ = ["gae_estimator"]
 
 def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
                   seq_len: Optional[int] = None,
-                  reward_scale: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None
+                  reward_scale: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+                  observe_returns: Optional[Callable[[torch.Tensor], None]] = None
                   ) -> Callable[[OnlineRLContext], None]:
     """Middleware: add ``adv`` and ``returns`` to the time-major ``[T, E]`` ``ctx.trajectories`` of an
     on-policy collector, in place, then flatten the batch to ``[T * E]`` transitions for minibatching, or
@@ -37,6 +38,8 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
         reward_scale: ``(reward [T, E], done [T, E]) -> scaled reward``, used for the advantages and returns in
             place of the rewards (PPO's ``policy.reward_norm``: ``policy.scale_rewards``); ``traj.reward`` stays
             the env's.
+        observe_returns: called with each rollout's value targets (PPO's ``policy.value_norm``:
+            ``policy.observe_returns``).
     """
     require(policy, ValuePolicy, "the GAE estimator's policy")
     if policy.value is None:
@@ -55,6 +58,8 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
         reward = traj.reward if reward_scale is None else reward_scale(traj.reward, traj.terminated | traj.truncated)
         traj.adv, traj.returns = gae_advantages(reward, traj.value, next_value.reshape(traj.value.shape),
                                                 traj.terminated, traj.truncated, gamma, lam)
+        if observe_returns is not None:
+            observe_returns(traj.returns)
         if seq_len is None:
             ctx.trajectories = traj.flatten(0, 1)
         else:

@@ -58,7 +58,9 @@ class OnlineLogger:
     - ``collect/episode_return`` (mean of training episodes finished since the last write; under DDP of
       every rank's, from the summed ``env_episode`` and ``episode_return_total``),
       ``collect/eps``, ``eval/episode_return_mean``/``_std`` (at every evaluation; ``eval/success_rate`` where the
-      envs say whether an episode met its goal),
+      envs say whether an episode met its goal); where each env holds several agents, also each one's:
+      ``eval/agent<i>_return_mean`` and ``collect/agent<i>_episode_return`` (this rank's episodes), ``i`` the
+      agent's place in the env's agent order,
     - ``train/loss``, ``train/q_value`` and the policy's other scalar outputs,
     - ``speed/env_steps_per_s``, ``speed/train_iter_per_s`` over the interval since the last write,
     - ``collect/duration_s`` (seconds a rank spent collecting per iteration) and
@@ -100,6 +102,7 @@ class OnlineLogger:
         self._csv: Optional[ProgressCSV] = ProgressCSV(csv_path) if csv_path else None
         self._writer: Optional[Any] = None
         self._returns: list = []
+        self._agent_returns: list = []  # several agents per env: each episode's returns per agent
         self._ranks = get_world_size()
         self._episodes_at_write = (0, 0.0)  # (env_episode, episode_return_total) at the last write
         self._collect_at_write = (0.0, 0, 0)  # (collect_time_total, env_step, loop step) at the last write
@@ -152,6 +155,8 @@ class OnlineLogger:
             self._collect_at_write = (getattr(ctx, "collect_time_total", 0.0), ctx.env_step, ctx.total_step)
         if ctx.episode_returns:
             self._returns.extend(ctx.episode_returns)
+        if getattr(ctx, "agent_episode_returns", None):
+            self._agent_returns.extend(ctx.agent_episode_returns)
         # per-step fields are gone by on_finish (renewed): keep references to this iteration's
         self._step_outputs = (ctx.collect_kwargs.get("eps"), ctx.train_output)
         scalars = self._evaluation_scalars(ctx)
@@ -174,6 +179,8 @@ class OnlineLogger:
         scalars = {"eval/episode_return_mean": float(output["mean"]), "eval/episode_return_std": float(output["std"])}
         if "success_rate" in output:  # envs that say whether an episode met its goal (info["is_success"])
             scalars["eval/success_rate"] = float(output["success_rate"])
+        for i, mean in enumerate(output.get("agent_means", ())):  # several agents per env, in the env's order
+            scalars[f"eval/agent{i}_return_mean"] = float(mean)
         # at the counters of the weights it evaluated: a background result is some iterations old, and under
         # DDP ctx.env_step mid-iteration holds only this rank's share of the iteration's steps (the sum
         # arrives at the end), while an evaluation reads the agreed count at the start
@@ -198,6 +205,10 @@ class OnlineLogger:
         elif self._returns:
             scalars["collect/episode_return"] = float(np.mean(self._returns))
             self._returns = []
+        if self._agent_returns:  # this rank's episodes, each agent's mean
+            for i, mean in enumerate(np.mean(self._agent_returns, axis=0)):
+                scalars[f"collect/agent{i}_episode_return"] = float(mean)
+            self._agent_returns = []
         scalars.update(self._collect_scalars(ctx))
         eps, train_output = self._step_outputs
         if eps is not None:

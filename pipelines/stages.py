@@ -234,7 +234,8 @@ def gae(policy: Policy) -> Any:
     params = policy.params
     return gae_estimator(policy.collect_mode, gamma=params.discount_factor, lam=params.collect.gae_lambda,
                          seq_len=sequence_length(policy),
-                         reward_scale=policy.scale_rewards if getattr(policy, "scales_rewards", False) else None)
+                         reward_scale=policy.scale_rewards if getattr(policy, "scales_rewards", False) else None,
+                         observe_returns=policy.observe_returns if getattr(policy.params, "value_norm", False) else None)
 
 
 def sequence_length(policy: Policy) -> Optional[int]:

@@ -43,6 +43,11 @@ class MAPPOModelParams(Params):
     """The critic MLP's layer widths (tanh): on the global state (MAPPO) or the agent's observation (IPPO)."""
     agent_id: bool = param(True)
     """Append the agent's index, one-hot, to the actor's and the critic's input."""
+    feature_norm: bool = param(True)
+    """A LayerNorm over each network's input first (MAPPO's ``use_feature_normalization``, on in its MPE runs):
+    positions, velocities and the global state arrive in one scale."""
+    activation: str = param("tanh", choices=("tanh", "relu"))
+    """The hidden layers' activation (MAPPO's repository uses ReLU, CleanRL's PPO tanh)."""
 
 
 @dataclass
@@ -66,18 +71,21 @@ class AgentsActorCritic(nn.Module):
     """
 
     def __init__(self, obs_dim: int, state_dim: Optional[int], num_agents: int, action_dim: int,
-                 actor_hidden: List[int], critic_hidden: List[int], agent_id: bool = True) -> None:
+                 actor_hidden: List[int], critic_hidden: List[int], agent_id: bool = True,
+                 feature_norm: bool = False, activation: str = "tanh") -> None:
         super().__init__()
         self.num_agents, self.agent_id, self.centralised = num_agents, agent_id, state_dim is not None
         ids = num_agents if agent_id else 0
-        self.actor = mlp(obs_dim + ids, actor_hidden, nn.Tanh)
-        self.critic = mlp((state_dim if self.centralised else obs_dim) + ids, critic_hidden, nn.Tanh)
+        act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+        actor_in, critic_in = obs_dim + ids, (state_dim if self.centralised else obs_dim) + ids
+        norm = (lambda width: [nn.LayerNorm(width)]) if feature_norm else (lambda width: [])  # noqa: E731
+        self.actor = nn.Sequential(*norm(actor_in), *mlp(actor_in, actor_hidden, act))
+        self.critic = nn.Sequential(*norm(critic_in), *mlp(critic_in, critic_hidden, act))
         for layer in list(self.actor) + list(self.critic):
             if isinstance(layer, nn.Linear):
                 _orthogonal(layer, 2 ** 0.5)
-        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1] if actor_hidden else obs_dim + ids, action_dim), 0.01)
-        critic_in = critic_hidden[-1] if critic_hidden else (state_dim if self.centralised else obs_dim) + ids
-        self.critic_head = _orthogonal(nn.Linear(critic_in, 1), 1.0)
+        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1] if actor_hidden else actor_in, action_dim), 0.01)
+        self.critic_head = _orthogonal(nn.Linear(critic_hidden[-1] if critic_hidden else critic_in, 1), 1.0)
 
     def _with_ids(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[..., N, F]`` with each agent's one-hot index appended (``agent_id``)."""
@@ -146,7 +154,7 @@ class MAPPOPolicy(PPOPolicy):
         model = self.params.model
         return AgentsActorCritic(self._obs_dim, self._state_dim, self._num_agents, action_dim,
                                  model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
-                                 model.agent_id)
+                                 model.agent_id, model.feature_norm, model.activation)
 
 
 @POLICY_REGISTRY.register("ippo")

@@ -32,7 +32,8 @@ OBS_NORM_PREFIX = "obs_norm:"
 
 
 class Normalisation:
-    """A policy's running statistics: ``obs_norm`` and ``reward_norm`` (``RunningObsNorm``, or None when off).
+    """A policy's running statistics: ``obs_norm``, ``reward_norm`` and ``value_norm`` (``RunningObsNorm``, or None
+    when off).
 
     Examples:
         >>> norm = Normalisation()
@@ -44,6 +45,7 @@ class Normalisation:
     def __init__(self, obs_norm: Optional[RunningObsNorm] = None) -> None:
         self.obs_norm = obs_norm
         self.reward_norm: Optional[RunningObsNorm] = None
+        self.value_norm: Optional[RunningObsNorm] = None
         self._running_return: Optional[torch.Tensor] = None  # each env's discounted return so far (reward_norm)
 
     @classmethod
@@ -102,6 +104,23 @@ class Normalisation:
         reward_norm.observe(returns.reshape(-1))
         return reward_norm.scale(reward)
 
+    # ---- values --------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def observe_returns(self, returns: torch.Tensor) -> None:
+        """A rollout's value targets join the pending statistics of ``value_norm`` (merged after the learner,
+        with the others); nothing when it is off."""
+        if self.value_norm is not None:
+            self.value_norm.observe(returns.reshape(-1))
+
+    def norm_value(self, value: torch.Tensor) -> torch.Tensor:
+        """A value in the env's units as the critic learns it: ``(value - mean) / std`` of the value targets seen
+        (``policy.value_norm``), or as it is."""
+        return value if self.value_norm is None else self.value_norm(value)
+
+    def denorm_value(self, value: torch.Tensor) -> torch.Tensor:
+        """The critic's output in the env's units (``norm_value``'s inverse), or as it is."""
+        return value if self.value_norm is None else self.value_norm.inverse(value)
+
     # ---- observations --------------------------------------------------------------------------------
     def norm_obs(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs`` normalised by the statistics (``policy.obs_norm``), or as it is."""
@@ -126,9 +145,9 @@ class Normalisation:
 
     # ---- every statistic -----------------------------------------------------------------------------
     def kept(self) -> Dict[str, RunningObsNorm]:
-        """The statistics kept, by state key: ``obs_norm`` and ``reward_norm`` when on."""
-        return {key: norm for key, norm in (("obs_norm", self.obs_norm), ("reward_norm", self.reward_norm))
-                if norm is not None}
+        """The statistics kept, by state key: ``obs_norm``, ``reward_norm`` and ``value_norm`` when on."""
+        return {key: norm for key, norm in (("obs_norm", self.obs_norm), ("reward_norm", self.reward_norm),
+                                            ("value_norm", self.value_norm)) if norm is not None}
 
     def merge(self) -> None:
         """Merge what was collected since the last call (all ranks' under DDP: one all-reduce per statistic)."""
@@ -146,7 +165,8 @@ class Normalisation:
             ObsNormMismatchError: naming the switch and both fixes.
         """
         kept = self.kept()
-        for key, what in (("obs_norm", "observation-normalisation"), ("reward_norm", "reward-scaling")):
+        for key, what in (("obs_norm", "observation-normalisation"), ("reward_norm", "reward-scaling"),
+                          ("value_norm", "value-normalisation")):
             if key in kept and key not in state:
                 raise ObsNormMismatchError(
                     f"the checkpoint holds no {what} statistics (it was written by a run without policy.{key}, or "

@@ -136,6 +136,12 @@ class RunningObsNorm(nn.Module):
         mean, std = self._on(obs.device)
         return ((obs.float() - mean) / std).clamp(-self.clip, self.clip)
 
+    def inverse(self, x: torch.Tensor) -> torch.Tensor:
+        """``x * sqrt(var + eps) + mean`` in float32: a normalised value back in its own units (PPO's
+        ``policy.value_norm``: the critic's output)."""
+        mean, std = self._on(x.device)
+        return x.float() * std + mean
+
     def scale(self, x: torch.Tensor) -> torch.Tensor:
         """``clip(x / sqrt(var + eps))`` in float32, not centred: reward scaling (PPO's ``policy.reward_norm``)
         divides rewards by the standard deviation of the discounted return; subtracting a mean would change

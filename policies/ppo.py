@@ -28,6 +28,10 @@ so the critic learns returns of order 1 whatever the env pays. The statistics ar
 normaliser's kind (``policies.obs_norm``): updated from collected rollouts, merged across DDP ranks once per
 iteration, checkpointed under ``reward_norm``. The logged episode returns stay the env's.
 
+``policy.value_norm`` (MAPPO's ValueNorm): the critic's output is read in the units of the value targets'
+running mean and deviation. Collection and GAE denormalise it, the loss normalises the targets (and the stored
+values of ``value_clip``); each rollout's targets join the statistics, merged after the learner as the others.
+
 ``policy.learn.lr_schedule``: 'constant', 'adaptive' or 'linear' (``policies.lr_schedules``: how, and why).
 """
 from __future__ import annotations
@@ -152,6 +156,9 @@ class PPOParams(PolicyParams):
     ``VecNormalize(norm_reward=True)``; module docstring), so that the critic learns returns of order 1."""
     reward_norm_clip: float = param(10.0)
     """``reward_norm``: scaled rewards are clipped to [-clip, clip]."""
+    value_norm: bool = param(False)
+    """The critic learns value targets normalised by their running mean and deviation (MAPPO's ValueNorm, Yu
+    et al. 2022; module docstring): returns of any scale become targets of order 1, the rewards untouched."""
     eval: OnlineEvalParams = section(OnlineEvalParams)
     """How often the policy is evaluated, and when a run stops for want of progress."""
     other: Dict[str, Any] = param({})
@@ -198,6 +205,8 @@ class PPOPolicy(Policy):
         if params.reward_norm:
             self.normalisation.reward_norm = RunningObsNorm((), params.reward_norm_clip,
                                                             name="policy.reward_norm_clip").to(self.device)
+        if params.value_norm:
+            self.normalisation.value_norm = RunningObsNorm((), 1e6, name="policy.value_norm").to(self.device)
 
     def _model_input(self, model_cfg: Any, observation_space: gym.Space, action_space: gym.Space) -> tuple:
         """``(what the model is built for, action_dim)``: a Box observation's shape or a Dict/Tuple space, with
@@ -261,9 +270,10 @@ class PPOPolicy(Policy):
         adv = rows(batch.adv.to(dev).float())
         if self._adv_norm and len(adv) > 1:
             adv = normalise_advantages(adv)
-        returns = rows(batch.returns.to(dev).float())
+        norm_value = self.normalisation.norm_value  # the critic's units (policy.value_norm), else as they are
+        returns = norm_value(rows(batch.returns.to(dev).float()))
         logp_old = rows(batch.logp.to(dev).float())
-        value_old = rows(batch.value.to(dev).float()) if self._value_clip else None
+        value_old = norm_value(rows(batch.value.to(dev).float())) if self._value_clip else None
         mask = self._mask(inputs[0])  # the stored observations' masks: the distribution they were acted from
         mask = None if mask is None else rows(mask)
 
@@ -346,7 +356,7 @@ class PPOPolicy(Policy):
         (``raw_action``)."""
         obs = self._obs(obs, "collect")
         action, logp, value = self._sample(self.placement.actor("collect"), obs, self._mask(obs))
-        out = {"action": action, "logp": logp, "value": value}
+        out = {"action": action, "logp": logp, "value": self.normalisation.denorm_value(value)}
         if self.continuous:
             out["raw_action"], out["action"] = action, self._in_bounds(action)
         return out
@@ -378,7 +388,7 @@ class PPOPolicy(Policy):
         """V(obs) for a batch of observations (GAE bootstraps from it), on ``obs``'s device (where the rollout
         is: the host for gymnasium envs, a device env's device)."""
         value = self._state_value(self.placement.actor("collect"), self._obs(obs, "collect"))
-        return value.to(first_leaf(obs).device)
+        return self.normalisation.denorm_value(value).to(first_leaf(obs).device)
 
     # the acting hot paths (compiled with policy.compile)
     @hot_path("collect")
@@ -409,6 +419,10 @@ class PPOPolicy(Policy):
     def scales_rewards(self) -> bool:
         """Whether ``policy.reward_norm`` is on (the GAE stage then calls ``scale_rewards``)."""
         return self.normalisation.reward_norm is not None
+
+    def observe_returns(self, returns: torch.Tensor) -> None:
+        """A rollout's value targets, for ``policy.value_norm``'s statistics (the GAE stage calls it)."""
+        self.normalisation.observe_returns(returns)
 
     def scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """A time-major ``[T, E]`` rollout's rewards scaled by the running return's deviation

@@ -153,7 +153,8 @@ class PPOLSTMPolicy(PPOPolicy):
         obs = self._obs(obs, "collect")
         action, logp, value, next_state = self._sample_step(self.placement.actor("collect"), obs, state,
                                                             self._mask(obs))
-        out = {"action": action, "logp": logp, "value": value, "state": state, "next_state": next_state}
+        out = {"action": action, "logp": logp, "value": self.normalisation.denorm_value(value), "state": state,
+               "next_state": next_state}
         if self.continuous:
             out["raw_action"], out["action"] = action, self._in_bounds(action)
         return out
@@ -172,7 +173,7 @@ class PPOLSTMPolicy(PPOPolicy):
         ``obs``'s device."""
         state = self._state(state, "collect")
         value = self._state_value_from(self.placement.actor("collect"), self._obs(obs, "collect"), state)
-        return value.to(first_leaf(obs).device)
+        return self.normalisation.denorm_value(value).to(first_leaf(obs).device)
 
     # the acting hot paths (compiled with policy.compile)
     @hot_path("collect", name="sample")

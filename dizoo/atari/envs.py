@@ -91,7 +91,8 @@ class AtariEnvType:
         its envs on threads, no worker processes)."""
         check_env_section(cfg, processes=False)
 
-    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool) -> Any:
+    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool,
+                    manager: str = "sync") -> Any:
         _import_ale()
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode

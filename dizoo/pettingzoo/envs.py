@@ -4,7 +4,8 @@
 ``env.env_kwargs`` its ``parallel_env`` arguments (Simple Spread: ``N=3, local_ratio=0.5, max_cycles=25,
 continuous_actions=False``, the settings of the MAPPO paper and of BenchMARL's comparisons). The collector's and
 the evaluator's envs are one ``data.parallel_envs.ParallelEnvBatch`` each: the agents of an env on one axis,
-mpe2's global ``state()`` beside them.
+mpe2's global ``state()`` beside them; ``env.manager.type='async'`` splits the collector's over worker processes
+(``data.parallel_env_workers``), which pays off from a few dozen envs.
 
 Units: an evaluation's return is per agent (BenchMARL's and EPyMARL's unit); in Simple Spread with these
 settings a random policy scores about -27.6 per agent and a scripted one (each agent to its own landmark) -10.1
@@ -17,7 +18,9 @@ import importlib
 from typing import Any, Mapping
 
 from data.envs import GymEnvType
+from data.parallel_env_workers import ParallelEnvWorkers
 from data.parallel_envs import ParallelEnvBatch
+from engine.devices import usable_cores
 from engine.registry import ENV_REGISTRY
 
 __all__ = ["MpeEnvType", "MPE"]
@@ -43,8 +46,17 @@ class MpeEnvType(GymEnvType):
             kwargs["max_cycles"] = settings.max_episode_steps
         return module.parallel_env(**kwargs)
 
-    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True) -> Any:
-        envs = ParallelEnvBatch([functools.partial(self.make, env_cfg)] * num_envs)
+    def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True,
+                    manager: str = "sync") -> Any:
+        """``num_envs`` envs as one ``ParallelEnvBatch`` in this process (``env.manager.type='sync'``), or split
+        over worker processes (``'async'``: ``env.manager.workers`` of them, default one per usable core)."""
+        make = functools.partial(self.make, env_cfg)
+        if manager in ("async", "subprocess"):
+            settings = self.Params.of(env_cfg, "env").manager
+            workers = settings.workers or usable_cores()
+            envs = ParallelEnvWorkers([make] * num_envs, workers, context=settings.context)
+        else:
+            envs = ParallelEnvBatch([make] * num_envs)
         envs.reset(seed=seed)
         return envs
 

@@ -63,3 +63,23 @@ def test_spaces_that_are_not_a_multi_agent_env_s_are_named():
     IPPOPolicy(dict(IPPOPolicy.default_config(), type="ippo"), rows, gym.spaces.MultiDiscrete([5, 5, 5]))
     with pytest.raises(SpaceMismatchError, match="one Discrete action space each"):
         IPPOPolicy(dict(IPPOPolicy.default_config(), type="ippo"), rows, gym.spaces.MultiDiscrete([5, 4, 5]))
+
+
+def test_each_agent_s_return_is_logged_and_workers_collect_what_one_process_does(tmp_path):
+    from middleware.progress_csv import read_progress
+
+    main, create = _config("mappo", tmp_path)
+    main["policy"]["eval"]["evaluator"]["eval_freq"] = 2
+    sync = serial_pipeline((copy.deepcopy(main), create), max_env_step=400)
+    columns = read_progress(str(tmp_path / "mappo_seed0" / "progress.csv"))
+    for i in range(3):
+        assert np.isfinite(columns[f"eval/agent{i}_return_mean"]).any()
+        assert np.isfinite(columns[f"collect/agent{i}_episode_return"]).any()
+    means = np.nanmean([columns[f"eval/agent{i}_return_mean"] for i in range(3)], axis=0)
+    evaluated = np.isfinite(columns["eval/episode_return_mean"])
+    np.testing.assert_allclose(means[evaluated], columns["eval/episode_return_mean"][evaluated], rtol=1e-6)
+
+    split = dict(copy.deepcopy(main), exp_name=str(tmp_path / "async"))
+    split["env"]["manager"] = dict(type="async", workers=2)
+    workers = serial_pipeline((split, create), max_env_step=400)
+    assert workers["eval_return"] == sync["eval_return"]  # the same rows, seeds and updates: the same run

@@ -224,3 +224,49 @@ def test_observing_merging_and_normalising_read_nothing_back_from_the_device(mon
         norm(obs)
         rewards.scale(obs[:, 0])
     assert reads == []
+
+
+# ---- PPO's value normalisation (policy.value_norm) ------------------------------------------------------
+def _ppo_value_norm(**extra):
+    cfg = EasyDict(deep_merge(PPOPolicy.default_config(), dict(value_norm=True, model=dict(SMALL), **extra)))
+    torch.manual_seed(0)
+    return PPOPolicy(cfg, OBS, BOX)
+
+
+def test_the_critic_learns_normalised_targets_and_acts_in_the_env_s_units():
+    policy = _ppo_value_norm(learn=dict(value_clip=True))
+    obs = torch.randn(6, 3)
+    raw = policy.model.value(obs)  # the critic's own output, in normalised units
+    torch.testing.assert_close(policy.collect_mode.value(obs), raw)  # nothing merged yet: the identity
+    returns = torch.tensor([90.0, 100.0, 110.0, 120.0])
+    policy.observe_returns(returns)
+    policy.merge_statistics()
+    norm = policy.normalisation.value_norm
+    assert float(norm.count) == 4 and float(norm.mean) == 105.0
+    std = (float(returns.double().var(unbiased=False)) + 1e-8) ** 0.5
+    torch.testing.assert_close(policy.collect_mode.value(obs), raw * std + 105.0)  # GAE bootstraps from this
+    collected = policy.collect_mode.forward(obs)["value"]
+    torch.testing.assert_close(collected, raw * std + 105.0)  # and stores this
+    torch.testing.assert_close(policy.normalisation.norm_value(collected), raw)
+
+    # the loss compares the critic's output with the targets in its units: a critic that already outputs the
+    # normalised targets has no value loss left, in the env's units it would have had (120 - 105)**2 and more
+    batch = make_batch(dict(obs=obs[:1], raw_action=torch.zeros(1, 1), adv=torch.zeros(1),
+                            logp=policy.collect_mode.forward(obs[:1])["logp"], value=collected[:1],
+                            returns=collected[:1]))
+    policy.optimizer_step.optimizer.param_groups[0]["lr"] = 0.0  # only the loss is read
+    out = policy.learn_mode.forward(batch)
+    assert float(out["value_loss"]) < 1e-10
+
+
+def test_value_statistics_are_checkpointed_and_a_mismatch_names_the_switch():
+    policy = _ppo_value_norm()
+    policy.observe_returns(torch.tensor([1.0, 5.0]))
+    policy.merge_statistics()
+    state = policy.learn_mode.state_dict()
+    restored = _ppo_value_norm()
+    restored.learn_mode.load_state_dict(state)
+    assert float(restored.normalisation.value_norm.count) == 2 and float(restored.normalisation.value_norm.mean) == 3.0
+    plain = PPOPolicy(EasyDict(deep_merge(PPOPolicy.default_config(), dict(model=dict(SMALL)))), OBS, BOX)
+    with pytest.raises(ObsNormMismatchError, match=r"holds value-normalisation statistics.*policy.value_norm=true"):
+        plain.learn_mode.load_state_dict(state)

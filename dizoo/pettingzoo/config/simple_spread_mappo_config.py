@@ -1,0 +1,27 @@
+"""MAPPO on MPE Simple Spread (3 agents): ``python dizoo/pettingzoo/config/simple_spread_mappo_config.py``.
+
+The MAPPO paper's MPE settings (Yu et al., 2022, the on-policy repository's ``train_mpe.sh``) where baton has
+them: 25-step episodes (the env type's default), rollouts of one episode on each env, discount 0.99, GAE lambda
+0.95, a learning rate of 7e-4, 10 epochs of whole-batch updates, clip 0.2, entropy 0.01, gradients clipped at 10.
+"""
+from easydict import EasyDict
+
+main_config = EasyDict(dict(
+    exp_name="simple_spread_mappo",
+    env=dict(collector_env_num=32, evaluator_env_num=32, n_evaluator_episode=32),
+    policy=dict(
+        learn=dict(epoch_per_collect=10, batch_size=800, learning_rate=7e-4, entropy_weight=0.01,
+                   grad_clip_value=10.0),
+        collect=dict(n_sample=800),
+        eval=dict(evaluator=dict(eval_freq=25)),
+    ),
+))
+create_config = EasyDict(dict(
+    env=dict(type="mpe"),
+    policy=dict(type="mappo"),
+))
+
+if __name__ == "__main__":
+    from commands import cli_main
+
+    cli_main((main_config, create_config))

@@ -1,0 +1,110 @@
+"""Several agents per env in worker processes (``data.parallel_env_workers``, ``env.manager.type='async'`` for
+``mpe``): the batch a worker split makes is the one ``ParallelEnvBatch`` makes in this process, row for row and
+seed for seed; an env that raises in a worker, and a worker that dies, are named."""
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from data.parallel_env_workers import EnvWorkerError, ParallelEnvWorkers
+from data.parallel_envs import ParallelEnvBatch
+
+simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
+
+
+def _spread():
+    return simple_spread_v3.parallel_env(N=3, local_ratio=0.5, max_cycles=25, continuous_actions=False)
+
+
+def _assert_same(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_workers_step_the_same_rows_as_one_process_through_episode_ends(workers):
+    inline, split = ParallelEnvBatch([_spread] * 5), ParallelEnvWorkers([_spread] * 5, workers)
+    try:
+        assert split.workers == workers and split.num_envs == 5
+        assert split.single_observation_space == inline.single_observation_space
+        assert split.single_action_space == inline.single_action_space and split.agents == inline.agents
+        _assert_same(split.reset(seed=7)[0], inline.reset(seed=7)[0])
+        rng = np.random.default_rng(0)
+        ends = 0
+        for _ in range(30):  # past max_cycles: every row ends once and resets in the same step
+            actions = rng.integers(0, 5, (5, 3))
+            got, want = split.step(actions), inline.step(actions)
+            _assert_same(got[0], want[0])
+            for i in (1, 2, 3):
+                np.testing.assert_array_equal(got[i], want[i])
+            np.testing.assert_array_equal(got[4]["agent_terminated"], want[4]["agent_terminated"])
+            assert ("final_obs" in got[4]) == ("final_obs" in want[4])
+            if "final_obs" in want[4]:
+                ends += 1
+                np.testing.assert_array_equal(got[4]["_final_obs"], want[4]["_final_obs"])
+                for g, w in zip(got[4]["final_obs"], want[4]["final_obs"]):
+                    assert (g is None) == (w is None)
+                    if w is not None:
+                        _assert_same(g, w)
+        assert ends == 1
+    finally:
+        split.close()
+        inline.close()
+    assert all(not p.is_alive() for p in split._processes)
+
+
+class _Raising:
+    """Makes Simple Spread whose third step raises: an env bug inside a worker."""
+
+    def __call__(self):
+        env = _spread()
+        step, count = env.step, [0]
+
+        def failing(actions):
+            count[0] += 1
+            if count[0] == 3:
+                raise ValueError("the env's own error")
+            return step(actions)
+
+        env.step = failing
+        return env
+
+
+def test_an_env_that_raises_in_a_worker_is_named_with_its_traceback():
+    envs = ParallelEnvWorkers([_spread, _spread, _Raising(), _spread], 2)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros((4, 3), np.int64))
+        envs.step(np.zeros((4, 3), np.int64))
+        with pytest.raises(EnvWorkerError, match=r"(?s)env worker 1 \(envs 2-3\) failed:.*ValueError: the env's own error"):
+            envs.step(np.zeros((4, 3), np.int64))
+    finally:
+        envs.close()
+
+
+def test_a_worker_that_dies_is_named_and_the_rest_close():
+    envs = ParallelEnvWorkers([_spread] * 4, 2)
+    envs.reset(seed=0)
+    os.kill(envs._processes[1].pid, signal.SIGKILL)
+    envs._processes[1].join(10)
+    with pytest.raises(EnvWorkerError, match=r"env worker 1 \(envs 2-3\) died \(exit code -9\)"):
+        envs.step(np.zeros((4, 3), np.int64))
+    envs.close()
+    assert all(not p.is_alive() for p in envs._processes)
+
+
+def test_workers_outlast_a_preemption_signal_until_closed():
+    """A cluster signals every process of a job; the run still finishes its iteration with its envs."""
+    envs = ParallelEnvWorkers([_spread] * 2, 2)
+    try:
+        envs.reset(seed=0)
+        for process in envs._processes:
+            os.kill(process.pid, signal.SIGTERM)
+        envs.step(np.zeros((2, 3), np.int64))  # still answering
+    finally:
+        envs.close()
+    assert all(not p.is_alive() for p in envs._processes)
