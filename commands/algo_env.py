@@ -6,6 +6,8 @@ env family is chosen by the id:
 
 - a registered env type whose own id it is (``CartPole-v1`` -> ``cartpole``, ``CartPole-torch`` ->
   ``cartpole_torch``): its defaults, stop value included;
+- a multi-agent task an env type knows (``simple_spread_v3`` -> ``mpe``, its ``has_task``): the agents' batched
+  spaces (``data.parallel_envs``), which only the multi-agent algorithms take;
 - an Atari id (``ALE/Pong-v5``, ``PongNoFrameskip-v4``: ids ale-py registers) -> ``atari``;
 - any other gymnasium id with a flat Box observation and Discrete or Box actions -> ``gym``, the generic
   type registered here; its stop value is the gymnasium spec's ``reward_threshold``, or none (``inf``).
@@ -44,6 +46,10 @@ DEFAULT_EPISODE_LIMIT = 1_000
 
 _PROBE_OBS = gym.spaces.Box(-1.0, 1.0, (4,))
 _PROBE_ACTIONS = {"discrete": gym.spaces.Discrete(2), "continuous": gym.spaces.Box(-1.0, 1.0, (1,))}
+#: three agents' row (``data.parallel_envs``), for the multi-agent algorithms
+_AGENTS_OBS = gym.spaces.Dict({"obs": gym.spaces.Box(-1.0, 1.0, (3, 4)), "alive": gym.spaces.Box(0, 1, (3,), "int8"),
+                               "state": gym.spaces.Box(-1.0, 1.0, (12,))})
+_AGENTS_ACTIONS = {"discrete": gym.spaces.MultiDiscrete([2, 2, 2]), "continuous": gym.spaces.Box(-1.0, 1.0, (3, 1))}
 
 
 def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -61,6 +67,9 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
                            f"{f'(did you mean {close[0]!r}?) ' if close else ''}(baton train --list-algos)")
     env_type, observation_space, action_space, stop_value = _resolve_env(env_id)
     misfit = _misfit(algo, observation_space, action_space)
+    if misfit is not None and getattr(ENV_REGISTRY.get(env_type), "has_task", None) is not None:
+        misfit = (f"{env_id} has several agents in each env, which {algo} does not train (it trains one agent per "
+                  f"env)")
     if misfit is not None:
         fit = [a for a in algos if _misfit(a, observation_space, action_space) is None]
         raise AlgoEnvError(f"--algo {algo} does not fit --env {env_id} (action space {action_space}): {misfit}. "
@@ -109,7 +118,10 @@ def default_budget(algo: str) -> Optional[int]:
 
 def algo_support(algo: str) -> Dict[str, bool]:
     """``{"discrete": bool, "continuous": bool}``: whether ``algo`` builds on a flat observation with
-    Discrete / Box actions (asked of the policy itself, so a newly registered one is described truly)."""
+    Discrete / Box actions, or a multi-agent algorithm on three agents' (asked of the policy itself, so a newly
+    registered one is described truly)."""
+    if getattr(POLICY_REGISTRY.get(algo), "multi_agent", False):
+        return {kind: _misfit(algo, _AGENTS_OBS, space) is None for kind, space in _AGENTS_ACTIONS.items()}
     return {kind: _misfit(algo, _PROBE_OBS, space) is None for kind, space in _PROBE_ACTIONS.items()}
 
 
@@ -123,8 +135,15 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
         observation_space, action_space = _flat_spaces(env_id)
         threshold = spec.reward_threshold
         return GYM_TYPE, observation_space, action_space, float(threshold) if threshold is not None else math.inf
-    if env_id not in gym.registry:  # a batched torch env's id (CartPole-torch): its type's own spaces
+    if env_id not in gym.registry:  # a batched torch env's id (CartPole-torch), a multi-agent task: its type's
         for name in ENV_REGISTRY.names():
+            env_type = ENV_REGISTRY.get(name)
+            if getattr(env_type, "has_task", None) is not None and env_type.has_task(env_id):
+                venv = env_type.make_vector(dict(env_type.default_config(), env_id=env_id), 1, 0, False)
+                try:
+                    return name, venv.single_observation_space, venv.single_action_space, None
+                finally:
+                    venv.close()
             env_type = ENV_REGISTRY.get(name)
             if getattr(env_type, "batched", False) and env_type.env_id == env_id:
                 return (name, env_type.env_cls.single_observation_space, env_type.env_cls.single_action_space,

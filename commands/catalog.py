@@ -67,31 +67,34 @@ GYM_IDS: Dict[Optional[str], List[str]] = {
                "Walker2d-v5"],
 }
 #: the module each extra installs (looked up, not imported, to say whether it is there)
-_EXTRA_PROVIDES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "robotics": "gymnasium_robotics", "minigrid": "minigrid"}
+_EXTRA_PROVIDES = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "robotics": "gymnasium_robotics", "minigrid": "minigrid",
+                   "pettingzoo": "mpe2"}
 
 
 def describe_algos() -> str:
     """The ``--list-algos`` table: each algorithm, the action spaces it takes and its pipeline, as its class
     declares them."""
-    lines = ["algo      discrete  continuous  pipeline"]
+    lines = ["algo      discrete  continuous  agents   pipeline"]
     for name, target in _declared("baton.policies", {}):
-        facts = declared_facts(target, name, ("pipeline", "action_spaces")) if target else None
+        facts = declared_facts(target, name, ("pipeline", "action_spaces", "multi_agent")) if target else None
         if not facts or "action_spaces" not in facts or "pipeline" not in facts:
-            lines.append(f"{name:<9} {'?':<9} {'?':<11} ? ({(target or '').partition(':')[0]})")
+            lines.append(f"{name:<9} {'?':<9} {'?':<11} {'?':<8} ? ({(target or '').partition(':')[0]})")
             continue
         spaces = facts["action_spaces"]
-        lines.append(f"{name:<9} {_yes('discrete' in spaces):<9} {_yes('continuous' in spaces):<11} "
+        agents = "several" if facts.get("multi_agent") else "one"
+        lines.append(f"{name:<9} {_yes('discrete' in spaces):<9} {_yes('continuous' in spaces):<11} {agents:<8} "
                      f"{facts['pipeline'].replace('_', '-')}")
     return "\n".join(lines)
 
 
 def declared_action_spaces() -> Dict[str, Tuple[str, ...]]:
-    """Each registered algorithm's declared ``action_spaces`` ("discrete", "continuous"), read from its source;
-    an algorithm whose source cannot be read is left out."""
+    """Each registered single-agent algorithm's declared ``action_spaces`` ("discrete", "continuous"), read from
+    its source (what a gymnasium id's env takes); an algorithm whose source cannot be read, or that trains the
+    several agents of an env (``multi_agent``), is left out."""
     found: Dict[str, Tuple[str, ...]] = {}
     for name, target in _declared("baton.policies", {}):
-        facts = declared_facts(target, name, ("action_spaces",)) if target else None
-        if facts and "action_spaces" in facts:
+        facts = declared_facts(target, name, ("action_spaces", "multi_agent")) if target else None
+        if facts and "action_spaces" in facts and not facts.get("multi_agent"):
             found[name] = tuple(facts["action_spaces"])
     return found
 

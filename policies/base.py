@@ -84,6 +84,9 @@ class Policy:
     pipeline: str = "off_policy"
     #: the action spaces it builds on: "discrete" (Discrete), "continuous" (Box); ``--list-algos`` prints them
     action_spaces: Tuple[str, ...] = ()
+    #: whether it trains the several agents of each env (``data.parallel_envs``: MAPPO, IPPO) rather than one;
+    #: ``--list-algos`` prints it, and ``--env`` with a single-agent id never suggests such an algorithm
+    multi_agent: bool = False
     #: the env-step budget of a run built from defaults (``baton train --algo ... --env ...``) when none is
     #: given; None: the algorithm learns from a dataset (the offline pipeline's update budget applies)
     default_env_steps: Optional[int] = 1_000_000

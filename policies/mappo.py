@@ -117,6 +117,7 @@ class MAPPOPolicy(PPOPolicy):
     """MAPPO: shared actor, centralised critic on the global state (``create_config.policy.type='mappo'``)."""
 
     action_spaces = ("discrete",)
+    multi_agent = True
     algo = "MAPPO"
     supports_obs_norm = False
     centralised = True

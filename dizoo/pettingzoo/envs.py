@@ -1,8 +1,9 @@
 """PettingZoo's MPE tasks (the ``pettingzoo`` extra: ``mpe2``), several agents per env: env type ``mpe``.
 
 ``env.env_id`` names an mpe2 module (``simple_spread_v3`` by default, the MAPPO paper's cooperative task) and
-``env.env_kwargs`` its ``parallel_env`` arguments (Simple Spread: ``N=3, local_ratio=0.5, max_cycles=25,
-continuous_actions=False``, the settings of the MAPPO paper and of BenchMARL's comparisons). The collector's and
+``env.env_kwargs`` its ``parallel_env`` arguments, over the task's defaults (Simple Spread: ``N=3,
+local_ratio=0.5, max_cycles=25, continuous_actions=False``, the settings of the MAPPO paper and of BenchMARL's
+comparisons; ``TASK_KWARGS``). The collector's and
 the evaluator's envs are one ``data.parallel_envs.ParallelEnvBatch`` each: the agents of an env on one axis,
 mpe2's global ``state()`` beside them; ``env.manager.type='async'`` splits the collector's over worker processes
 (``data.parallel_env_workers``), which pays off from a few dozen envs.
@@ -25,12 +26,24 @@ from engine.registry import ENV_REGISTRY
 
 __all__ = ["MpeEnvType", "MPE"]
 
-#: the MAPPO paper's Simple Spread
-SPREAD_KWARGS = dict(N=3, local_ratio=0.5, max_cycles=25, continuous_actions=False)
+#: each task's ``parallel_env`` arguments under ``env.env_kwargs`` given none: Simple Spread as in the MAPPO paper
+#: (the others: mpe2's own, 25 cycles and discrete actions)
+TASK_KWARGS = {"simple_spread_v3": dict(N=3, local_ratio=0.5, max_cycles=25, continuous_actions=False)}
 
 
 class MpeEnvType(GymEnvType):
     """An mpe2 task (``env.env_id``: its module's name) as batched parallel envs."""
+
+    def has_task(self, env_id: str) -> bool:
+        """Whether ``env_id`` names an mpe2 task (``baton train --algo mappo --env simple_spread_v3``); False
+        without mpe2."""
+        if not env_id.startswith("simple") or not all(part.isidentifier() for part in env_id.split(".")):
+            return False
+        try:
+            module = importlib.import_module(f"mpe2.{env_id}")
+        except ImportError:
+            return False
+        return callable(getattr(module, "parallel_env", None))
 
     def make(self, env_cfg: Mapping[str, Any]) -> Any:
         """One parallel env (PettingZoo's API, not gymnasium's: ``make_vector`` batches them)."""
@@ -41,7 +54,7 @@ class MpeEnvType(GymEnvType):
         except ModuleNotFoundError as err:
             raise ValueError(f"env.env_id={settings.env_id!r} is not an mpe2 task (e.g. simple_spread_v3, "
                              f"simple_reference_v3, simple_speaker_listener_v4)") from err
-        kwargs = dict(settings.env_kwargs)
+        kwargs = {**TASK_KWARGS.get(settings.env_id, {}), **settings.env_kwargs}
         if settings.max_episode_steps:
             kwargs["max_cycles"] = settings.max_episode_steps
         return module.parallel_env(**kwargs)
@@ -62,4 +75,4 @@ class MpeEnvType(GymEnvType):
 
 
 MPE = ENV_REGISTRY.register("mpe", MpeEnvType("simple_spread_v3", stop_value=float("inf"),
-                                              requires=[("mpe2", "pettingzoo")], env_kwargs=SPREAD_KWARGS))
+                                              requires=[("mpe2", "pettingzoo")]))

@@ -80,8 +80,9 @@ def test_config_comes_from_exactly_one_place(argv, capsys):
 def test_list_commands_print_and_exit_0(capsys):
     assert main(["train", "--list-algos"]) == 0
     algos = capsys.readouterr().out
-    assert algos.splitlines()[0].split() == ["algo", "discrete", "continuous", "pipeline"]
-    assert "dqn       yes       no          off-policy" in algos and "sac       no        yes" in algos
+    assert algos.splitlines()[0].split() == ["algo", "discrete", "continuous", "agents", "pipeline"]
+    assert "dqn       yes       no          one      off-policy" in algos and "sac       no        yes" in algos
+    assert "mappo     yes       no          several  on-policy" in algos
     assert main(["train", "--list-envs"]) == 0
     envs = capsys.readouterr().out
     assert "cartpole     CartPole-v1" in envs and "ALE/<Game>-v5" in envs and "Acrobot-v1" in envs
@@ -134,3 +135,20 @@ def test_an_id_without_an_episode_limit_gets_one_so_that_evaluations_end():
     assert build_config("ppo", "CliffWalking-v1")[0]["env"]["max_episode_steps"] == DEFAULT_EPISODE_LIMIT
     assert "max_episode_steps" not in build_config("ppo", "Taxi-v4")[0]["env"]  # 200, its own
     assert "max_episode_steps" not in build_config("dqn", "Acrobot-v1")[0]["env"]
+
+
+def test_a_multi_agent_task_takes_the_multi_agent_algorithms_and_refuses_the_others_by_name(tmp_path, monkeypatch):
+    pytest.importorskip("mpe2")
+    monkeypatch.chdir(tmp_path)
+    main_cfg, create = build_config("mappo", "simple_spread_v3")
+    assert create["env"]["type"] == "mpe" and main_cfg["env"]["env_id"] == "simple_spread_v3"
+    assert main(["train", "--algo", "ippo", "--env", "simple_reference_v3", "--max-env-step", "200", "--no-progress",
+                 "--exp-name", str(tmp_path / "r"), "policy.collect.n_sample=100", "env.collector_env_num=4",
+                 "env.n_evaluator_episode=1"]) == 0
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["env_step"] >= 200
+    with pytest.raises(AlgoEnvError, match=r"simple_spread_v3 has several agents in each env, which dqn does not "
+                                           r"train.*Algorithms that fit: ippo, mappo$"):
+        build_config("dqn", "simple_spread_v3")
+    with pytest.raises(AlgoEnvError, match=r"policy 'mappo' trains the agents of a multi-agent env.*Algorithms that "
+                                           r"fit: a2c, .*dqn, ppo"):
+        build_config("mappo", "CartPole-v1")

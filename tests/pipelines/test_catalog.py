@@ -26,10 +26,15 @@ def test_each_algorithm_is_described_by_what_its_class_declares():
     assert set(points) <= set(POLICY_REGISTRY.names())
     for name, target in points.items():
         cls = POLICY_REGISTRY.get(name)
-        facts = declared_facts(target, name, ("pipeline", "action_spaces"))
-        assert facts == {"pipeline": cls.pipeline, "action_spaces": cls.action_spaces}, name
+        facts = declared_facts(target, name, ("pipeline", "action_spaces", "multi_agent"))
+        assert facts == {"pipeline": cls.pipeline, "action_spaces": cls.action_spaces,
+                         "multi_agent": cls.multi_agent}, name
         assert algo_support(name) == {kind: kind in cls.action_spaces for kind in ("discrete", "continuous")}, name
-        assert f"{name:<9} {'yes' if 'discrete' in cls.action_spaces else 'no':<9}" in catalog.describe_algos()
+        yes = 'yes' if 'discrete' in cls.action_spaces else 'no'
+        continuous = 'yes' if 'continuous' in cls.action_spaces else 'no'
+        agents = 'several' if cls.multi_agent else 'one'
+        assert f"{name:<9} {yes:<9} {continuous:<11} {agents:<8} {cls.pipeline.replace('_', '-')}" in \
+            catalog.describe_algos()
 
 
 def test_catalog_env_families_match_the_env_registry():
@@ -88,8 +93,8 @@ def test_catalog_lists_a_declared_name_it_cannot_read(monkeypatch):
     monkeypatch.setattr(catalog, "declared_facts", lambda target, name, facts: None if name == "dqn" else
                         declared_facts(target, name, facts))
     monkeypatch.delitem(catalog.ENV_FAMILIES, "pendulum")
-    assert "dqn       ?         ?           ? (policies.dqn)" in catalog.describe_algos()
-    assert "ppo       yes       yes         on-policy" in catalog.describe_algos()
+    assert "dqn       ?         ?           ?        ? (policies.dqn)" in catalog.describe_algos()
+    assert "ppo       yes       yes         one      on-policy" in catalog.describe_algos()
     assert "pendulum     ? (dizoo.classic_control.pendulum.envs)" in catalog.describe_envs()
 
 

@@ -13,7 +13,7 @@ main_config = EasyDict(dict(
         learn=dict(epoch_per_collect=10, batch_size=800, learning_rate=7e-4, entropy_weight=0.01,
                    grad_clip_value=10.0),
         collect=dict(n_sample=800),
-        eval=dict(evaluator=dict(eval_freq=25)),
+        eval=dict(evaluator=dict(eval_freq=250)),
     ),
 ))
 create_config = EasyDict(dict(
