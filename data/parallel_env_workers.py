@@ -18,6 +18,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import cloudpickle
+import gymnasium as gym
 import numpy as np
 
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
@@ -65,7 +66,7 @@ def _serve(pipe: Any, payload: bytes) -> None:
     pipe.close()
 
 
-class ParallelEnvWorkers:
+class ParallelEnvWorkers(gym.vector.VectorEnv):
     """``len(env_fns)`` PettingZoo parallel envs over ``workers`` processes, with ``ParallelEnvBatch``'s API.
 
     Args:

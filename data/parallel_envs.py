@@ -70,7 +70,7 @@ def _shared_space(spaces: Mapping[str, gym.Space], what: str, env_name: str) -> 
     return groups[0][0]
 
 
-class ParallelEnvBatch:
+class ParallelEnvBatch(gym.vector.VectorEnv):
     """``len(env_fns)`` PettingZoo parallel envs as one batched env with an agent axis (the module docstring).
 
     Args:

@@ -441,7 +441,7 @@ def normalise_advantages(adv: torch.Tensor) -> torch.Tensor:
     each rank's own statistics made data-parallel PPO another algorithm (``baton check-ddp``: 9e-4 off)."""
     if not is_distributed():
         return (adv - adv.mean()) / (adv.std() + 1e-8)
-    moments = allreduce_data(torch.stack([adv.new_tensor(float(len(adv))), adv.sum(), (adv * adv).sum()]).double())
+    moments = allreduce_data(torch.stack([adv.new_tensor(float(adv.numel())), adv.sum(), (adv * adv).sum()]).double())
     count, total, squares = moments[0], moments[1], moments[2]
     mean = total / count
     std = ((squares - count * mean * mean).clamp_min(0) / (count - 1)).sqrt()  # unbiased, as Tensor.std

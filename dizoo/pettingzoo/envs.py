@@ -48,13 +48,14 @@ class MpeEnvType(GymEnvType):
     def make(self, env_cfg: Mapping[str, Any]) -> Any:
         """One parallel env (PettingZoo's API, not gymnasium's: ``make_vector`` batches them)."""
         settings = self.Params.of(env_cfg, "env")
-        self.check_requires(settings.env_id)
+        task = settings.env_id or self.env_id  # a config compiled without one: the type's own
+        self.check_requires(task)
         try:
-            module = importlib.import_module(f"mpe2.{settings.env_id}")
+            module = importlib.import_module(f"mpe2.{task}")
         except ModuleNotFoundError as err:
-            raise ValueError(f"env.env_id={settings.env_id!r} is not an mpe2 task (e.g. simple_spread_v3, "
+            raise ValueError(f"env.env_id={task!r} is not an mpe2 task (e.g. simple_spread_v3, "
                              f"simple_reference_v3, simple_speaker_listener_v4)") from err
-        kwargs = {**TASK_KWARGS.get(settings.env_id, {}), **settings.env_kwargs}
+        kwargs = {**TASK_KWARGS.get(task, {}), **settings.env_kwargs}
         if settings.max_episode_steps:
             kwargs["max_cycles"] = settings.max_episode_steps
         return module.parallel_env(**kwargs)
@@ -72,6 +73,48 @@ class MpeEnvType(GymEnvType):
             envs = ParallelEnvBatch([make] * num_envs)
         envs.reset(seed=seed)
         return envs
+
+
+    def make_render_twin(self, env_cfg: Mapping[str, Any]) -> "MpeRenderTwin":
+        """One env of the same task whose observations are its RGB frames, stepped in lockstep with evaluation
+        env 0 (same seed, same actions; mpe2 is deterministic under both): ``baton eval --video``."""
+        settings = self.Params.of(env_cfg, "env")
+        return MpeRenderTwin(self.make(dict(env_cfg, env_kwargs=dict(settings.env_kwargs, render_mode="rgb_array"))))
+
+    def render_fps(self, env_cfg: Mapping[str, Any]) -> float:
+        """Video frames per env step: mpe2's own rendering rate."""
+        return 10.0
+
+
+class MpeRenderTwin:
+    """A one-env vector env of an mpe2 task's frames ``[1, H, W, 3]`` (``MpeEnvType.make_render_twin``): reset and
+    stepped as env 0 of a ``ParallelEnvBatch``, its episode's last frame in ``info["final_obs"]``."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.agents = list(env.possible_agents)
+
+    def _frame(self) -> Any:
+        return self.env.render()[None]
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple:
+        self.env.reset(seed=None if seed is None else int(seed[0]), options=options)
+        return self._frame(), {}
+
+    def step(self, actions: Any) -> tuple:
+        row = actions[0]
+        self.env.step({agent: int(row[self.agents.index(agent)]) for agent in self.env.agents})
+        frame, info = self._frame(), {}
+        ended = not self.env.agents
+        if ended:  # the row resets in the same step, as ParallelEnvBatch's do
+            info["final_obs"] = frame
+            self.env.reset()
+            frame = self._frame()
+        flag = [ended]
+        return frame, [0.0], flag, [False], info
+
+    def close(self) -> None:
+        self.env.close()
 
 
 MPE = ENV_REGISTRY.register("mpe", MpeEnvType("simple_spread_v3", stop_value=float("inf"),
