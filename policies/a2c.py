@@ -7,12 +7,14 @@ masks, observation and reward normalisation, DDP and compile all come with it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from engine.params import section
 from engine.registry import POLICY_REGISTRY
 
+from .advantages import weighted_mean
 from .ppo import PPOCollectParams, PPOLearnParams, PPOParams, PPOPolicy
 
 __all__ = ["A2CPolicy", "A2CParams"]
@@ -38,5 +40,6 @@ class A2CPolicy(PPOPolicy):
     algo = "A2C"
     Params = A2CParams
 
-    def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor) -> tuple:
-        return -(logp * adv).mean(), {}
+    def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor,
+                     weight: Optional[torch.Tensor] = None) -> tuple:
+        return -weighted_mean(logp * adv, weight), {}

@@ -4,7 +4,8 @@ The env gives each row every agent (``obs`` ``[B, N, D]``, ``alive`` ``[B, N]``,
 an ``action_mask`` ``[B, N, A]`` where the agents have one); the policy acts ``[B, N]`` and keeps a log-prob
 and a value per agent. Everything else is PPO's (``policies.ppo``): GAE runs each agent's stream under its row's
 episode ends (``data.gae``), the minibatches are of env rows with all their agents, the loss is PPO's over every
-agent of the minibatch, and advantages are normalised over all of them (across DDP ranks too).
+agent of the minibatch that acted (an agent that left its episode early is weighted out, ``_loss_weight``), and
+advantages are normalised over those (across DDP ranks too).
 
 - **IPPO** (``policy.type='ippo'``): the critic sees the agent's own observation (de Witt et al., 2020).
 - **MAPPO** (``policy.type='mappo'``): the critic sees the env's global state (Yu et al., 2022: mpe2's
@@ -150,6 +151,11 @@ class MAPPOPolicy(PPOPolicy):
         self._num_agents, self._obs_dim = int(agent_obs.shape[0]), int(agent_obs.shape[1])
         self._state_dim = int(spaces[STATE_KEY].shape[0]) if self.centralised else None
         return observation_space, int(nvec[0])
+
+    def _loss_weight(self, inputs: tuple) -> torch.Tensor:
+        """The agents that acted (``alive`` 1): one that left its row's episode early is in the batch, with its
+        zeros, but out of the advantages' statistics and every mean of the loss (``policies.advantages``)."""
+        return inputs[0][ALIVE_KEY].float()
 
     def _make_model(self, obs: Any, action_dim: int) -> nn.Module:
         model = self.params.model

@@ -50,6 +50,7 @@ from engine.registry import POLICY_REGISTRY
 from data.obs import Obs, first_leaf
 
 from .accel import hot_path
+from .advantages import normalise_advantages, weighted_mean
 from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OnlineEvalParams, PolicyParams
 from .greedy import ActorOut, GreedyActor
@@ -63,7 +64,7 @@ from .optim import OptimizerStep
 from .placement import PerDevice
 
 __all__ = ["PPOPolicy", "PPOParams", "PPOModelParams", "PPOLearnParams", "PPOCollectParams",
-           "normalise_advantages"]
+           "normalise_advantages"]  # normalise_advantages: policies.advantages', kept importable here
 
 
 @dataclass
@@ -255,21 +256,23 @@ class PPOPolicy(Policy):
         return ent.sum(-1) if self.continuous else ent
 
     # ---- learn -----------------------------------------------------------------------------------
-    def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor) -> tuple:
+    def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor,
+                     weight: Optional[torch.Tensor] = None) -> tuple:
         ratio = (logp - logp_old).exp()
         surrogate = torch.min(ratio * adv, ratio.clamp(1 - self._clip, 1 + self._clip) * adv)
         with torch.no_grad():
             stats = {"approx_kl": ((ratio - 1) - (logp - logp_old)).mean(),
                      "clipfrac": ((ratio - 1).abs() > self._clip).float().mean()}
-        return -surrogate.mean(), stats
+        return -weighted_mean(surrogate, weight), stats
 
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev, rows = self.device, self._rows
         inputs = self._learn_inputs(batch)
         action = rows(batch.raw_action.to(dev).float() if self.continuous else batch.action.to(dev).long())
         adv = rows(batch.adv.to(dev).float())
+        weight = self._loss_weight(inputs)  # the elements that count (several agents per row: those that acted)
         if self._adv_norm and len(adv) > 1:
-            adv = normalise_advantages(adv)
+            adv = normalise_advantages(adv, weight)
         norm_value = self.normalisation.norm_value  # the critic's units (policy.value_norm), else as they are
         returns = norm_value(rows(batch.returns.to(dev).float()))
         logp_old = rows(batch.logp.to(dev).float())
@@ -277,7 +280,7 @@ class PPOPolicy(Policy):
         mask = self._mask(inputs[0])  # the stored observations' masks: the distribution they were acted from
         mask = None if mask is None else rows(mask)
 
-        loss, stats = self._loss(inputs, action, adv, returns, logp_old, value_old, mask)
+        loss, stats = self._loss(inputs, action, adv, returns, logp_old, value_old, mask, weight)
         self.optimizer_step.step(loss, self._grad_clip)
         if self._adaptive_lr and "approx_kl" in stats:
             self._epoch_kls.append(stats["approx_kl"])
@@ -321,6 +324,11 @@ class PPOPolicy(Policy):
         start states and episode starts, ``policies.ppo_lstm``)."""
         return (self._obs(batch.obs),)
 
+    def _loss_weight(self, inputs: tuple) -> Optional[torch.Tensor]:
+        """1 for the elements of the learn batch that count, 0 for the others (``policies.advantages``); None:
+        every element counts (one agent per row)."""
+        return None
+
     def _rows(self, value: torch.Tensor) -> torch.Tensor:
         """A field of the learn batch laid out as the model's outputs are: one row per transition (a
         recurrent policy's sequences ``[B, L]`` are flattened, ``policies.ppo_lstm``)."""
@@ -328,22 +336,24 @@ class PPOPolicy(Policy):
 
     @hot_path("learn")
     def _loss(self, inputs: tuple, action: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor,
-              logp_old: torch.Tensor, value_old: Optional[torch.Tensor], mask: Optional[torch.Tensor] = None) -> tuple:
+              logp_old: torch.Tensor, value_old: Optional[torch.Tensor], mask: Optional[torch.Tensor] = None,
+              weight: Optional[torch.Tensor] = None) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``; the
         advantages arrive normalised (``normalise_advantages``: its collective stays out of the compiled
         graph). One forward of the learn model on ``inputs`` (``_learn_inputs``), so that a DDP wrapper sees
         one forward and one backward per update. ``mask``: the legal actions of each row, whose masked
-        distribution gives the log-probs and the entropy (``_dist``)."""
+        distribution gives the log-probs and the entropy (``_dist``); ``weight``: the elements each mean is over
+        (``_loss_weight``)."""
         head, value = self.learn_model(*inputs)
         dist = self._dist(head, mask)
         logp = self._log_prob(dist, action)
-        policy_loss, stats = self._policy_loss(logp, logp_old, adv)
+        policy_loss, stats = self._policy_loss(logp, logp_old, adv, weight)
         if value_old is not None:  # learn.value_clip
             clipped = value_old + (value - value_old).clamp(-self._clip, self._clip)
-            value_loss = 0.5 * torch.max((value - returns) ** 2, (clipped - returns) ** 2).mean()
+            value_loss = 0.5 * weighted_mean(torch.max((value - returns) ** 2, (clipped - returns) ** 2), weight)
         else:
-            value_loss = 0.5 * ((value - returns) ** 2).mean()
-        entropy = self._entropy(dist).mean()
+            value_loss = 0.5 * weighted_mean((value - returns) ** 2, weight)
+        entropy = weighted_mean(self._entropy(dist), weight)
         loss = policy_loss + self._value_weight * value_loss - self._entropy_weight * entropy
         return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
                       "entropy": entropy.detach(), **stats}
@@ -433,16 +443,3 @@ class PPOPolicy(Policy):
     def optimizer_settings(self) -> List[Dict[str, float]]:
         """The config's settings of the one parameter group (``policies.optim``)."""
         return [dict(lr=self.params.learn.learning_rate)]
-
-
-def normalise_advantages(adv: torch.Tensor) -> torch.Tensor:
-    """``(adv - mean) / (std + 1e-8)`` over the minibatch; under DDP over every rank's minibatch together
-    (count, sum and sum of squares all-reduced), as one process would normalise the joined batch, where
-    each rank's own statistics made data-parallel PPO another algorithm (``baton check-ddp``: 9e-4 off)."""
-    if not is_distributed():
-        return (adv - adv.mean()) / (adv.std() + 1e-8)
-    moments = allreduce_data(torch.stack([adv.new_tensor(float(adv.numel())), adv.sum(), (adv * adv).sum()]).double())
-    count, total, squares = moments[0], moments[1], moments[2]
-    mean = total / count
-    std = ((squares - count * mean * mean).clamp_min(0) / (count - 1)).sqrt()  # unbiased, as Tensor.std
-    return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + 1e-8)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import policies.advantages
 import policies.lr_schedules
 import policies.normalisation
 import policies.placement
@@ -19,7 +20,7 @@ from policies.base import Policy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: the modules of the pieces the base composes, not algorithms
-PIECES = {"__init__", "accel", "base", "checks", "defaults", "distributional", "greedy", "models", "modes", "noisy",
+PIECES = {"__init__", "accel", "advantages", "base", "checks", "defaults", "distributional", "greedy", "models", "modes", "noisy",
           "normalisation", "obs_norm", "optim", "placement", "spaces"}
 ALGORITHMS = sorted(path for path in glob.glob(os.path.join(ROOT, "policies", "*.py"))
                     if os.path.basename(path)[:-3] not in PIECES)
@@ -52,7 +53,8 @@ def test_no_policies_module_is_over_450_lines(path):
         assert sum(1 for _ in f) <= 450
 
 
-@pytest.mark.parametrize("module", [policies.placement, policies.normalisation, policies.lr_schedules],
+@pytest.mark.parametrize("module", [policies.placement, policies.normalisation, policies.lr_schedules,
+                                    policies.advantages],
                          ids=lambda m: m.__name__)
 def test_piece_examples_run(module):
     assert doctest.testmod(module).failed == 0

@@ -83,3 +83,31 @@ def test_each_agent_s_return_is_logged_and_workers_collect_what_one_process_does
     split["env"]["manager"] = dict(type="async", workers=2)
     workers = serial_pipeline((split, create), max_env_step=400)
     assert workers["eval_return"] == sync["eval_return"]  # the same rows, seeds and updates: the same run
+
+
+def test_an_agent_that_left_counts_in_no_mean_of_the_loss():
+    """An agent out of its row's episode (``alive`` 0) is in the batch with whatever it holds; the update is
+    the one of the agents that acted."""
+    from data.batch import make_batch
+
+    rows = gym.spaces.Dict({"obs": gym.spaces.Box(-1, 1, (3, 4), np.float32),
+                            "alive": gym.spaces.Box(0, 1, (3,), np.int8),
+                            "state": gym.spaces.Box(-1, 1, (12,), np.float32)})
+    torch.manual_seed(0)
+    policy = MAPPOPolicy(dict(MAPPOPolicy.default_config(), type="mappo"), rows, gym.spaces.MultiDiscrete([5, 5, 5]))
+    policy.optimizer_step.optimizer.param_groups[0]["lr"] = 0.0  # the loss is read, nothing learnt
+    obs = {"obs": torch.randn(6, 3, 4), "alive": torch.ones(6, 3, dtype=torch.int8), "state": torch.randn(6, 12)}
+    obs["alive"][3:, 2] = 0  # agent 2 left in the last three rows
+    obs = make_batch(obs)  # a tree of tensors, as the env loop gives
+    out = {key: value.clone() for key, value in policy.collect_mode.forward(obs).items()}  # out of inference mode
+
+    def loss(noise):
+        garbage = torch.zeros(6, 3)
+        garbage[3:, 2] = noise  # what the departed agent's entries hold must not matter
+        batch = make_batch(dict(obs=obs, action=out["action"], logp=out["logp"] + garbage, value=out["value"],
+                                adv=torch.linspace(-1, 1, 18).reshape(6, 3) + 100 * garbage,
+                                returns=out["value"] + 1 + 50 * garbage))
+        return {k: float(v) for k, v in policy.learn_mode.forward(batch).items()
+                if k in ("policy_loss", "value_loss", "entropy")}
+
+    assert loss(0.0) == pytest.approx(loss(7.0), rel=1e-6)
