@@ -188,6 +188,9 @@ class RunSummary:
             "time_to_stop_value_s": wall if reason == StopReason.STOP_VALUE else None,
             "evaluations": self._evals,
         }
+        agent_means = (ctx.eval_output or {}).get("agent_means")
+        if agent_means is not None:  # several agents per env: the last evaluation's return of each
+            self.result["eval_agent_returns"] = list(agent_means)
         if reason == StopReason.ERROR:
             self.result["error"] = ctx.stop_detail
         if self._extra is not None:

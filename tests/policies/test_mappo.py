@@ -78,6 +78,8 @@ def test_each_agent_s_return_is_logged_and_workers_collect_what_one_process_does
     means = np.nanmean([columns[f"eval/agent{i}_return_mean"] for i in range(3)], axis=0)
     evaluated = np.isfinite(columns["eval/episode_return_mean"])
     np.testing.assert_allclose(means[evaluated], columns["eval/episode_return_mean"][evaluated], rtol=1e-6)
+    assert len(sync["eval_agent_returns"]) == 3 and np.mean(sync["eval_agent_returns"]) == pytest.approx(
+        sync["eval_return"])  # summary.json: the last evaluation's return of each agent
 
     split = dict(copy.deepcopy(main), exp_name=str(tmp_path / "async"))
     split["env"]["manager"] = dict(type="async", workers=2)
