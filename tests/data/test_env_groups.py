@@ -97,7 +97,7 @@ def _assert_same_steps(serial_steps, overlapped_steps):
 
 def _assert_same_episodes(serial, overlapped):
     for s, o in zip(serial.finished(), overlapped.finished()):
-        assert torch.equal(s, o)
+        assert (s is None and o is None) or torch.equal(s, o)  # agent_returns: None, one agent per env
 
 
 @pytest.mark.parametrize("num_envs,groups", [(4, 2), (5, 2), (3, 3)])

@@ -101,8 +101,8 @@ def test_tally_matches_counting_step_by_step(settle_every, monkeypatch):
         expected += [(e, running[e].item(), length[e].item()) for e in torch.nonzero(ended).flatten().tolist()]
         running, length = running.masked_fill(ended, 0), length.masked_fill(ended, 0)
         if t % 7 == 6:
-            got += list(zip(*(field.tolist() for field in tally.take())))
-    got += list(zip(*(field.tolist() for field in tally.take())))
+            got += list(zip(*(field.tolist() for field in tally.take()[:3])))
+    got += list(zip(*(field.tolist() for field in tally.take()[:3])))
     assert [(e, n) for e, _, n in got] == [(e, n) for e, _, n in expected]
     np.testing.assert_allclose([r for _, r, _ in got], [r for _, r, _ in expected], rtol=1e-12)
 

@@ -17,7 +17,7 @@ main_config = EasyDict(dict(
     exp_name="simple_spread_mappo",
     env=dict(collector_env_num=32, evaluator_env_num=32, n_evaluator_episode=32),
     policy=dict(
-        learn=dict(epoch_per_collect=10, batch_size=800, learning_rate=7e-4, entropy_weight=0.01,
+        learn=dict(batch_size=800, learning_rate=7e-4, entropy_weight=0.01,
                    grad_clip_value=10.0),
         collect=dict(n_sample=800),
         eval=dict(evaluator=dict(eval_freq=250)),
