@@ -17,7 +17,7 @@ from typing import Tuple
 
 import torch
 
-__all__ = ["gae_advantages"]
+__all__ = ["gae_advantages", "agent_flags"]
 
 
 def gae_advantages(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, terminated: torch.Tensor,
@@ -45,3 +45,23 @@ def gae_advantages(reward: torch.Tensor, value: torch.Tensor, next_value: torch.
         running = delta[t] + gamma * lam * not_done[t] * running
         adv[t] = running
     return adv, adv + value
+
+
+def agent_flags(terminated: torch.Tensor, truncated: torch.Tensor, alive: torch.Tensor,
+                next_alive: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Each agent's own episode flags ``[T, E, N]`` from its row's ``[T, E]`` and the agents' ``alive`` before and
+    after each step (``data.parallel_envs``): an agent that leaves while its row plays on ends its own stream
+    there, as terminated (it bootstraps from zero: PettingZoo envs end an agent early when it dies; a time limit
+    truncates every agent together, which ends the row), and the steps after it, where it no longer acts, are
+    ends too, so that nothing of them reaches its advantages.
+
+    Examples:
+        >>> f = torch.zeros(2, 1, dtype=torch.bool)
+        >>> alive = torch.tensor([[[1, 1]], [[1, 0]]]); after = torch.tensor([[[1, 0]], [[1, 0]]])
+        >>> term, trunc = agent_flags(f, f, alive, after)
+        >>> term[:, 0].tolist()   # agent 1 left in step 0 and was gone in step 1
+        [[False, True], [False, True]]
+    """
+    row_term, row_trunc = terminated.bool().unsqueeze(-1), truncated.bool().unsqueeze(-1)
+    left = ~next_alive.bool() & ~(row_term | row_trunc)
+    return row_term | left, row_trunc.expand_as(left)

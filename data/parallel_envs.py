@@ -15,8 +15,8 @@ this wrapper makes ``E`` parallel envs one such env, each row holding every agen
 - the reward is ``[E, N]`` float32: each agent's own (0 once it has left);
 - ``terminated``/``truncated`` are per env row: the row's episode ends when no agent is left (every
   agent terminated: terminated; else truncated, e.g. mpe2's ``max_cycles``). Each agent's own end is in the
-  info, ``agent_terminated`` ``[E, N]`` (an agent that dies bootstraps from zero, one cut by the time limit
-  does not).
+  info, ``agent_terminated`` ``[E, N]``; GAE ends an agent's stream where its ``alive`` drops while the row
+  plays on, as terminated (``data.gae.agent_flags``).
 
 An agent that leaves before the episode ends keeps its place: its row is zeros and ``alive`` 0 from then on
 (masked, not dropped). A row whose episode ended is reset in the same step (gymnasium's SAME_STEP autoreset,

@@ -12,7 +12,8 @@ from typing import Callable, Optional
 import torch
 
 from data.batch import make_batch
-from data.gae import gae_advantages
+from data.gae import agent_flags, gae_advantages
+from data.parallel_envs import ALIVE_KEY
 from data.sequences import to_sequences
 from engine.context import OnlineRLContext
 from engine.protocols import ValuePolicy, require
@@ -56,13 +57,25 @@ def gae_estimator(policy: ValuePolicy, *, gamma: float, lam: float,
         memory = {"state": rows(traj.next_state)} if "next_state" in traj else {}
         next_value = policy.value(rows(traj.next_obs), **memory)
         reward = traj.reward if reward_scale is None else reward_scale(traj.reward, traj.terminated | traj.truncated)
+        terminated, truncated, acted = traj.terminated, traj.truncated, None
+        alive = _alive(traj.obs)
+        if alive is not None:  # several agents per row: each one's stream ends where it leaves
+            terminated, truncated = agent_flags(terminated, truncated, alive, _alive(traj.next_obs))
+            acted = alive.bool()
         traj.adv, traj.returns = gae_advantages(reward, traj.value, next_value.reshape(traj.value.shape),
-                                                traj.terminated, traj.truncated, gamma, lam)
-        if observe_returns is not None:
-            observe_returns(traj.returns)
+                                                terminated, truncated, gamma, lam)
+        if observe_returns is not None:  # the value targets of the agents that acted (all, with one per row)
+            observe_returns(traj.returns if acted is None else traj.returns[acted])
         if seq_len is None:
             ctx.trajectories = traj.flatten(0, 1)
         else:
             ctx.trajectories = make_batch(to_sequences({key: traj[key] for key in traj.keys()}, seq_len))
 
     return _gae_estimator
+
+
+def _alive(obs: object) -> Optional[torch.Tensor]:
+    """The agents' ``alive`` ``[T, E, N]`` of a multi-agent rollout's observations (``data.parallel_envs``); None
+    for one agent per env."""
+    keys = getattr(obs, "keys", None)
+    return obs[ALIVE_KEY] if keys is not None and ALIVE_KEY in keys() else None

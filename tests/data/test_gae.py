@@ -86,3 +86,46 @@ def test_gae_estimator_flattens_with_adv_and_returns():
     gae_estimator(Collect(), gamma=1.0, lam=1.0)(ctx)
     assert ctx.trajectories.adv.shape == (6,) and ctx.trajectories.obs.shape == (6, 4)
     assert ctx.trajectories.adv.tolist() == [3.0, 3.0, 2.0, 2.0, 1.0, 1.0]  # time-major flattening
+
+
+def test_gae_estimator_ends_an_agents_stream_where_it_leaves_its_row():
+    """One row of two agents, three steps; agent 1 dies in step 0 while agent 0 plays on. Agent 1's step 0
+    bootstraps from zero (not from the value of what its next observation holds), and its later steps, where it no
+    longer acts, reach neither its advantage nor the value targets a value normalisation observes."""
+    from engine import OnlineRLContext
+    from middleware import gae_estimator
+    from data.batch import make_batch
+
+    class Collect:
+        @staticmethod
+        def forward(obs, **kwargs):
+            raise AssertionError("GAE does not act")
+
+        @staticmethod
+        def value(obs):
+            return torch.full(obs["alive"].shape, 10.0)  # every agent's value 10, the gone one's too
+
+    alive = torch.tensor([[[1, 1]], [[1, 0]], [[1, 0]]], dtype=torch.int8)
+    next_alive = torch.tensor([[[1, 0]], [[1, 0]], [[1, 0]]], dtype=torch.int8)
+    obs = {"obs": torch.zeros(3, 1, 2, 4), "alive": alive}
+    next_obs = {"obs": torch.zeros(3, 1, 2, 4), "alive": next_alive}
+    reward = torch.tensor([[[1.0, 5.0]], [[1.0, 0.0]], [[1.0, 0.0]]])
+    flags = torch.zeros(3, 1, dtype=torch.bool)
+    ctx = OnlineRLContext()
+    ctx.trajectories = make_batch(dict(obs=obs, next_obs=next_obs, reward=reward, value=torch.full((3, 1, 2), 10.0),
+                                       terminated=flags, truncated=flags, action=torch.zeros(3, 1, 2)))
+    seen = []
+    gae_estimator(Collect(), gamma=1.0, lam=1.0, observe_returns=seen.append)(ctx)
+    adv = ctx.trajectories.adv.reshape(3, 2)
+    assert adv[0, 1].item() == pytest.approx(5.0 - 10.0)  # r - V: no bootstrap, no later steps
+    assert adv[:, 0].tolist() == pytest.approx([3.0, 2.0, 1.0])  # agent 0 plays on to the chunk's end
+    assert sorted(seen[0].tolist()) == pytest.approx([5.0, 11.0, 12.0, 13.0])  # the four entries that acted
+
+
+def test_agent_flags_keep_the_rows_end_for_every_agent():
+    from data.gae import agent_flags
+    term, trunc = _b([[True], [False]]), _b([[False], [True]])
+    gone = torch.zeros(2, 1, 2, dtype=torch.int8)  # a row's final observation: no agent acts next
+    a_term, a_trunc = agent_flags(term, trunc, torch.ones(2, 1, 2, dtype=torch.int8), gone)
+    assert a_term[:, 0].tolist() == [[True, True], [False, False]]  # truncation stays a truncation
+    assert a_trunc[:, 0].tolist() == [[False, False], [True, True]]
