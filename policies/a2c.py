@@ -41,5 +41,5 @@ class A2CPolicy(PPOPolicy):
     Params = A2CParams
 
     def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor,
-                     weight: Optional[torch.Tensor] = None) -> tuple:
-        return -weighted_mean(logp * adv, weight), {}
+                     shares: Optional[torch.Tensor] = None) -> tuple:
+        return -weighted_mean(logp * adv, shares), {}

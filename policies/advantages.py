@@ -4,13 +4,17 @@ Where each row holds several agents (``policies.mappo``), an agent that left its
 in the batch but did not act: a weight of 0 keeps it out of the advantages' statistics and of every mean of the
 loss, so that the other agents' updates are those of a batch without it. Under DDP the statistics are every
 rank's together (count, sum and sum of squares all-reduced), as one process would compute them on the joined
-batch, where each rank's own statistics made data-parallel PPO another algorithm (``baton check-ddp``).
+batch, where each rank's own statistics made data-parallel PPO another algorithm (``baton check-ddp``). The
+loss's means are over every rank's elements too (``mean_shares``): ranks whose minibatches hold different
+numbers of acting agents each weigh their elements by the joined count, and DDP's average of the ranks'
+gradients is then the gradient of one mean over the joined batch.
 
 Examples:
     >>> adv = torch.tensor([1.0, 2.0, 3.0, 100.0])
-    >>> normalise_advantages(adv, torch.tensor([1.0, 1.0, 1.0, 0.0]))[:3]
+    >>> acted = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    >>> normalise_advantages(adv, acted)[:3]
     tensor([-1.,  0.,  1.])
-    >>> weighted_mean(adv, torch.tensor([1.0, 1.0, 1.0, 0.0]))
+    >>> weighted_mean(adv, mean_shares(acted))
     tensor(2.)
 """
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 
 from engine.distributed import allreduce_data, is_distributed
 
-__all__ = ["normalise_advantages", "weighted_mean"]
+__all__ = ["normalise_advantages", "mean_shares", "weighted_mean"]
 
 
 def normalise_advantages(adv: torch.Tensor, weight: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -39,8 +43,20 @@ def normalise_advantages(adv: torch.Tensor, weight: Optional[torch.Tensor] = Non
     return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + 1e-8)
 
 
-def weighted_mean(x: torch.Tensor, weight: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The mean of ``x`` over the elements of weight 1 (all of them where ``weight`` is None)."""
+def mean_shares(weight: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """Each element's share of a mean over the elements of weight 1: ``weight / count``, ``count`` this rank's
+    part of every rank's (the joined count over the world size; this rank's own without DDP). Outside the
+    compiled loss: under DDP its one all-reduce is a collective. None where every element counts."""
     if weight is None:
+        return None
+    count = weight.sum().double().reshape(1)
+    if is_distributed():
+        count = allreduce_data(count, op="mean")
+    return weight / count.clamp_min(1e-8).to(weight.dtype)
+
+
+def weighted_mean(x: torch.Tensor, shares: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The mean of ``x`` over the elements that count (``shares``: ``mean_shares``), or over all of them."""
+    if shares is None:
         return x.mean()
-    return (x * weight).sum() / weight.sum().clamp_min(1.0)
+    return (x * shares).sum()

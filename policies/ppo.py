@@ -50,7 +50,7 @@ from engine.registry import POLICY_REGISTRY
 from data.obs import Obs, first_leaf
 
 from .accel import hot_path
-from .advantages import normalise_advantages, weighted_mean
+from .advantages import mean_shares, normalise_advantages, weighted_mean
 from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OnlineEvalParams, PolicyParams
 from .greedy import ActorOut, GreedyActor
@@ -260,13 +260,13 @@ class PPOPolicy(Policy):
 
     # ---- learn -----------------------------------------------------------------------------------
     def _policy_loss(self, logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor,
-                     weight: Optional[torch.Tensor] = None) -> tuple:
+                     shares: Optional[torch.Tensor] = None) -> tuple:
         ratio = (logp - logp_old).exp()
         surrogate = torch.min(ratio * adv, ratio.clamp(1 - self._clip, 1 + self._clip) * adv)
         with torch.no_grad():
-            stats = {"approx_kl": ((ratio - 1) - (logp - logp_old)).mean(),
-                     "clipfrac": ((ratio - 1).abs() > self._clip).float().mean()}
-        return -weighted_mean(surrogate, weight), stats
+            stats = {"approx_kl": weighted_mean((ratio - 1) - (logp - logp_old), shares),
+                     "clipfrac": weighted_mean(((ratio - 1).abs() > self._clip).float(), shares)}
+        return -weighted_mean(surrogate, shares), stats
 
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev, rows = self.device, self._rows
@@ -283,7 +283,7 @@ class PPOPolicy(Policy):
         mask = self._mask(inputs[0])  # the stored observations' masks: the distribution they were acted from
         mask = None if mask is None else rows(mask)
 
-        loss, stats = self._loss(inputs, action, adv, returns, logp_old, value_old, mask, weight)
+        loss, stats = self._loss(inputs, action, adv, returns, logp_old, value_old, mask, mean_shares(weight))
         self.optimizer_step.step(loss, self._grad_clip)
         if self._adaptive_lr and "approx_kl" in stats:
             self._epoch_kls.append(stats["approx_kl"])
@@ -340,23 +340,23 @@ class PPOPolicy(Policy):
     @hot_path("learn")
     def _loss(self, inputs: tuple, action: torch.Tensor, adv: torch.Tensor, returns: torch.Tensor,
               logp_old: torch.Tensor, value_old: Optional[torch.Tensor], mask: Optional[torch.Tensor] = None,
-              weight: Optional[torch.Tensor] = None) -> tuple:
+              shares: Optional[torch.Tensor] = None) -> tuple:
         """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``; the
         advantages arrive normalised (``normalise_advantages``: its collective stays out of the compiled
         graph). One forward of the learn model on ``inputs`` (``_learn_inputs``), so that a DDP wrapper sees
         one forward and one backward per update. ``mask``: the legal actions of each row, whose masked
-        distribution gives the log-probs and the entropy (``_dist``); ``weight``: the elements each mean is over
-        (``_loss_weight``)."""
+        distribution gives the log-probs and the entropy (``_dist``); ``shares``: each element's share of the
+        loss's means (``policies.advantages.mean_shares`` of ``_loss_weight``), None for plain means."""
         head, value = self.learn_model(*inputs)
         dist = self._dist(head, mask)
         logp = self._log_prob(dist, action)
-        policy_loss, stats = self._policy_loss(logp, logp_old, adv, weight)
+        policy_loss, stats = self._policy_loss(logp, logp_old, adv, shares)
         if value_old is not None:  # learn.value_clip
             clipped = value_old + (value - value_old).clamp(-self._clip, self._clip)
-            value_loss = 0.5 * weighted_mean(torch.max((value - returns) ** 2, (clipped - returns) ** 2), weight)
+            value_loss = 0.5 * weighted_mean(torch.max((value - returns) ** 2, (clipped - returns) ** 2), shares)
         else:
-            value_loss = 0.5 * weighted_mean((value - returns) ** 2, weight)
-        entropy = weighted_mean(self._entropy(dist), weight)
+            value_loss = 0.5 * weighted_mean((value - returns) ** 2, shares)
+        entropy = weighted_mean(self._entropy(dist), shares)
         loss = policy_loss + self._value_weight * value_loss - self._entropy_weight * entropy
         return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
                       "entropy": entropy.detach(), **stats}

@@ -251,3 +251,22 @@ def obs_norm_run(out_dir):
     summary = pipeline.run()
     stats = {k: v.tolist() for k, v in pipeline.policy.learn_mode.state_dict()["obs_norm"].items()}
     _dump(out_dir, "obs_norm", {"merged": merged, "stats": stats, "env_step": summary["env_step"]})
+
+
+def weighted_loss_run(out_dir):
+    """PPO's weighted means under DDP (``policies.advantages``): rank 0's minibatch has 3 acting elements of 4,
+    rank 1's one; a DDP-wrapped linear model's gradient of the weighted loss, after DDP's average."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from policies.advantages import mean_shares, normalise_advantages, weighted_mean
+
+    rank = get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    ddp = DistributedDataParallel(model)
+    x = torch.arange(16, dtype=torch.float32).reshape(2, 4, 2)[rank] * (1 + rank)
+    weight = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]])[rank]
+    adv = normalise_advantages(torch.tensor([[1.0, 2.0, 3.0, 50.0], [-9.0, 4.0, -7.0, 8.0]])[rank], weight)
+    loss = weighted_mean(ddp(x).squeeze(-1) * adv, mean_shares(weight))
+    loss.backward()
+    _dump(out_dir, "weighted", {"grad": [p.grad.flatten().tolist() for p in model.parameters()]})
