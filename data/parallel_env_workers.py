@@ -23,7 +23,7 @@ import numpy as np
 
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
 
-from .parallel_envs import ParallelEnvBatch
+from .parallel_envs import ParallelEnvBatch, env_seeds
 
 __all__ = ["ParallelEnvWorkers", "EnvWorkerError"]
 
@@ -76,6 +76,8 @@ class ParallelEnvWorkers(gym.vector.VectorEnv):
     """
 
     metadata = ParallelEnvBatch.metadata
+    #: seconds ``close`` waits for a worker's answer, then for its exit after each signal
+    CLOSE_WAIT_S = 10.0
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], workers: int, context: Optional[str] = None) -> None:
         if not env_fns:
@@ -95,7 +97,11 @@ class ParallelEnvWorkers(gym.vector.VectorEnv):
             child.close()
             self._pipes.append(parent)
             self._processes.append(process)
-        spaces = self._gather()[0]
+        try:
+            spaces = self._gather()[0]
+        except EnvWorkerError:
+            self.close()  # the workers that did start go with the error
+            raise
         for name in SPACES:
             setattr(self, name, spaces[name])
         from gymnasium.vector.utils import batch_space
@@ -109,17 +115,21 @@ class ParallelEnvWorkers(gym.vector.VectorEnv):
 
     # ---- talking to the workers --------------------------------------------------------------------------
     def _gather(self) -> List[Any]:
-        """Every worker's answer, in order; an error or a dead worker raises ``EnvWorkerError``."""
-        answers = []
+        """Every worker's answer, in order; an error or a dead worker raises ``EnvWorkerError`` (the first, once
+        every other worker's answer is read: none is left in a pipe to be taken for the next command's)."""
+        answers, failure = [], None
         for k, pipe in enumerate(self._pipes):
             start, stop = self._slices[k]
             try:
                 status, value = pipe.recv()
-            except (EOFError, ConnectionResetError, BrokenPipeError) as err:
-                raise self._died(k) from err
+            except (EOFError, ConnectionResetError, BrokenPipeError, OSError) as err:
+                failure = failure or (self._died(k), err)
+                continue
             if status == "error":
-                raise EnvWorkerError(f"env worker {k} (envs {start}-{stop - 1}) failed:\n{value}")
+                failure = failure or (EnvWorkerError(f"env worker {k} (envs {start}-{stop - 1}) failed:\n{value}"), None)
             answers.append(value)
+        if failure is not None:
+            raise failure[0] from failure[1]
         return answers
 
     def _send(self, command: str, per_worker: Sequence[Any]) -> List[Any]:
@@ -140,8 +150,7 @@ class ParallelEnvWorkers(gym.vector.VectorEnv):
     # ---- the vector env API (ParallelEnvBatch's) ---------------------------------------------------------
     def reset(self, *, seed: Any = None, options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], dict]:
         """Reset every env; ``seed`` an int (env ``i`` gets ``seed + i``) or one per env."""
-        seeds = seed if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i
-                                                              for i in range(self.num_envs)]
+        seeds = env_seeds(seed, self.num_envs)
         answers = self._send("reset", [(list(seeds[a:b]), options) for a, b in self._slices])
         return _concat([obs for obs, _ in answers]), {}
 
@@ -170,7 +179,8 @@ class ParallelEnvWorkers(gym.vector.VectorEnv):
         return value
 
     def close(self) -> None:
-        """Close every env and end the workers (those that do not answer within 10 s are terminated)."""
+        """Close every env and end the workers (one that does not answer within ``CLOSE_WAIT_S`` is terminated,
+        then killed)."""
         if self.closed:
             return
         self.closed = True
@@ -181,14 +191,17 @@ class ParallelEnvWorkers(gym.vector.VectorEnv):
                 pass
         for pipe, process in zip(self._pipes, self._processes):
             try:
-                if pipe.poll(10):
+                if pipe.poll(self.CLOSE_WAIT_S):
                     pipe.recv()
             except (EOFError, OSError):
                 pass
-            process.join(10)
+            process.join(self.CLOSE_WAIT_S)
             if process.is_alive():
                 process.terminate()
-                process.join(5)
+                process.join(self.CLOSE_WAIT_S / 2)
+            if process.is_alive():  # workers outlast a preemption signal (SIGTERM) by design: a hung one is killed
+                process.kill()
+                process.join(self.CLOSE_WAIT_S / 2)
             pipe.close()
 
     def __del__(self) -> None:

@@ -35,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-__all__ = ["ParallelEnvBatch", "AgentSpaceError", "OBS_KEY", "ALIVE_KEY", "STATE_KEY", "MASK_KEY"]
+__all__ = ["ParallelEnvBatch", "AgentSpaceError", "env_seeds", "OBS_KEY", "ALIVE_KEY", "STATE_KEY", "MASK_KEY"]
 
 #: the keys of a row's observation
 OBS_KEY, ALIVE_KEY, STATE_KEY, MASK_KEY = "obs", "alive", "state", "action_mask"
@@ -68,6 +68,13 @@ def _shared_space(spaces: Mapping[str, gym.Space], what: str, env_name: str) -> 
                               f"are batched along one axis and share one network, so they need equal spaces. Pad "
                               f"them to one space (a wrapper of your env), or train each group of agents apart")
     return groups[0][0]
+
+
+def env_seeds(seed: Any, num_envs: int) -> List[Optional[int]]:
+    """Each env's reset seed: ``seed`` one per env as given, an int ``s`` as ``s + i`` for env ``i``, or None."""
+    if isinstance(seed, (list, tuple)):
+        return list(seed)
+    return [None if seed is None else int(seed) + i for i in range(num_envs)]
 
 
 class ParallelEnvBatch(gym.vector.VectorEnv):
@@ -155,8 +162,7 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
     # ---- the vector env API ------------------------------------------------------------------------------
     def reset(self, *, seed: Any = None, options: Optional[dict] = None) -> Tuple[Dict[str, np.ndarray], dict]:
         """Reset every env; ``seed`` an int (env ``i`` gets ``seed + i``) or one per env."""
-        seeds = seed if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i
-                                                              for i in range(self.num_envs)]
+        seeds = env_seeds(seed, self.num_envs)
         rows = []
         for env, env_seed in zip(self.envs, seeds):
             observations, _ = env.reset(seed=env_seed, options=options)

@@ -86,6 +86,33 @@ def test_an_env_that_raises_in_a_worker_is_named_with_its_traceback():
         envs.close()
 
 
+def test_after_a_worker_raises_every_answer_is_read_and_the_next_command_gets_its_own():
+    """Worker 0 raises; worker 1's answer to the same step is read before the error is raised, so the next reset
+    is answered by the reset, not by the step left in a pipe."""
+    inline = ParallelEnvBatch([_spread] * 4)
+    envs = ParallelEnvWorkers([_Raising(), _spread, _spread, _spread], 2)
+    try:
+        envs.reset(seed=0)
+        for _ in range(2):
+            envs.step(np.zeros((4, 3), np.int64))
+        with pytest.raises(EnvWorkerError, match=r"env worker 0 \(envs 0-1\) failed"):
+            envs.step(np.zeros((4, 3), np.int64))
+        _assert_same(envs.reset(seed=3)[0], inline.reset(seed=3)[0])
+    finally:
+        envs.close()
+        inline.close()
+
+
+def test_an_env_that_cannot_be_made_is_named_and_no_worker_is_left():
+    def broken():
+        raise RuntimeError("no such map")
+
+    with pytest.raises(EnvWorkerError, match=r"(?s)env worker 1 \(envs 2-3\) failed:.*no such map"):
+        ParallelEnvWorkers([_spread, _spread, broken, _spread], 2)
+    import multiprocessing
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("baton-env-worker")]
+
+
 def test_a_worker_that_dies_is_named_and_the_rest_close():
     envs = ParallelEnvWorkers([_spread] * 4, 2)
     envs.reset(seed=0)
@@ -93,6 +120,17 @@ def test_a_worker_that_dies_is_named_and_the_rest_close():
     envs._processes[1].join(10)
     with pytest.raises(EnvWorkerError, match=r"env worker 1 \(envs 2-3\) died \(exit code -9\)"):
         envs.step(np.zeros((4, 3), np.int64))
+    envs.close()
+    assert all(not p.is_alive() for p in envs._processes)
+
+
+def test_a_hung_worker_is_killed_at_close(monkeypatch):
+    """A worker that never answers 'close' and ignores SIGTERM (as workers do, to outlast a preemption signal)
+    is killed: close returns and leaves no process behind."""
+    envs = ParallelEnvWorkers([_spread] * 2, 2)
+    envs.reset(seed=0)
+    os.kill(envs._processes[0].pid, signal.SIGSTOP)  # hung: answers nothing, not even SIGTERM
+    monkeypatch.setattr(ParallelEnvWorkers, "CLOSE_WAIT_S", 0.5)
     envs.close()
     assert all(not p.is_alive() for p in envs._processes)
 
