@@ -144,7 +144,6 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
                     return name, venv.single_observation_space, venv.single_action_space, None
                 finally:
                     venv.close()
-            env_type = ENV_REGISTRY.get(name)
             if getattr(env_type, "batched", False) and env_type.env_id == env_id:
                 return (name, env_type.env_cls.single_observation_space, env_type.env_cls.single_action_space,
                         None)

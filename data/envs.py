@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Type
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Type
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
@@ -349,6 +350,15 @@ GYM_TYPE = "gym"
 ENV_REGISTRY.register(GYM_TYPE, AnyGymEnvType())
 
 
+def _takes_manager(make_vector: Callable[..., Any]) -> bool:
+    """Whether an env type's ``make_vector`` takes ``manager`` (by name or ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(make_vector).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: give it what the docstring says
+        return True
+    return any(p.name == "manager" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, seed: int,
                     manager: Optional[str] = None, training: bool = True,
                     groups: Optional[int] = None) -> gym.vector.VectorEnv:
@@ -378,7 +388,9 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
         return _make_env_groups(env_type, env_cfg, num_envs, seed, manager, training, groups)
     kind = manager or settings.manager.type
     if hasattr(env_type, "make_vector"):
-        return env_type.make_vector(env_cfg, num_envs, seed, training, manager=kind)
+        if _takes_manager(env_type.make_vector):
+            return env_type.make_vector(env_cfg, num_envs, seed, training, manager=kind)
+        return env_type.make_vector(env_cfg, num_envs, seed, training)  # a plugin's from before ``manager``
     if settings.manager.workers is not None:
         raise ConfigError(f"env.manager.workers={settings.manager.workers} applies to env types that batch several "
                           f"envs in each worker process (mpe); env type {settings.type or env_type!r} with "

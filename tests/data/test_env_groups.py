@@ -228,3 +228,18 @@ def test_loop_steps_carry_each_ended_episodes_is_success_in_env_order(groups):
         assert torch.equal(step.success, torch.where(step.ended, step.terminated.to(torch.int8), -1))
     assert seen > 0
     env.close()
+
+
+def test_an_env_types_make_vector_without_a_manager_argument_still_builds():
+    """A plugin env type written before ``make_vector`` took ``manager`` is called as it was."""
+    calls = []
+
+    class OldPlugin:
+        @staticmethod
+        def make_vector(env_cfg, num_envs, seed, training):
+            calls.append((num_envs, seed, training))
+            return gym.make_vec("CartPole-v1", num_envs=num_envs)
+
+    env = make_vector_env(OldPlugin, {"env_id": "CartPole-v1"}, 2, seed=3)
+    env.close()
+    assert calls == [(2, 3, True)]
