@@ -297,6 +297,9 @@ class _TwinFrames(gym.vector.VectorWrapper):
         if frames is not None and twin_frames is not None and int(frames[0]) != int(twin_frames[0]):
             raise VideoError(f"the render twin of env 0 went out of step (frame {int(twin_frames[0])} against "
                              f"{int(frames[0])}): the env is not deterministic under the same seed and actions")
+        if bool(twin_term[0] or twin_trunc[0]) != bool(terminated[0] or truncated[0]):
+            raise VideoError("the render twin of env 0 went out of step (its episode ended where env 0's did not, "
+                             "or the reverse): the env is not deterministic under the same seed and actions")
         if twin_term[0] or twin_trunc[0]:
             final = twin_info.get("final_obs")
             self._videos.add(self._screen(final if final is not None else twin_obs))

@@ -82,6 +82,8 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
 
     Args:
         env_fns: each makes one parallel env (``mpe2.simple_spread_v3.parallel_env(...)``); all of one task.
+        render_final: render each env's last frame before its reset, into ``info["final_frame"]`` (envs made with
+            ``render_mode="rgb_array"``: a video's render twin).
 
     Raises:
         AgentSpaceError: agents with differing spaces, or an observation space the wrapper cannot batch.
@@ -99,10 +101,11 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
-    def __init__(self, env_fns: Sequence[Callable[[], Any]]) -> None:
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], render_final: bool = False) -> None:
         if not env_fns:
             raise AgentSpaceError("ParallelEnvBatch needs at least one env")
         self.envs = [fn() for fn in env_fns]
+        self._render_final = render_final  # info["final_frame"]: each ended episode's last frame (videos)
         first = self.envs[0]
         self.name = (getattr(first, "metadata", None) or {}).get("name") or type(first).__name__
         self.agents: List[str] = list(first.possible_agents)
@@ -179,6 +182,7 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
         terminated = np.zeros(self.num_envs, bool)
         truncated = np.zeros(self.num_envs, bool)
         rows, final_obs = [], np.full(self.num_envs, None, dtype=object)
+        final_frames = np.full(self.num_envs, None, dtype=object)
         for e, env in enumerate(self.envs):
             live = list(env.agents)
             step_actions = {agent: self._action(actions[e, self.agents.index(agent)]) for agent in live}
@@ -192,6 +196,8 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
                 terminated[e] = all(term.get(a, False) for a in ended)
                 truncated[e] = not terminated[e]
                 final_obs[e] = row
+                if self._render_final:
+                    final_frames[e] = env.render()
                 next_observations, _ = env.reset()
                 row = self._row(env, next_observations)
             rows.append(row)
@@ -199,6 +205,8 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
         if (terminated | truncated).any():
             info["final_obs"] = final_obs
             info["_final_obs"] = terminated | truncated
+            if self._render_final:
+                info["final_frame"] = final_frames
         return self._stack(rows), rewards, terminated, truncated, info
 
     def _action(self, action: np.ndarray) -> Any:

@@ -87,34 +87,27 @@ class MpeEnvType(GymEnvType):
 
 
 class MpeRenderTwin:
-    """A one-env vector env of an mpe2 task's frames ``[1, H, W, 3]`` (``MpeEnvType.make_render_twin``): reset and
-    stepped as env 0 of a ``ParallelEnvBatch``, its episode's last frame in ``info["final_obs"]``."""
+    """A one-env vector env of an mpe2 task's frames ``[1, H, W, 3]`` (``MpeEnvType.make_render_twin``): a
+    one-row ``ParallelEnvBatch`` (the same actions, rewards and ends as env 0 of the run's), its episode's last
+    frame in ``info["final_obs"]``."""
 
     def __init__(self, env: Any) -> None:
-        self.env = env
-        self.agents = list(env.possible_agents)
+        self.batch = ParallelEnvBatch([lambda: env], render_final=True)
 
     def _frame(self) -> Any:
-        return self.env.render()[None]
+        return self.batch.envs[0].render()[None]
 
     def reset(self, *, seed: Any = None, options: Any = None) -> tuple:
-        self.env.reset(seed=None if seed is None else int(seed[0]), options=options)
+        self.batch.reset(seed=None if seed is None else [int(seed[0])], options=options)
         return self._frame(), {}
 
     def step(self, actions: Any) -> tuple:
-        row = actions[0]
-        self.env.step({agent: int(row[self.agents.index(agent)]) for agent in self.env.agents})
-        frame, info = self._frame(), {}
-        ended = not self.env.agents
-        if ended:  # the row resets in the same step, as ParallelEnvBatch's do
-            info["final_obs"] = frame
-            self.env.reset()
-            frame = self._frame()
-        flag = [ended]
-        return frame, [0.0], flag, [False], info
+        _, reward, terminated, truncated, info = self.batch.step(actions)
+        twin_info = {"final_obs": info["final_frame"][0][None]} if "final_frame" in info else {}
+        return self._frame(), reward, terminated, truncated, twin_info
 
     def close(self) -> None:
-        self.env.close()
+        self.batch.close()
 
 
 MPE = ENV_REGISTRY.register("mpe", MpeEnvType("simple_spread_v3", stop_value=float("inf"),

@@ -41,9 +41,10 @@ def test_the_render_twin_shows_env_0_step_for_step_and_its_episode_s_last_frame(
     frames = [first]
     for t in range(25):
         actions = rng.integers(0, 5, (2, 3))
-        _, _, terminated, truncated, info = envs.step(actions)
-        frame, _, twin_term, twin_trunc, twin_info = twin.step(actions[:1])
+        _, reward, terminated, truncated, info = envs.step(actions)
+        frame, twin_reward, twin_term, twin_trunc, twin_info = twin.step(actions[:1])
         assert bool(twin_term[0] or twin_trunc[0]) == bool(terminated[0] or truncated[0])
+        np.testing.assert_array_equal(twin_reward[0], reward[0])  # the same dynamics as env 0, step for step
         frames.append(frame)
     assert "final_obs" in twin_info and truncated[0]  # max_cycles: the row and the twin end together
     assert np.abs(frames[10].astype(int) - frames[0].astype(int)).mean() > 1  # the agents moved
