@@ -163,7 +163,7 @@ class NStepBuilder:
     def _one_step(self, chunk: Batch) -> Batch:
         flat = {k: v.flatten(0, 1) for k, v in chunk.items()}  # [T, E, ...] -> [T * E, ...], per leaf of a tree
         flat["reward"] = flat["reward"].float()
-        flat["discount"] = torch.full_like(flat["reward"], self.gamma)
+        flat["discount"] = torch.full(flat["reward"].shape[:1], self.gamma, device=flat["reward"].device)
         flat["span"] = torch.ones(len(flat["reward"]), dtype=torch.uint8, device=flat["reward"].device)
         return flat
 
@@ -172,11 +172,12 @@ class NStepBuilder:
         reward = chunk["reward"].float()
         done = chunk["terminated"] | chunk["truncated"]
         num_envs, device = reward.shape[1], reward.device  # a device env's chunks stay on its device
+        agents = (1,) * (reward.dim() - 2)  # several agents per row (``data.parallel_envs``): each one's reward
         alive = torch.ones(starts, num_envs, dtype=torch.bool, device=device)
-        ret = torch.zeros(starts, num_envs, device=device)
+        ret = torch.zeros((starts,) + tuple(reward.shape[1:]), device=device)
         last = torch.full((starts, num_envs), n - 1, dtype=torch.long, device=device)
         for k in range(n):
-            ret += self.gamma ** k * alive * reward[k:k + starts]
+            ret += self.gamma ** k * alive.reshape(alive.shape + agents) * reward[k:k + starts]
             ends_here = alive & done[k:k + starts]
             last = torch.where(ends_here, torch.full_like(last, k), last)
             alive = alive & ~done[k:k + starts]

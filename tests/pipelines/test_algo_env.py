@@ -147,7 +147,7 @@ def test_a_multi_agent_task_takes_the_multi_agent_algorithms_and_refuses_the_oth
                  "env.n_evaluator_episode=1"]) == 0
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["env_step"] >= 200
     with pytest.raises(AlgoEnvError, match=r"simple_spread_v3 has several agents in each env, which dqn does not "
-                                           r"train.*Algorithms that fit: ippo, mappo$"):
+                                           r"train.*Algorithms that fit: ippo, iql, mappo, qmix, vdn$"):
         build_config("dqn", "simple_spread_v3")
     with pytest.raises(AlgoEnvError, match=r"policy 'mappo' trains the agents of a multi-agent env.*Algorithms that "
                                            r"fit: a2c, .*dqn, ppo"):
