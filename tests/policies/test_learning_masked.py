@@ -19,6 +19,8 @@ def test_masked_taxi_configs_solve_it_without_an_illegal_action(tmp_path, algo, 
     config = importlib.import_module(f"dizoo.toy_text.config.taxi_{algo}_config")
     main, create = copy.deepcopy(config.main_config), copy.deepcopy(config.create_config)
     main.env = dict(main.get("env", {}), action_mask_check=True)
+    if algo == "dqn":  # an evaluation every 500 updates (2,000 env steps), not 100: a quarter of the run's time
+        main.policy.eval = dict(evaluator=dict(eval_freq=500))
     main.log = dict(progress=False)
     summary = build_pipeline((main, create), seed=0, max_env_step=budget, exp_name=str(tmp_path / algo)).run()
     assert summary["stop_reason"] == "stop_value" and summary["eval_return"] >= 8
