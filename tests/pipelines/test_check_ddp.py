@@ -17,7 +17,7 @@ TD3_DDP = os.path.join(ROOT, "dizoo", "classic_control", "pendulum", "config", "
 PPO_LSTM_DDP = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config",
                             "cartpole_masked_ppo_lstm_ddp_config.py")
 MAPPO = os.path.join(ROOT, "dizoo", "pettingzoo", "config", "simple_spread_mappo_config.py")
-QMIX = os.path.join(ROOT, "dizoo", "pettingzoo", "config", "simple_spread_qmix_config.py")
+VDN = os.path.join(ROOT, "dizoo", "pettingzoo", "config", "simple_spread_vdn_config.py")
 
 
 @pytest.mark.distributed
@@ -25,19 +25,25 @@ QMIX = os.path.join(ROOT, "dizoo", "pettingzoo", "config", "simple_spread_qmix_c
 @pytest.mark.parametrize("config,overrides", [(DQN_DDP, []), (PPO_DDP, []),
                                               (TD3_DDP, ["policy.learn.actor_update_freq=1"]),
                                               (PPO_LSTM_DDP, ["policy.model.hidden_size=16"]),
-                                              (MAPPO, ["policy.value_norm=true"]), (QMIX, [])],
+                                              (MAPPO, ["policy.value_norm=true"]), ("qmix", [])],
                          ids=["dqn", "ppo", "td3", "ppo_lstm", "mappo", "qmix"])
-def test_check_ddp_passes(config, overrides, tmp_path, monkeypatch, capsys):
+def test_check_ddp_passes(config, overrides, tmp_path, tmp_path_factory, monkeypatch, capsys):
     """PPO too: its advantages are normalised over every rank's minibatch (9e-4 off when each rank used its
     own statistics). TD3 too: its target smoothing noise is drawn for the global batch, each rank taking its
     rows; the check's one update is an actor step (delay 1), so the actor is compared as well. Recurrent PPO
     too: each rank's whole sequences, unrolled from their stored memories, joined along the sequence axis.
     MAPPO too: advantages normalised over every agent of every rank's rows (counted per agent, 1.4e-3 off
-    when counted per row). QMIX too: its mixer is inside the model's one forward, so DDP averages its gradients."""
+    when counted per row). QMIX too (the VDN config with QMIX's type): its mixer is inside the model's one forward,
+    so DDP averages its gradients."""
     from commands.cli import main
 
-    if config in (MAPPO, QMIX):
+    if config in (MAPPO, "qmix"):
         pytest.importorskip("mpe2")
+    if config == "qmix":
+        config = str(tmp_path_factory.mktemp("config") / "simple_spread_qmix_config.py")
+        with open(config, "w") as f:
+            f.write("from dizoo.pettingzoo.config.simple_spread_vdn_config import main_config, create_config\n"
+                    "create_config.policy.type = 'qmix'\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BATON_DDP_TIMEOUT", "60")
     assert main(["check-ddp", "-c", config, "--nproc", "2", *overrides]) == 0
