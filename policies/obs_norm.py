@@ -65,6 +65,8 @@ class RunningObsNorm(nn.Module):
         shape: one observation's shape (a flat Box: ``(obs_dim,)``).
         clip: normalised values are clipped to ``[-clip, clip]`` (> 0).
         eps: added to the variance under the square root (gymnasium's 1e-8).
+        var_floor: the least variance used once something is merged (PPO's ``value_norm``: 1e-2, as MAPPO's
+            ValueNorm clamps it), so that values that barely varied yet are not blown up.
         name: the config key of ``clip``, for the error a bad value gets.
 
     Examples:
@@ -79,13 +81,13 @@ class RunningObsNorm(nn.Module):
     """
 
     def __init__(self, shape: Sequence[int], clip: float = 10.0, eps: float = 1e-8,
-                 name: str = "policy.obs_norm_clip") -> None:
+                 name: str = "policy.obs_norm_clip", var_floor: float = 0.0) -> None:
         super().__init__()
         if not (isinstance(clip, (int, float)) and clip > 0 and clip != float("inf")):
             raise ValueError(f"{name} must be a finite number > 0 (normalised values are clipped to [-clip, clip]; "
                              f"10 is SB3's and CleanRL's), got {clip!r}")
         shape = tuple(int(d) for d in shape)
-        self.clip, self.eps = float(clip), float(eps)
+        self.clip, self.eps, self.var_floor = float(clip), float(eps), float(var_floor)
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("m2", torch.zeros(shape, dtype=torch.float64))
@@ -120,8 +122,10 @@ class RunningObsNorm(nn.Module):
 
     # ---- normalising ---------------------------------------------------------------------------------
     def var(self) -> torch.Tensor:
-        """The population variance of what was merged (1 before anything was: the identity)."""
-        return torch.where(self.count > 0, self.m2 / self.count.clamp_min(1e-300), torch.ones_like(self.m2))
+        """The population variance of what was merged, at least ``var_floor`` (1 before anything was: the
+        identity)."""
+        merged = (self.m2 / self.count.clamp_min(1e-300)).clamp_min(self.var_floor)
+        return torch.where(self.count > 0, merged, torch.ones_like(self.m2))
 
     def _on(self, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
         """float32 mean and std on ``device``, made once per merge (a copy per device, not per call)."""

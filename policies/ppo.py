@@ -207,10 +207,10 @@ class PPOPolicy(Policy):
             self.normalisation.reward_norm = RunningObsNorm((), params.reward_norm_clip,
                                                             name="policy.reward_norm_clip").to(self.device)
         if params.value_norm:
-            # eps 1e-2 floors the std at 0.1 (MAPPO's ValueNorm clamps the variance at 1e-2): targets that barely
-            # vary early on must not blow the critic's normalised errors up
-            self.normalisation.value_norm = RunningObsNorm((), 1e6, eps=1e-2,
-                                                           name="policy.value_norm").to(self.device)
+            # the variance floored at 1e-2 (MAPPO's ValueNorm): targets that barely vary early on must not blow
+            # the critic's normalised errors up
+            self.normalisation.value_norm = RunningObsNorm((), 1e6, name="policy.value_norm",
+                                                           var_floor=1e-2).to(self.device)
 
     def _model_input(self, model_cfg: Any, observation_space: gym.Space, action_space: gym.Space) -> tuple:
         """``(what the model is built for, action_dim)``: a Box observation's shape or a Dict/Tuple space, with

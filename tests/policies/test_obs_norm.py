@@ -270,3 +270,17 @@ def test_value_statistics_are_checkpointed_and_a_mismatch_names_the_switch():
     plain = PPOPolicy(EasyDict(deep_merge(PPOPolicy.default_config(), dict(model=dict(SMALL)))), OBS, BOX)
     with pytest.raises(ObsNormMismatchError, match=r"holds value-normalisation statistics.*policy.value_norm=true"):
         plain.learn_mode.load_state_dict(state)
+
+
+def test_a_value_normalisation_of_targets_that_barely_vary_floors_their_variance():
+    """Value targets all alike (variance 0) would divide the critic's errors by 1e-4; the floor keeps the std at
+    0.1 (MAPPO's ValueNorm), and observation statistics keep no floor."""
+
+    values = RunningObsNorm((), 1e6, var_floor=1e-2)
+    values.observe(torch.full((64,), 3.0))
+    values.merge()
+    assert values(torch.tensor([3.1])).item() == pytest.approx(1.0, rel=1e-4)  # (3.1 - 3) / 0.1
+    plain = RunningObsNorm((), 1e6)
+    plain.observe(torch.full((64,), 3.0))
+    plain.merge()
+    assert plain(torch.tensor([3.1])).item() > 100
