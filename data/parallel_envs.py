@@ -141,6 +141,12 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
         space = self.agent_observation_space
         obs = np.zeros((self.num_agents,) + space.shape, space.dtype)
         live = set(env.agents)
+        unknown = (live | set(observations)) - set(self.agents)
+        if unknown:
+            raise AgentSpaceError(f"env {self.name}: agents {sorted(unknown)} appeared that its possible_agents "
+                                  f"{self.agents} do not list; each agent keeps one place on the agent axis, so the "
+                                  f"agent set is fixed: list every agent that can ever act in possible_agents (one "
+                                  f"that is absent is masked, alive 0)")
         alive = np.array([agent in live for agent in self.agents], np.int8)
         mask = np.zeros((self.num_agents, int(self.agent_action_space.n)), np.int8) if self._masked else None
         for i, agent in enumerate(self.agents):

@@ -102,6 +102,26 @@ def test_agents_that_leave_are_masked_and_the_row_ends_with_the_last():
     assert info["final_obs"][0]["alive"].tolist() == [0, 0, 0] and obs["alive"].tolist() == [[1, 1, 1]]
 
 
+class _Growing(_Leaving):
+    """An env whose second episode brings an agent its possible_agents do not list."""
+
+    def reset(self, seed=None, options=None):
+        self.episode = getattr(self, "episode", -1) + 1
+        obs, infos = super().reset(seed, options)
+        if self.episode:
+            self.agents.append("a3")
+            obs["a3"] = np.zeros(2, np.float32)
+        return obs, infos
+
+
+def test_an_agent_set_that_changes_at_reset_is_named():
+    envs = ParallelEnvBatch([functools.partial(_Growing, die=False)])
+    envs.reset(seed=0)
+    with pytest.raises(AgentSpaceError, match=r"agents \['a3'\] appeared that its possible_agents \['a0', 'a1', "
+                                              r"'a2'\] do not list"):
+        envs.reset(seed=1)
+
+
 def test_a_row_cut_by_a_time_limit_is_truncated_not_terminated():
     envs = ParallelEnvBatch([functools.partial(_Leaving, die=False)])
     envs.reset(seed=0)
