@@ -61,6 +61,20 @@ def test_every_ddp_config_runs_with_nccl_on_each_gpu(config, tmp_path):
     assert json.loads((tmp_path / "exp" / "summary.json").read_text())["env_step"] >= 256
 
 
+@pytest.mark.parametrize("config", ["dizoo.pettingzoo.config.simple_spread_mappo_config",
+                                    "dizoo.pettingzoo.config.simple_spread_vdn_config"], ids=["mappo", "vdn"])
+def test_several_agents_train_with_nccl_and_the_learner_on_cuda(config, tmp_path):
+    """Several agents per env (issue 32): MAPPO's and VDN's Simple Spread configs, one process per GPU under
+    nccl, the learner on cuda:LOCAL_RANK (the agents' tree of tensors moved to it, the weighted means' all-reduce
+    on the GPU), collection on the CPU."""
+    pytest.importorskip("mpe2")
+    from engine import launch
+
+    launch(_nccl_worker, nprocs=torch.cuda.device_count(), args=(config, tmp_path / "exp"), backend="nccl",
+           cuda=True, timeout=120, rendezvous=f"file://{tmp_path}/rendezvous")
+    assert json.loads((tmp_path / "exp" / "summary.json").read_text())["env_step"] >= 256
+
+
 def test_two_ranks_share_one_gpu_through_gloo_and_stay_identical(tmp_path):
     import ddp_workers
     from engine import launch
