@@ -28,7 +28,8 @@ The agent network is feed-forward: EPyMARL's recurrent agent (a GRU over each ag
 Measured on Simple Spread (BENCHMARKS.md, "Several agents"): VDN and IQL improve steadily to 200k env steps; QMIX
 diverges from about 100k on (``Q_tot`` climbs past any return the rewards allow while the agents' own values stay
 near zero: the state-made part of the mixer carries the value), under a Huber loss, soft target updates, a rate of
-1e-4 and a discount of 0.95 alike. Not found yet.
+1e-4 and a discount of 0.95 alike. What the checkpoints show: the mixer's gain on the agents' values (``dQ_tot/dq_i``)
+grows from about 2 to about 20, and multiplies the max's bias in the target by it (BENCHMARKS.md).
 """
 from __future__ import annotations
 
