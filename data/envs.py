@@ -388,9 +388,8 @@ def make_vector_env(env_type: Any, env_cfg: Mapping[str, Any], num_envs: int, se
         return _make_env_groups(env_type, env_cfg, num_envs, seed, manager, training, groups)
     kind = manager or settings.manager.type
     if hasattr(env_type, "make_vector"):
-        if _takes_manager(env_type.make_vector):
-            return env_type.make_vector(env_cfg, num_envs, seed, training, manager=kind)
-        return env_type.make_vector(env_cfg, num_envs, seed, training)  # a plugin's from before ``manager``
+        given = {"manager": kind} if _takes_manager(env_type.make_vector) else {}  # a plugin's from before it: none
+        return env_type.make_vector(env_cfg, num_envs, seed, training, **given)
     if settings.manager.workers is not None:
         raise ConfigError(f"env.manager.workers={settings.manager.workers} applies to env types that batch several "
                           f"envs in each worker process (mpe); env type {settings.type or env_type!r} with "

@@ -23,13 +23,13 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from data.parallel_envs import ALIVE_KEY, MASK_KEY, OBS_KEY, STATE_KEY
+from data.parallel_envs import ALIVE_KEY, OBS_KEY, STATE_KEY
 from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
+from .agent_spaces import agent_rows, with_agent_ids
 from .models import _orthogonal, mlp
 from .ppo import PPOParams, PPOPolicy
-from .spaces import SpaceMismatchError
 
 __all__ = ["MAPPOPolicy", "IPPOPolicy", "AgentsActorCritic", "MAPPOParams"]
 
@@ -90,10 +90,7 @@ class AgentsActorCritic(nn.Module):
 
     def _with_ids(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[..., N, F]`` with each agent's one-hot index appended (``agent_id``)."""
-        if not self.agent_id:
-            return x
-        ids = torch.eye(self.num_agents, dtype=x.dtype, device=x.device).expand(*x.shape[:-1], self.num_agents)
-        return torch.cat([x, ids], dim=-1)
+        return with_agent_ids(x, self.num_agents) if self.agent_id else x
 
     def actor_out(self, obs: Any) -> torch.Tensor:
         """The logits ``[..., N, A]``."""
@@ -128,29 +125,14 @@ class MAPPOPolicy(PPOPolicy):
     def _model_input(self, model_cfg: Any, observation_space: gym.Space, action_space: gym.Space) -> tuple:
         """The agents' spaces: a ``data.parallel_envs`` row (``obs`` ``[N, D]``, ``alive``, and ``state`` for a
         centralised critic) and the agents' shared ``Discrete`` actions (a ``MultiDiscrete`` of equal sizes)."""
-        spaces = getattr(observation_space, "spaces", None) or {}
-        name = self.params.type or self.algo.lower()
-        if not isinstance(observation_space, gym.spaces.Dict) or OBS_KEY not in spaces or ALIVE_KEY not in spaces:
-            raise SpaceMismatchError(f"policy {name!r} trains the agents of a multi-agent env (an env type that "
-                                     f"batches them, e.g. 'mpe': observations with {OBS_KEY!r} and {ALIVE_KEY!r} "
-                                     f"keys), got the observation space {observation_space}")
-        if self.centralised and STATE_KEY not in spaces:
-            raise SpaceMismatchError(f"policy {name!r}: its critic reads the env's global state, and this env has "
-                                     f"no state() (observation keys {sorted(spaces)}); use policy 'ippo', whose "
-                                     f"critic reads each agent's observation")
-        nvec = getattr(action_space, "nvec", None)
-        if not isinstance(action_space, gym.spaces.MultiDiscrete) or len(set(nvec.tolist())) != 1:
-            raise SpaceMismatchError(f"policy {name!r} takes agents with one Discrete action space each, got "
-                                     f"{action_space}")
-        agent_obs = spaces[OBS_KEY]
-        if len(agent_obs.shape) != 2:
-            raise SpaceMismatchError(f"policy {name!r} takes a flat observation per agent, got {agent_obs} for "
-                                     f"{agent_obs.shape[0]} agents")
+        rows = agent_rows(observation_space, action_space, self.params.type or self.algo.lower(),
+                          *(("its critic reads", "use policy 'ippo', whose critic reads each agent's observation")
+                            if self.centralised else ()))
         self.continuous, self._structured, self._image = False, True, False
-        self._masked = MASK_KEY in spaces
-        self._num_agents, self._obs_dim = int(agent_obs.shape[0]), int(agent_obs.shape[1])
-        self._state_dim = int(spaces[STATE_KEY].shape[0]) if self.centralised else None
-        return observation_space, int(nvec[0])
+        self._masked = rows.masked
+        self._num_agents, self._obs_dim = rows.num_agents, rows.obs_dim
+        self._state_dim = rows.state_dim if self.centralised else None
+        return observation_space, rows.action_dim
 
     def _loss_weight(self, inputs: tuple) -> torch.Tensor:
         """The agents that acted (``alive`` 1): one that left its row's episode early is in the batch, with its

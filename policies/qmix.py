@@ -43,11 +43,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from data.obs import cat, to_device
-from data.parallel_envs import ALIVE_KEY, MASK_KEY, OBS_KEY, STATE_KEY
+from data.parallel_envs import ALIVE_KEY, OBS_KEY, STATE_KEY
 from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
+from .agent_spaces import agent_rows, with_agent_ids
 from .defaults import CollectParams, OnlineEvalParams
 from .dqn import DQNOtherParams, DQNParams, QLearnParams, QValuePolicy
 from .epsilon import EpsilonDraws, EpsilonParams
@@ -56,7 +57,6 @@ from .masks import action_mask, masked_argmax
 from .models import mlp
 from .optim import OptimizerStep
 from .placement import DeviceGenerators
-from .spaces import SpaceMismatchError
 
 __all__ = ["QMixPolicy", "VDNPolicy", "IQLPolicy", "AgentsQNetwork", "QMixer", "QMixParams"]
 
@@ -170,10 +170,7 @@ class AgentsQNetwork(nn.Module):
     def agent_values(self, obs: Any) -> torch.Tensor:
         """Each agent's action values ``[..., N, A]``."""
         x = obs[OBS_KEY].float()
-        if self.agent_id:
-            ids = torch.eye(self.num_agents, dtype=x.dtype, device=x.device).expand(*x.shape[:-1], self.num_agents)
-            x = torch.cat([x, ids], dim=-1)
-        return self.agent(x).float()
+        return self.agent(with_agent_ids(x, self.num_agents) if self.agent_id else x).float()
 
     def mix(self, chosen: torch.Tensor, counts: torch.Tensor, state: Optional[torch.Tensor]) -> torch.Tensor:
         """The agents' chosen values ``[B, N]``, those not in ``counts`` zeroed, as the team's ``[B]`` (IQL: as they
@@ -228,28 +225,11 @@ class QMixPolicy(QValuePolicy):
 
     def _agent_spaces(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         """The agents' spaces: a ``data.parallel_envs`` row and the agents' shared ``Discrete`` actions."""
-        spaces = getattr(observation_space, "spaces", None) or {}
-        name = self.params.type or self.algo.lower()
-        if not isinstance(observation_space, gym.spaces.Dict) or OBS_KEY not in spaces or ALIVE_KEY not in spaces:
-            raise SpaceMismatchError(f"policy {name!r} trains the agents of a multi-agent env (an env type that "
-                                     f"batches them, e.g. 'mpe': observations with {OBS_KEY!r} and {ALIVE_KEY!r} "
-                                     f"keys), got the observation space {observation_space}")
-        if self.mixer == "qmix" and STATE_KEY not in spaces:
-            raise SpaceMismatchError(f"policy {name!r}: its mixer reads the env's global state, and this env has "
-                                     f"no state() (observation keys {sorted(spaces)}); use policy 'vdn', whose "
-                                     f"mixer is a sum")
-        nvec = getattr(action_space, "nvec", None)
-        if not isinstance(action_space, gym.spaces.MultiDiscrete) or len(set(nvec.tolist())) != 1:
-            raise SpaceMismatchError(f"policy {name!r} takes agents with one Discrete action space each, got "
-                                     f"{action_space}")
-        agent_obs = spaces[OBS_KEY]
-        if len(agent_obs.shape) != 2:
-            raise SpaceMismatchError(f"policy {name!r} takes a flat observation per agent, got {agent_obs} for "
-                                     f"{agent_obs.shape[0]} agents")
-        self._masked = MASK_KEY in spaces
-        self._num_agents, self._obs_dim = int(agent_obs.shape[0]), int(agent_obs.shape[1])
-        self._state_dim = int(spaces[STATE_KEY].shape[0]) if STATE_KEY in spaces else None
-        self._action_dim = int(nvec[0])
+        rows = agent_rows(observation_space, action_space, self.params.type or self.algo.lower(),
+                          *(("its mixer reads", "use policy 'vdn', whose mixer is a sum") if self.mixer == "qmix"
+                            else ()))
+        self._masked = rows.masked
+        self._num_agents, self._obs_dim, self._state_dim, self._action_dim = rows[:4]
 
     # ---- act -------------------------------------------------------------------------------------
     def _greedy(self, obs: Any, mode: str) -> torch.Tensor:

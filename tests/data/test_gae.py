@@ -17,6 +17,17 @@ def _b(rows):
     return torch.tensor(rows, dtype=torch.bool)
 
 
+class _Valuer:
+    """The least a GAE stage's policy is: values, and no acting."""
+
+    def __init__(self, value):
+        self.value = value
+
+    @staticmethod
+    def forward(obs, **kwargs):
+        raise AssertionError("GAE does not act")
+
+
 def test_gae_single_stream_no_end_hand_computed():
     r, v, nv = _t([[1.0], [2.0], [3.0]]), _t([[0.5], [1.0], [1.5]]), _t([[1.0], [1.5], [2.0]])
     f = _b([[False]] * 3)
@@ -69,21 +80,12 @@ def test_gae_estimator_flattens_with_adv_and_returns():
     from middleware import gae_estimator
     from data.batch import make_batch
 
-    class Collect:
-        @staticmethod
-        def forward(obs, **kwargs):
-            raise AssertionError("GAE does not act")
-
-        @staticmethod
-        def value(obs):
-            return torch.zeros(len(obs))
-
     ctx = OnlineRLContext()
     ctx.trajectories = make_batch(dict(obs=torch.zeros(3, 2, 4), next_obs=torch.zeros(3, 2, 4),
                                     reward=torch.ones(3, 2), value=torch.zeros(3, 2),
                                     terminated=torch.zeros(3, 2, dtype=torch.bool),
                                     truncated=torch.zeros(3, 2, dtype=torch.bool), action=torch.zeros(3, 2)))
-    gae_estimator(Collect(), gamma=1.0, lam=1.0)(ctx)
+    gae_estimator(_Valuer(lambda obs: torch.zeros(len(obs))), gamma=1.0, lam=1.0)(ctx)
     assert ctx.trajectories.adv.shape == (6,) and ctx.trajectories.obs.shape == (6, 4)
     assert ctx.trajectories.adv.tolist() == [3.0, 3.0, 2.0, 2.0, 1.0, 1.0]  # time-major flattening
 
@@ -96,15 +98,6 @@ def test_gae_estimator_ends_an_agents_stream_where_it_leaves_its_row():
     from middleware import gae_estimator
     from data.batch import make_batch
 
-    class Collect:
-        @staticmethod
-        def forward(obs, **kwargs):
-            raise AssertionError("GAE does not act")
-
-        @staticmethod
-        def value(obs):
-            return torch.full(obs["alive"].shape, 10.0)  # every agent's value 10, the gone one's too
-
     alive = torch.tensor([[[1, 1]], [[1, 0]], [[1, 0]]], dtype=torch.int8)
     next_alive = torch.tensor([[[1, 0]], [[1, 0]], [[1, 0]]], dtype=torch.int8)
     obs = {"obs": torch.zeros(3, 1, 2, 4), "alive": alive}
@@ -115,7 +108,8 @@ def test_gae_estimator_ends_an_agents_stream_where_it_leaves_its_row():
     ctx.trajectories = make_batch(dict(obs=obs, next_obs=next_obs, reward=reward, value=torch.full((3, 1, 2), 10.0),
                                        terminated=flags, truncated=flags, action=torch.zeros(3, 1, 2)))
     seen = []
-    gae_estimator(Collect(), gamma=1.0, lam=1.0, observe_returns=seen.append)(ctx)
+    every_10 = _Valuer(lambda obs: torch.full(obs["alive"].shape, 10.0))  # the gone agent's value 10 too
+    gae_estimator(every_10, gamma=1.0, lam=1.0, observe_returns=seen.append)(ctx)
     adv = ctx.trajectories.adv.reshape(3, 2)
     assert adv[0, 1].item() == pytest.approx(5.0 - 10.0)  # r - V: no bootstrap, no later steps
     assert adv[:, 0].tolist() == pytest.approx([3.0, 2.0, 1.0])  # agent 0 plays on to the chunk's end

@@ -1,0 +1,56 @@
+"""What the policies for several agents per env row share (``policies.mappo``, ``policies.qmix``): the check of a
+``data.parallel_envs`` row's spaces, and the agent's one-hot index beside its input (parameter sharing)."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import gymnasium as gym
+import torch
+
+from data.parallel_envs import ALIVE_KEY, MASK_KEY, OBS_KEY, STATE_KEY
+
+from .spaces import SpaceMismatchError
+
+__all__ = ["AgentRows", "agent_rows", "with_agent_ids"]
+
+
+class AgentRows(NamedTuple):
+    """The sizes of a multi-agent row: agents, each one's flat observation, the global state (None: the env has
+    no ``state()``), each one's discrete actions, and whether the agents observe an action mask."""
+
+    num_agents: int
+    obs_dim: int
+    state_dim: Optional[int]
+    action_dim: int
+    masked: bool
+
+
+def agent_rows(observation_space: gym.Space, action_space: gym.Space, name: str,
+               state_reader: Optional[str] = None, instead: str = "") -> AgentRows:
+    """The row's sizes, or a ``SpaceMismatchError`` naming what does not fit policy ``name``: not a multi-agent
+    row, agents without one shared ``Discrete`` action space, observations that are not flat per agent, or (where
+    ``state_reader`` names what reads the global state) an env without ``state()``, with ``instead`` the advice."""
+    spaces = getattr(observation_space, "spaces", None) or {}
+    if not isinstance(observation_space, gym.spaces.Dict) or OBS_KEY not in spaces or ALIVE_KEY not in spaces:
+        raise SpaceMismatchError(f"policy {name!r} trains the agents of a multi-agent env (an env type that "
+                                 f"batches them, e.g. 'mpe': observations with {OBS_KEY!r} and {ALIVE_KEY!r} "
+                                 f"keys), got the observation space {observation_space}")
+    if state_reader is not None and STATE_KEY not in spaces:
+        raise SpaceMismatchError(f"policy {name!r}: {state_reader} the env's global state, and this env has no "
+                                 f"state() (observation keys {sorted(spaces)}); {instead}")
+    nvec = getattr(action_space, "nvec", None)
+    if not isinstance(action_space, gym.spaces.MultiDiscrete) or len(set(nvec.tolist())) != 1:
+        raise SpaceMismatchError(f"policy {name!r} takes agents with one Discrete action space each, got "
+                                 f"{action_space}")
+    agent_obs = spaces[OBS_KEY]
+    if len(agent_obs.shape) != 2:
+        raise SpaceMismatchError(f"policy {name!r} takes a flat observation per agent, got {agent_obs} for "
+                                 f"{agent_obs.shape[0]} agents")
+    state_dim = int(spaces[STATE_KEY].shape[0]) if STATE_KEY in spaces else None
+    return AgentRows(int(agent_obs.shape[0]), int(agent_obs.shape[1]), state_dim, int(nvec[0]), MASK_KEY in spaces)
+
+
+def with_agent_ids(x: torch.Tensor, num_agents: int) -> torch.Tensor:
+    """``x`` ``[..., N, F]`` with each agent's one-hot index appended: shared parameters can still act per agent."""
+    ids = torch.eye(num_agents, dtype=x.dtype, device=x.device).expand(*x.shape[:-1], num_agents)
+    return torch.cat([x, ids], dim=-1)
