@@ -38,7 +38,7 @@ nearest to ``--eval-every / E``: eval_freq ``k*U`` updates, every ``k*E`` env st
 evaluates once after its first update.
 
 Tasks (name: env, baton algo, budget): cartpole-dqn CartPole-v1 50k, cartpole-ppo CartPole-v1 100k,
-pendulum-sac Pendulum-v1 20k, lunarlander-ppo LunarLander-v3 1M, and hopper-sac, hopper-td3,
+pendulum-sac Pendulum-v1 20k, lunarlander-dqn LunarLander-v3 100k, lunarlander-ppo LunarLander-v3 1M, and hopper-sac, hopper-td3,
 halfcheetah-sac, halfcheetah-td3 on MuJoCo's v5 tasks at 100k (the size of a 2-core machine);
 doorkey-ppo: MiniGrid-DoorKey-5x5-v0 at 400k, PPO (SB3 on the zoo's FlatObsWrapper and settings);
 fetchreach-sac-her: FetchReach-v4 at 20k, SAC with hindsight replay at rl-baselines3-zoo's her.yml settings;
@@ -98,6 +98,8 @@ TASKS: Dict[str, Task] = {
                          solve_at=475.0),
     "pendulum-sac": Task("Pendulum-v1", "sac", 20_000, "dizoo/classic_control/pendulum/config/pendulum_sac_config.py",
                          solve_at=-250.0),
+    "lunarlander-dqn": Task("LunarLander-v3", "dqn", 100_000,
+                            "dizoo/box2d/lunarlander/config/lunarlander_dqn_config.py", solve_at=200.0),
     "lunarlander-ppo": Task("LunarLander-v3", "ppo", 1_000_000,
                             "dizoo/box2d/lunarlander/config/lunarlander_ppo_config.py", solve_at=200.0),
     "hopper-sac": Task("Hopper-v5", "sac", 100_000, "dizoo/mujoco/config/hopper_sac_config.py"),

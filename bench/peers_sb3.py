@@ -70,6 +70,10 @@ ZOO: Dict[str, ZooSettings] = {
         n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
         learning_rate=Linear(0.001), clip_range=Linear(0.2))),
     "pendulum-sac": ZooSettings("SAC", "sac.yml Pendulum-v1", 1, dict(learning_rate=1e-3)),
+    "lunarlander-dqn": ZooSettings("DQN", "dqn.yml LunarLander-v3", 1, dict(
+        learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0, gamma=0.99,
+        target_update_interval=250, train_freq=4, gradient_steps=-1, exploration_fraction=0.12,
+        exploration_final_eps=0.1, policy_kwargs=dict(net_arch=[256, 256]))),
     "lunarlander-ppo": ZooSettings("PPO", "ppo.yml LunarLander-v3", 16, dict(
         n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4, ent_coef=0.01)),
     "hopper-sac": _MUJOCO_SAC._replace(zoo_entry="sac.yml Hopper-v4 (mujoco-defaults)"),

@@ -339,10 +339,11 @@ def test_a_rank_killed_under_torchrun_restarts_into_its_own_run_and_meets_its_bu
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run_dir, budget = str(tmp_path / "run"), 12000
+    # a quarter of the config's updates a collect: the restart is tested here, not the learning
     cmd = ["torchrun", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-backend=c10d",
            f"--rdzv-endpoint=127.0.0.1:{port}", os.path.join(CONFIGS, "cartpole_dqn_ddp_config.py"),
            "--exp-name", run_dir, "--no-progress", "env.stop_value=none", "--max-env-step", str(budget),
-           "ckpt.latest_every_s=1"]
+           "ckpt.latest_every_s=1", "policy.learn.update_per_collect=4"]
     proc = subprocess.Popen(cmd, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="30"))
     try:
