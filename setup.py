@@ -90,6 +90,7 @@ setup(
             "taxi=dizoo.toy_text.envs",
             "camera_reach=dizoo.multisensor.envs",
             "mpe=dizoo.pettingzoo.envs",
+            "pettingzoo=dizoo.pettingzoo.envs",
         ],
         "baton.config_sections": [
             "log=middleware.logger",

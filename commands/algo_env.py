@@ -6,7 +6,8 @@ env family is chosen by the id:
 
 - a registered env type whose own id it is (``CartPole-v1`` -> ``cartpole``, ``CartPole-torch`` ->
   ``cartpole_torch``): its defaults, stop value included;
-- a multi-agent task an env type knows (``simple_spread_v3`` -> ``mpe``, its ``has_task``): the agents' batched
+- a multi-agent task an env type knows (``simple_spread_v3`` -> ``mpe``, a PettingZoo env's module such as
+  ``mpe2.simple_reference_v3`` -> ``pettingzoo``: its ``has_task``): the agents' batched
   spaces (``data.parallel_envs``), which only the multi-agent algorithms take;
 - an Atari id (``ALE/Pong-v5``, ``PongNoFrameskip-v4``: ids ale-py registers) -> ``atari``;
 - any other gymnasium id with a flat Box observation and Discrete or Box actions -> ``gym``, the generic

@@ -48,6 +48,7 @@ ENV_FAMILIES: Dict[str, EnvFamilyRow] = {
     "mpe": EnvFamilyRow("simple_spread_v3", "pettingzoo"),  # several agents; any mpe2 task by env.env_id
     "minigrid": EnvFamilyRow("any MiniGrid id, e.g. MiniGrid-DoorKey-5x5-v0 (its mission dropped)", "minigrid"),
     "pendulum": EnvFamilyRow("Pendulum-v1", None),
+    "pettingzoo": EnvFamilyRow("any PettingZoo env by its module, e.g. mpe2.simple_spread_v3", "pettingzoo"),
     "taxi": EnvFamilyRow("Taxi-v4", None),  # its legal-action mask in info: masked acting and targets
     "walker2d": EnvFamilyRow("Walker2d-v5", "mujoco"),
 }

@@ -1,12 +1,22 @@
-"""PettingZoo's MPE tasks (the ``pettingzoo`` extra: ``mpe2``), several agents per env: env type ``mpe``.
+"""PettingZoo envs, several agents per env: env types ``pettingzoo`` (any PettingZoo env, by its module) and
+``mpe`` (mpe2's MPE tasks by their names; the ``pettingzoo`` extra installs mpe2).
 
-``env.env_id`` names an mpe2 module (``simple_spread_v3`` by default, the MAPPO paper's cooperative task) and
-``env.env_kwargs`` its ``parallel_env`` arguments, over the task's defaults (Simple Spread: ``N=3,
+``pettingzoo``: ``env.env_id`` is the module that makes the env, ``'pettingzoo.sisl.multiwalker_v9'`` or one of your
+own (``'my_package.my_env_v0'``), and ``env.env_kwargs`` its arguments. The module's ``parallel_env`` is used
+where it has one. A turn-based env (PettingZoo's AEC API: a module with ``env`` alone) goes through PettingZoo's
+``aec_to_parallel`` where the env says that is safe (its ``metadata['is_parallelizable']``: every agent acts once
+per cycle and the env updates at the cycle's end); one that does not (chess, tic-tac-toe: agents take turns on one
+board) is refused by name, as the conversion would be wrong for it. ``env.max_episode_steps`` sets PettingZoo's
+``max_cycles`` argument.
+
+``mpe``: ``env.env_id`` names an mpe2 module (``simple_spread_v3`` by default, the MAPPO paper's cooperative task)
+and ``env.env_kwargs`` its ``parallel_env`` arguments, over the task's defaults (Simple Spread: ``N=3,
 local_ratio=0.5, max_cycles=25, continuous_actions=False``, the settings of the MAPPO paper and of BenchMARL's
-comparisons; ``TASK_KWARGS``). The collector's and
-the evaluator's envs are one ``data.parallel_envs.ParallelEnvBatch`` each: the agents of an env on one axis,
-mpe2's global ``state()`` beside them; ``env.manager.type='async'`` splits the collector's over worker processes
-(``data.parallel_env_workers``), which pays off from a few dozen envs.
+comparisons; ``TASK_KWARGS``).
+
+The collector's and the evaluator's envs are one ``data.parallel_envs.ParallelEnvBatch`` each: the agents of an
+env on one axis, the env's global ``state()`` beside them where it has one; ``env.manager.type='async'`` splits the
+collector's over worker processes (``data.parallel_env_workers``), which pays off from a few dozen envs.
 
 Units: an evaluation's return is per agent (BenchMARL's and EPyMARL's unit); in Simple Spread with these
 settings a random policy scores about -27.6 per agent and a scripted one (each agent to its own landmark) -10.1
@@ -16,49 +26,95 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
+from types import ModuleType
 from typing import Any, Mapping
 
 from data.envs import GymEnvType
 from data.parallel_env_workers import ParallelEnvWorkers
-from data.parallel_envs import ParallelEnvBatch
+from data.parallel_envs import AgentSpaceError, ParallelEnvBatch
 from engine.devices import usable_cores
 from engine.registry import ENV_REGISTRY
 
-__all__ = ["MpeEnvType", "MPE"]
+__all__ = ["PettingZooEnvType", "MpeEnvType", "PETTINGZOO", "MPE", "as_parallel"]
 
 #: each task's ``parallel_env`` arguments under ``env.env_kwargs`` given none: Simple Spread as in the MAPPO paper
 #: (the others: mpe2's own, 25 cycles and discrete actions)
 TASK_KWARGS = {"simple_spread_v3": dict(N=3, local_ratio=0.5, max_cycles=25, continuous_actions=False)}
 
 
-class MpeEnvType(GymEnvType):
-    """An mpe2 task (``env.env_id``: its module's name) as batched parallel envs."""
+def as_parallel(env: Any, name: str) -> Any:
+    """``env`` as a PettingZoo parallel env: as it is, or a turn-based (AEC) one through PettingZoo's
+    ``aec_to_parallel`` where its metadata says that is safe; else ``AgentSpaceError`` naming the env and why."""
+    if not hasattr(env, "agent_iter"):  # not an AEC env: the parallel API (reset and step take every agent)
+        return env
+    if not env.metadata.get("is_parallelizable", False):
+        env.close()
+        raise AgentSpaceError(
+            f"env {name} is turn-based (PettingZoo's AEC API) and its metadata does not say is_parallelizable, so it "
+            f"cannot run with every agent acting each step (PettingZoo's aec_to_parallel refuses it: the agents take "
+            f"turns on a state each move changes). baton batches parallel envs; give the env a parallel_env if its "
+            f"agents can act at once")
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    return aec_to_parallel(env)
+
+
+class PettingZooEnvType(GymEnvType):
+    """Any PettingZoo env by the module that makes it (``env.env_id``), as batched parallel envs (module
+    docstring)."""
+
+    def module_name(self, task: str) -> str:
+        """The module that makes ``task``'s env."""
+        return task
+
+    def _names_a_module(self, env_id: str) -> bool:
+        """Whether ``env_id`` has the shape of a dotted module path (no gymnasium id, nothing to run)."""
+        return "." in env_id and all(part.isidentifier() for part in env_id.split("."))
 
     def has_task(self, env_id: str) -> bool:
-        """Whether ``env_id`` names an mpe2 task (``baton train --algo mappo --env simple_spread_v3``); False
-        without mpe2."""
-        if not env_id.startswith("simple") or not all(part.isidentifier() for part in env_id.split(".")):
+        """Whether ``env_id`` names a module that makes a PettingZoo env (``baton train --algo mappo --env
+        pettingzoo.sisl.multiwalker_v9``); False where it cannot be imported."""
+        if not self._names_a_module(env_id):
             return False
         try:
-            module = importlib.import_module(f"mpe2.{env_id}")
-        except ImportError:
+            module = importlib.import_module(self.module_name(env_id))
+        except Exception:  # noqa: BLE001 - an id that is not such a module, whatever its import raises
             return False
-        return callable(getattr(module, "parallel_env", None))
+        return callable(getattr(module, "parallel_env", None)) or callable(getattr(module, "env", None))
+
+    def _module(self, task: str) -> ModuleType:
+        try:
+            return importlib.import_module(self.module_name(task))
+        except ModuleNotFoundError as err:
+            raise ValueError(self._not_found(task, err)) from err
+
+    def _not_found(self, task: str, err: Exception) -> str:
+        return (f"env.env_id={task!r}: no module {self.module_name(task)!r} ({err}); name the module that makes the "
+                f"env, e.g. 'pettingzoo.sisl.multiwalker_v9'")
+
+    def _kwargs(self, task: str, settings: Any, factory: Any) -> dict:
+        """``factory``'s arguments: ``env.env_kwargs``, and ``max_cycles`` from ``env.max_episode_steps``."""
+        kwargs = dict(settings.env_kwargs)
+        if settings.max_episode_steps:
+            if "max_cycles" not in inspect.signature(factory).parameters and not any(
+                    p.kind is p.VAR_KEYWORD for p in inspect.signature(factory).parameters.values()):
+                raise ValueError(f"env.max_episode_steps: {task} takes no max_cycles argument (PettingZoo's "
+                                 f"episode length); leave env.max_episode_steps unset for this env")
+            kwargs["max_cycles"] = settings.max_episode_steps
+        return kwargs
 
     def make(self, env_cfg: Mapping[str, Any]) -> Any:
         """One parallel env (PettingZoo's API, not gymnasium's: ``make_vector`` batches them)."""
         settings = self.Params.of(env_cfg, "env")
         task = settings.env_id or self.env_id  # a config compiled without one: the type's own
         self.check_requires(task)
-        try:
-            module = importlib.import_module(f"mpe2.{task}")
-        except ModuleNotFoundError as err:
-            raise ValueError(f"env.env_id={task!r} is not an mpe2 task (e.g. simple_spread_v3, "
-                             f"simple_reference_v3, simple_speaker_listener_v4)") from err
-        kwargs = {**TASK_KWARGS.get(task, {}), **settings.env_kwargs}
-        if settings.max_episode_steps:
-            kwargs["max_cycles"] = settings.max_episode_steps
-        return module.parallel_env(**kwargs)
+        module = self._module(task)
+        factory = getattr(module, "parallel_env", None) or getattr(module, "env", None)
+        if not callable(factory):
+            raise ValueError(f"env.env_id={task!r}: module {module.__name__} has no parallel_env or env to make a "
+                             f"PettingZoo env with")
+        return as_parallel(factory(**self._kwargs(task, settings, factory)), task)
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True,
                     manager: str = "sync") -> Any:
@@ -74,20 +130,43 @@ class MpeEnvType(GymEnvType):
         envs.reset(seed=seed)
         return envs
 
-
-    def make_render_twin(self, env_cfg: Mapping[str, Any]) -> "MpeRenderTwin":
+    def make_render_twin(self, env_cfg: Mapping[str, Any]) -> "RenderTwin":
         """One env of the same task whose observations are its RGB frames, stepped in lockstep with evaluation
-        env 0 (same seed, same actions; mpe2 is deterministic under both): ``baton eval --video``."""
+        env 0 (same seed, same actions; the env must be deterministic under both, as mpe2's are): ``baton eval
+        --video``."""
         settings = self.Params.of(env_cfg, "env")
-        return MpeRenderTwin(self.make(dict(env_cfg, env_kwargs=dict(settings.env_kwargs, render_mode="rgb_array"))))
+        return RenderTwin(self.make(dict(env_cfg, env_kwargs=dict(settings.env_kwargs, render_mode="rgb_array"))))
 
     def render_fps(self, env_cfg: Mapping[str, Any]) -> float:
-        """Video frames per env step: mpe2's own rendering rate."""
-        return 10.0
+        """Video frames per env step: the env's own rendering rate (its ``metadata['render_fps']``; mpe2's 10)."""
+        env = self.make(env_cfg)
+        try:
+            return float(env.metadata.get("render_fps") or 30)
+        finally:
+            env.close()
 
 
-class MpeRenderTwin:
-    """A one-env vector env of an mpe2 task's frames ``[1, H, W, 3]`` (``MpeEnvType.make_render_twin``): a
+class MpeEnvType(PettingZooEnvType):
+    """An mpe2 task (``env.env_id``: its module's name, ``simple_spread_v3``) as batched parallel envs."""
+
+    def module_name(self, task: str) -> str:
+        return f"mpe2.{task}"
+
+    def _names_a_module(self, env_id: str) -> bool:
+        """mpe2's task names: ``simple_spread_v3`` (``baton train --algo mappo --env simple_spread_v3``)."""
+        return env_id.startswith("simple") and env_id.isidentifier()
+
+    def _not_found(self, task: str, err: Exception) -> str:
+        return (f"env.env_id={task!r} is not an mpe2 task (e.g. simple_spread_v3, simple_reference_v3, "
+                f"simple_speaker_listener_v4)")
+
+    def _kwargs(self, task: str, settings: Any, factory: Any) -> dict:
+        """The task's defaults (``TASK_KWARGS``) under ``env.env_kwargs``."""
+        return {**TASK_KWARGS.get(task, {}), **super()._kwargs(task, settings, factory)}
+
+
+class RenderTwin:
+    """A one-env vector env of a PettingZoo env's frames ``[1, H, W, 3]`` (``make_render_twin``): a
     one-row ``ParallelEnvBatch`` (the same actions, rewards and ends as env 0 of the run's), its episode's last
     frame in ``info["final_obs"]``."""
 
@@ -110,5 +189,8 @@ class MpeRenderTwin:
         self.batch.close()
 
 
+PETTINGZOO = ENV_REGISTRY.register("pettingzoo", PettingZooEnvType("mpe2.simple_spread_v3",
+                                                                  stop_value=float("inf"),
+                                                                  requires=[("pettingzoo", "pettingzoo")]))
 MPE = ENV_REGISTRY.register("mpe", MpeEnvType("simple_spread_v3", stop_value=float("inf"),
                                               requires=[("mpe2", "pettingzoo")]))

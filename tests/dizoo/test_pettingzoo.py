@@ -2,6 +2,8 @@
 ``baton eval --video``."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -61,3 +63,78 @@ def test_baton_eval_films_a_multi_agent_run(tmp_path, monkeypatch):
                  "--exp-name", "run", "policy.collect.n_sample=200", "env.collector_env_num=4"]) == 0
     assert main(["eval", "run", "--episodes", "1", "--video", "videos", "--gif"]) == 0
     assert (tmp_path / "videos" / "run-best-episode0.gif").stat().st_size > 0
+
+
+# ---- the pettingzoo env type: any PettingZoo env by its module ---------------------------------------------
+def _aec_only_module(monkeypatch, name="my_envs.spread_turns"):
+    """A module of the user's own that makes a turn-based (AEC) env alone: mpe2's Simple Spread as ``env()``,
+    whose metadata says is_parallelizable (each agent acts once a cycle)."""
+    import sys
+    import types
+
+    from mpe2 import simple_spread_v3
+
+    package, module = types.ModuleType(name.split(".")[0]), types.ModuleType(name)
+    module.env = simple_spread_v3.env
+    monkeypatch.setitem(sys.modules, package.__name__, package)
+    monkeypatch.setitem(sys.modules, name, module)
+    return name
+
+
+def test_the_pettingzoo_type_takes_any_env_by_the_module_that_makes_it(monkeypatch):
+    from dizoo.pettingzoo.envs import PETTINGZOO
+
+    assert PETTINGZOO.has_task("mpe2.simple_reference_v3") and PETTINGZOO.has_task("pettingzoo.classic.tictactoe_v3")
+    assert PETTINGZOO.has_task(_aec_only_module(monkeypatch))
+    for not_an_env in ("CartPole-v1", "simple_spread_v3", "os.path", "no_such_package.env_v0", "a.b; import os"):
+        assert not PETTINGZOO.has_task(not_an_env), not_an_env
+    envs = PETTINGZOO.make_vector(dict(type="pettingzoo", env_id="mpe2.simple_reference_v3"), 2, 0)
+    assert envs.num_agents == 2 and "state" in envs.single_observation_space.spaces
+    envs.close()
+
+
+def test_a_turn_based_env_that_can_run_in_parallel_is_converted_and_steps_as_the_parallel_one(monkeypatch):
+    from dizoo.pettingzoo.envs import PETTINGZOO
+
+    converted = PETTINGZOO.make_vector(dict(type="pettingzoo", env_id=_aec_only_module(monkeypatch)), 2, 3)
+    parallel = MPE.make_vector(dict(type="mpe"), 2, 3)
+    assert converted.single_observation_space == parallel.single_observation_space
+    rng = np.random.default_rng(0)
+    for _ in range(30):  # past one episode end (25 cycles)
+        actions = rng.integers(0, 5, (2, 3))
+        got, want = converted.step(actions), parallel.step(actions)
+        for key in ("obs", "state", "alive"):
+            np.testing.assert_array_equal(got[0][key], want[0][key])
+        for got_part, want_part in zip(got[1:4], want[1:4]):  # rewards, terminated, truncated
+            np.testing.assert_array_equal(got_part, want_part)
+    converted.close()
+    parallel.close()
+
+
+def test_a_turn_based_game_is_refused_by_name_with_the_reason(monkeypatch, capsys):
+    from commands.cli import main
+    from data.parallel_envs import AgentSpaceError
+    from dizoo.pettingzoo.envs import PETTINGZOO
+
+    with pytest.raises(AgentSpaceError, match=r"pettingzoo.classic.tictactoe_v3 is turn-based .*is_parallelizable"):
+        PETTINGZOO.make_vector(dict(type="pettingzoo", env_id="pettingzoo.classic.tictactoe_v3"), 1, 0)
+    env_id = _aec_only_module(monkeypatch, "my_envs.fixed_length")
+    import sys
+
+    from mpe2 import simple_spread_v3
+    sys.modules[env_id].env = lambda render_mode=None: simple_spread_v3.env(render_mode=render_mode)
+    with pytest.raises(ValueError, match="my_envs.fixed_length takes no max_cycles"):
+        PETTINGZOO.make(dict(type="pettingzoo", env_id=env_id, max_episode_steps=5))
+    assert main(["train", "--algo", "mappo", "--env", "pettingzoo.classic.tictactoe_v3", "--max-env-step", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("baton: env pettingzoo.classic.tictactoe_v3 is turn-based") and "\n" not in err
+
+
+def test_mappo_trains_on_a_converted_env_of_the_user_s_module(tmp_path, monkeypatch):
+    from commands.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    env_id = _aec_only_module(monkeypatch)
+    assert main(["train", "--algo", "mappo", "--env", env_id, "--max-env-step", "400", "--no-progress",
+                 "--exp-name", "run", "policy.collect.n_sample=200", "env.collector_env_num=4"]) == 0
+    assert json.load(open(tmp_path / "run" / "summary.json"))["env_step"] >= 400

@@ -46,7 +46,8 @@ def test_catalog_env_families_match_the_env_registry():
         if name == catalog.ATARI_TYPE:  # any game, in either of the two forms of id the row names
             assert re.fullmatch(r"ALE/\w+-v5|\w+NoFrameskip-v4", env_type.default_config()["env_id"])
             assert "ALE/<Game>-v5" in row.ids and "<Game>NoFrameskip-v4" in row.ids
-        elif getattr(env_type, "entry_point_prefix", None):  # every id of a package, its default id named
+        elif getattr(env_type, "entry_point_prefix", None) or name == "pettingzoo":  # any id of a package, or any
+            # PettingZoo module: its default named
             assert row.ids.startswith("any ") and env_type.env_id in row.ids, name
         else:
             assert row.ids == env_type.env_id, name
