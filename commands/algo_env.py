@@ -68,7 +68,8 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
                            f"{f'(did you mean {close[0]!r}?) ' if close else ''}(baton train --list-algos)")
     env_type, observation_space, action_space, stop_value = _resolve_env(env_id)
     misfit = _misfit(algo, observation_space, action_space)
-    if misfit is not None and getattr(ENV_REGISTRY.get(env_type), "has_task", None) is not None:
+    if (misfit is not None and getattr(ENV_REGISTRY.get(env_type), "has_task", None) is not None
+            and not getattr(POLICY_REGISTRY.get(algo), "multi_agent", False)):  # a multi-agent one: its own reason
         misfit = (f"{env_id} has several agents in each env, which {algo} does not train (it trains one agent per "
                   f"env)")
     if misfit is not None:

@@ -42,6 +42,7 @@ def _user_errors() -> Tuple[type, ...]:
     """The errors fixed in the input, not in the code; each message names what is wrong and the fix."""
     from data.envs import UnknownEnvIdError
     from data.offline import DatasetError, EmptyShardError
+    from data.parallel_envs import AgentSpaceError, EnvModuleError
     from engine.config import ConfigError
     from engine.devices import DeviceError
     from engine.fileio import DiskFullError
@@ -59,7 +60,8 @@ def _user_errors() -> Tuple[type, ...]:
             EmptyShardError, SpaceMismatchError, SlurmEnvError, UnknownEnvIdError, DeviceError,
             NonFiniteLossError,  # a loss a config value (a learning rate) made NaN: its message names the fix
             NonFiniteDataError,  # the user's env returned NaN: the message names the env, the step and what to check
-            AlgoEnvError)
+            AlgoEnvError,
+            AgentSpaceError, EnvModuleError)  # a multi-agent env that cannot be batched, or its module imported
 
 
 def __getattr__(name: str) -> Any:  # USER_ERRORS on first use (PEP 562): its classes import torch

@@ -35,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-__all__ = ["ParallelEnvBatch", "AgentSpaceError", "env_seeds", "OBS_KEY", "ALIVE_KEY", "STATE_KEY", "MASK_KEY"]
+__all__ = ["ParallelEnvBatch", "AgentSpaceError", "EnvModuleError", "env_seeds", "OBS_KEY", "ALIVE_KEY", "STATE_KEY", "MASK_KEY"]
 
 #: the keys of a row's observation
 OBS_KEY, ALIVE_KEY, STATE_KEY, MASK_KEY = "obs", "alive", "state", "action_mask"
@@ -44,6 +44,11 @@ OBS_KEY, ALIVE_KEY, STATE_KEY, MASK_KEY = "obs", "alive", "state", "action_mask"
 class AgentSpaceError(ValueError):
     """Agents whose spaces cannot share one axis, or an env the wrapper cannot batch; the message names the
     agents, their spaces and the fix."""
+
+
+class EnvModuleError(ValueError):
+    """A module named as a multi-agent env (``env.env_id``) that does not exist or fails as it imports (a package
+    it needs is missing); the message names the module, the cause and the fix."""
 
 
 def _groups(spaces: Mapping[str, gym.Space]) -> List[Tuple[gym.Space, List[str]]]:

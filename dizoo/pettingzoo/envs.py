@@ -1,8 +1,10 @@
 """PettingZoo envs, several agents per env: env types ``pettingzoo`` (any PettingZoo env, by its module) and
 ``mpe`` (mpe2's MPE tasks by their names; the ``pettingzoo`` extra installs mpe2).
 
-``pettingzoo``: ``env.env_id`` is the module that makes the env, ``'pettingzoo.sisl.multiwalker_v9'`` or one of your
-own (``'my_package.my_env_v0'``), and ``env.env_kwargs`` its arguments. The module's ``parallel_env`` is used
+``pettingzoo``: ``env.env_id`` is the module that makes the env, ``'mpe2.simple_reference_v3'``,
+``'pettingzoo.sisl.multiwalker_v9'`` or one of your own (``'my_package.my_env_v0'``), and ``env.env_kwargs`` its
+arguments (what trains on it is the algorithm's to say: baton's multi-agent algorithms take Discrete actions and a
+flat observation per agent, so multiwalker's Box actions are refused by name). The module's ``parallel_env`` is used
 where it has one. A turn-based env (PettingZoo's AEC API: a module with ``env`` alone) goes through PettingZoo's
 ``aec_to_parallel`` where the env says that is safe (its ``metadata['is_parallelizable']``: every agent acts once
 per cycle and the env updates at the cycle's end); one that does not (chess, tic-tac-toe: agents take turns on one
@@ -32,8 +34,9 @@ from typing import Any, Mapping
 
 from data.envs import GymEnvType
 from data.parallel_env_workers import ParallelEnvWorkers
-from data.parallel_envs import AgentSpaceError, ParallelEnvBatch
+from data.parallel_envs import AgentSpaceError, EnvModuleError, ParallelEnvBatch
 from engine.devices import usable_cores
+from engine.config import ConfigError
 from engine.registry import ENV_REGISTRY
 
 __all__ = ["PettingZooEnvType", "MpeEnvType", "PETTINGZOO", "MPE", "as_parallel"]
@@ -74,24 +77,42 @@ class PettingZooEnvType(GymEnvType):
 
     def has_task(self, env_id: str) -> bool:
         """Whether ``env_id`` names a module that makes a PettingZoo env (``baton train --algo mappo --env
-        pettingzoo.sisl.multiwalker_v9``); False where it cannot be imported."""
+        mpe2.simple_reference_v3``); False where no such module exists."""
         if not self._names_a_module(env_id):
             return False
         try:
             module = importlib.import_module(self.module_name(env_id))
-        except Exception:  # noqa: BLE001 - an id that is not such a module, whatever its import raises
-            return False
+        except ModuleNotFoundError as err:
+            # no such module: not an id of this type; a module that exists but lacks a package it imports is
+            # one (make names what is missing)
+            return not self._is_missing(self.module_name(env_id), err)
+        except Exception:  # noqa: BLE001 - the module exists and fails as it imports: make says how
+            return True
         return callable(getattr(module, "parallel_env", None)) or callable(getattr(module, "env", None))
 
+    @staticmethod
+    def _is_missing(name: str, err: ModuleNotFoundError) -> bool:
+        """Whether ``err`` says module ``name`` itself (or a package above it) does not exist, not a package it
+        imports."""
+        return err.name is not None and (name == err.name or name.startswith(err.name + "."))
+
     def _module(self, task: str) -> ModuleType:
+        name = self.module_name(task)
         try:
-            return importlib.import_module(self.module_name(task))
+            return importlib.import_module(name)
         except ModuleNotFoundError as err:
-            raise ValueError(self._not_found(task, err)) from err
+            if self._is_missing(name, err):
+                raise EnvModuleError(self._not_found(task, err)) from err
+            raise EnvModuleError(f"env.env_id={task!r}: module {name} imports {err.name!r}, which is not installed: "
+                              f"pip install the package that provides it (PettingZoo's families have extras: "
+                              f"pip install 'pettingzoo[butterfly]', 'pettingzoo[classic]', ...)") from err
+        except Exception as err:
+            raise EnvModuleError(f"env.env_id={task!r}: importing module {name} failed: "
+                              f"{type(err).__name__}: {err}") from err
 
     def _not_found(self, task: str, err: Exception) -> str:
         return (f"env.env_id={task!r}: no module {self.module_name(task)!r} ({err}); name the module that makes the "
-                f"env, e.g. 'pettingzoo.sisl.multiwalker_v9'")
+                f"env, e.g. 'mpe2.simple_reference_v3'")
 
     def _kwargs(self, task: str, settings: Any, factory: Any) -> dict:
         """``factory``'s arguments: ``env.env_kwargs``, and ``max_cycles`` from ``env.max_episode_steps``."""
@@ -99,10 +120,14 @@ class PettingZooEnvType(GymEnvType):
         if settings.max_episode_steps:
             if "max_cycles" not in inspect.signature(factory).parameters and not any(
                     p.kind is p.VAR_KEYWORD for p in inspect.signature(factory).parameters.values()):
-                raise ValueError(f"env.max_episode_steps: {task} takes no max_cycles argument (PettingZoo's "
-                                 f"episode length); leave env.max_episode_steps unset for this env")
+                raise ConfigError(self._no_max_cycles(task))
             kwargs["max_cycles"] = settings.max_episode_steps
         return kwargs
+
+    @staticmethod
+    def _no_max_cycles(task: str) -> str:
+        return (f"env.max_episode_steps: {task} takes no max_cycles argument (PettingZoo's episode length); leave "
+                f"env.max_episode_steps unset for this env")
 
     def make(self, env_cfg: Mapping[str, Any]) -> Any:
         """One parallel env (PettingZoo's API, not gymnasium's: ``make_vector`` batches them)."""
@@ -112,9 +137,16 @@ class PettingZooEnvType(GymEnvType):
         module = self._module(task)
         factory = getattr(module, "parallel_env", None) or getattr(module, "env", None)
         if not callable(factory):
-            raise ValueError(f"env.env_id={task!r}: module {module.__name__} has no parallel_env or env to make a "
+            raise EnvModuleError(f"env.env_id={task!r}: module {module.__name__} has no parallel_env or env to make a "
                              f"PettingZoo env with")
-        return as_parallel(factory(**self._kwargs(task, settings, factory)), task)
+        kwargs = self._kwargs(task, settings, factory)
+        try:
+            env = factory(**kwargs)
+        except TypeError as err:
+            if "max_cycles" in kwargs and "max_cycles" in str(err):
+                raise ConfigError(self._no_max_cycles(task)) from err
+            raise
+        return as_parallel(env, task)
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True,
                     manager: str = "sync") -> Any:
@@ -135,15 +167,25 @@ class PettingZooEnvType(GymEnvType):
         env 0 (same seed, same actions; the env must be deterministic under both, as mpe2's are): ``baton eval
         --video``."""
         settings = self.Params.of(env_cfg, "env")
-        return RenderTwin(self.make(dict(env_cfg, env_kwargs=dict(settings.env_kwargs, render_mode="rgb_array"))))
+        env = self.make(dict(env_cfg, env_kwargs=dict(settings.env_kwargs, render_mode="rgb_array")))
+        modes = list(env.metadata.get("render_modes") or [])
+        if "rgb_array" not in modes:
+            env.close()
+            raise ValueError(f"env {settings.env_id or self.env_id} renders no RGB frames (its render modes: "
+                             f"{modes or 'none'}): --video needs rgb_array rendering; evaluate it without --video")
+        return RenderTwin(env)
 
     def render_fps(self, env_cfg: Mapping[str, Any]) -> float:
-        """Video frames per env step: the env's own rendering rate (its ``metadata['render_fps']``; mpe2's 10)."""
-        env = self.make(env_cfg)
-        try:
-            return float(env.metadata.get("render_fps") or 30)
-        finally:
+        """Video frames per env step: the env's own rendering rate (``metadata['render_fps']`` of the module's
+        env class where it has one, as PettingZoo's and mpe2's do; else of an env made for it)."""
+        settings = self.Params.of(env_cfg, "env")
+        module = self._module(settings.env_id or self.env_id)
+        metadata = getattr(getattr(module, "raw_env", None), "metadata", None)
+        if not isinstance(metadata, Mapping):
+            env = self.make(env_cfg)
+            metadata = dict(env.metadata)
             env.close()
+        return float(metadata.get("render_fps") or 30)
 
 
 class MpeEnvType(PettingZooEnvType):

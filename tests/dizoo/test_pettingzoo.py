@@ -115,6 +115,7 @@ def test_a_turn_based_game_is_refused_by_name_with_the_reason(monkeypatch, capsy
     from commands.cli import main
     from data.parallel_envs import AgentSpaceError
     from dizoo.pettingzoo.envs import PETTINGZOO
+    from engine.config import ConfigError
 
     with pytest.raises(AgentSpaceError, match=r"pettingzoo.classic.tictactoe_v3 is turn-based .*is_parallelizable"):
         PETTINGZOO.make_vector(dict(type="pettingzoo", env_id="pettingzoo.classic.tictactoe_v3"), 1, 0)
@@ -123,7 +124,7 @@ def test_a_turn_based_game_is_refused_by_name_with_the_reason(monkeypatch, capsy
 
     from mpe2 import simple_spread_v3
     sys.modules[env_id].env = lambda render_mode=None: simple_spread_v3.env(render_mode=render_mode)
-    with pytest.raises(ValueError, match="my_envs.fixed_length takes no max_cycles"):
+    with pytest.raises(ConfigError, match="my_envs.fixed_length takes no max_cycles"):
         PETTINGZOO.make(dict(type="pettingzoo", env_id=env_id, max_episode_steps=5))
     assert main(["train", "--algo", "mappo", "--env", "pettingzoo.classic.tictactoe_v3", "--max-env-step", "10"]) == 2
     err = capsys.readouterr().err.strip()
@@ -138,3 +139,38 @@ def test_mappo_trains_on_a_converted_env_of_the_user_s_module(tmp_path, monkeypa
     assert main(["train", "--algo", "mappo", "--env", env_id, "--max-env-step", "400", "--no-progress",
                  "--exp-name", "run", "policy.collect.n_sample=200", "env.collector_env_num=4"]) == 0
     assert json.load(open(tmp_path / "run" / "summary.json"))["env_step"] >= 400
+
+
+def test_a_module_that_fails_to_import_is_named_with_its_cause_not_taken_for_a_gymnasium_id(monkeypatch, tmp_path):
+    import sys
+
+    from commands.algo_env import AlgoEnvError, build_config
+    from data.parallel_envs import EnvModuleError
+    from dizoo.pettingzoo.envs import PETTINGZOO
+
+    (tmp_path / "my_broken_envs").mkdir()
+    (tmp_path / "my_broken_envs" / "__init__.py").write_text("")
+    (tmp_path / "my_broken_envs" / "needs_a_package_v0.py").write_text("import no_such_dependency_xyz\n")
+    (tmp_path / "my_broken_envs" / "raises_v0.py").write_text("raise RuntimeError('the env module is broken')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n.startswith("my_broken_envs")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert PETTINGZOO.has_task("my_broken_envs.needs_a_package_v0") and PETTINGZOO.has_task("my_broken_envs.raises_v0")
+    assert not PETTINGZOO.has_task("my_broken_envs.no_such_v0")
+    with pytest.raises(EnvModuleError, match="imports 'no_such_dependency_xyz', which is not installed"):
+        build_config("mappo", "my_broken_envs.needs_a_package_v0")
+    with pytest.raises(EnvModuleError, match="RuntimeError: the env module is broken"):
+        build_config("mappo", "my_broken_envs.raises_v0")
+    with pytest.raises(AlgoEnvError, match="is not a gymnasium id"):
+        build_config("mappo", "my_broken_envs.no_such_v0")
+
+
+def test_a_multi_agent_algorithm_that_does_not_fit_says_its_own_reason(monkeypatch):
+    from commands.algo_env import AlgoEnvError, build_config
+
+    pytest.importorskip("pettingzoo.sisl.multiwalker_v9")
+    with pytest.raises(AlgoEnvError, match="one Discrete action space each") as err:
+        build_config("mappo", "pettingzoo.sisl.multiwalker_v9")
+    assert "does not train" not in str(err.value)
+    with pytest.raises(AlgoEnvError, match="several agents in each env, which dqn does not train"):
+        build_config("dqn", "mpe2.simple_reference_v3")
