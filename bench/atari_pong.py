@@ -8,6 +8,8 @@ one run, each after a warm-up.
 - collector serial: ``StepCollector`` over one vector env, one Nature-CNN forward then one env step;
 - collector overlapped (``env.manager.overlap``): two groups of ``envs / 2``; the policy acts on one while the
   other steps (``data.env_groups``).
+- with EnvPool installed (the ``envpool`` extra), the same for ``env.backend='envpool'``: EnvPool's vector env bare
+  (sync) and under the serial collector, beside ale-py's in the same rounds (issue 33, item 2).
 
 Run: ``python bench/atari_pong.py [--envs 8] [--steps 300] [--repeats 3] [--compile none|compile|cudagraph]
 [--amp none|bf16]`` (needs the atari extra; ``--compile``/``--amp`` set ``policy.compile``/``policy.amp``,
@@ -269,13 +271,32 @@ def throughput(args: argparse.Namespace) -> None:
     for mode, ctx in contexts.items():
         ctx.collect_kwargs["eps"] = 0.05
         collectors[mode](ctx)  # warm-up: first forwards (cuda context, kernels), resets
-    figures = {key: [] for key in ("sync", "async", "serial", "overlapped")}
+    envpool_envs = []
+    try:  # EnvPool's backend beside ale-py's, where the envpool extra is installed
+        envpool_cfg = dict(cfg.env, backend="envpool")
+        envpool_envs = [make_vector_env(ATARI, envpool_cfg, num_envs, seed=0) for _ in range(2)]
+        envpool_envs[0].reset(seed=0)
+        collectors["envpool serial"] = stages.collector(cfg, policy, envpool_envs[1], seed=0, on_policy=False)
+        contexts["envpool serial"] = OnlineRLContext()
+        contexts["envpool serial"].collect_kwargs["eps"] = 0.05
+        collectors["envpool serial"](contexts["envpool serial"])
+    except ImportError as err:
+        print(f"EnvPool not measured: {err}")
+    figures = {key: [] for key in ("sync", "async", *(("envpool sync",) if envpool_envs else ()), *collectors)}
     for _ in range(args.repeats):
         figures["sync"].append(bare_sync_steps_per_s(sync_env, args.steps))
         figures["async"].append(bare_async_steps_per_s(async_env, args.steps))
+        if envpool_envs:
+            figures["envpool sync"].append(bare_sync_steps_per_s(envpool_envs[0], args.steps))
         for mode in collectors:
             figures[mode].append(collector_steps_per_s(collectors[mode], contexts[mode]))
     best = {key: max(values) for key, values in figures.items()}
+    if envpool_envs:
+        print(f"bare EnvPool, sync, random actions:                   {best['envpool sync']:8.0f} env steps/s; "
+              f"EnvPool / AtariVectorEnv: {best['envpool sync'] / best['sync']:.2f} (per round: "
+              f"{', '.join(f'{e / a:.2f}' for e, a in zip(figures['envpool sync'], figures['sync']))})")
+        print(f"StepCollector serial on EnvPool + DQN:               {best['envpool serial']:8.0f} env steps/s; "
+              f"of the ale-py serial collector {best['envpool serial'] / best['serial']:.2f}")
     print(f"bare AtariVectorEnv, sync, random actions:            {best['sync']:8.0f} env steps/s")
     print(f"bare AtariVectorEnv, async (batch {num_envs // 2}), random actions: {best['async']:8.0f} env steps/s")
     for mode in ("serial", "overlapped"):
@@ -301,7 +322,7 @@ def throughput(args: argparse.Namespace) -> None:
     for _ in range(args.updates):
         policy.learn_mode.forward(buffer.sample(batch_size))
     print(f"DQN learner on {device}: {args.updates / (time.perf_counter() - start):.1f} updates/s (batch {batch_size})")
-    for env in (sync_env, async_env, serial_env, grouped_env):
+    for env in (sync_env, async_env, serial_env, grouped_env, *envpool_envs):
         env.close()
 
 

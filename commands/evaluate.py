@@ -21,7 +21,6 @@ checkpoint and its counters, and the seed.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -100,19 +99,23 @@ def evaluate_run(run_dir: str, ckpt: Optional[str] = None, episodes: int = 10, s
     if num_envs < 1:
         raise ValueError(f"--num-envs must be >= 1, got {num_envs}")
     num_envs = min(num_envs, episodes)
-    env_type = run.env_type
+    env_type, env_cfg = run.env_type, cfg.env
     if video is not None:
         from .video import EpisodeVideos, rendering_env_type, with_render_twin
+
+        # an env type whose envs cannot be filmed as configured gives the settings they are filmed with (atari:
+        # env.backend='envpool' plays through ale-py, whose screens its render twin shows)
+        env_cfg = getattr(env_type, "for_video", lambda env_section: env_section)(env_cfg)
 
         env0_episodes = -(-episodes // num_envs)  # env 0's share of the episodes (evaluate_episodes' quota)
         prefix = f"{os.path.basename(os.path.normpath(run_dir))}-{os.path.basename(run.ckpt).split('.')[0]}"
         videos = EpisodeVideos(video, prefix, gif=gif,
                                max_episodes=min(env0_episodes, video_episodes or env0_episodes))
-        env_type = rendering_env_type(run.env_type, cfg.env, videos)
-    env = make_vector_env(env_type, cfg.env, num_envs, seed, manager="sync", training=False, groups=1)
+        env_type = rendering_env_type(run.env_type, env_cfg, videos)
+    env = make_vector_env(env_type, env_cfg, num_envs, seed, manager="sync", training=False, groups=1)
     try:
         if videos is not None:
-            env = with_render_twin(env, run.env_type, cfg.env, videos)
+            env = with_render_twin(env, run.env_type, env_cfg, videos)
         played = evaluate_episodes(EnvLoop(run.policy.eval_mode, env, seed), episodes, seed)
     finally:
         if videos is not None:

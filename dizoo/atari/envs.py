@@ -73,7 +73,11 @@ class AtariParams(GymEnvParams):
     frame_stack: int = param(4, rule="at_least_one")
     """The last N frames make one observation."""
     num_threads: int = param(0, rule="not_negative")
-    """ale-py's threads stepping the collector's envs; 0: its own choice."""
+    """The backend's threads stepping the collector's envs; 0: its own choice."""
+    backend: str = param("ale", choices=("ale", "envpool"))
+    """What plays the games: 'ale', ale-py's ``AtariVectorEnv``; 'envpool', EnvPool's (the ``envpool`` extra), with
+    the same preprocessing, seeding and episode ends (``dizoo/atari/envpool_backend.py``). Which is faster depends
+    on the machine (BENCHMARKS.md, "Atari backends"); ``baton eval --video`` films with 'ale'."""
 
 
 class AtariEnvType:
@@ -93,6 +97,13 @@ class AtariEnvType:
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool,
                     manager: str = "sync") -> Any:
+        settings = AtariParams.of(env_cfg, "env")
+        if settings.backend == "envpool":
+            from .envpool_backend import EnvPoolAtari, envpool_task
+
+            return EnvPoolAtari(envpool_task(game_name(settings.env_id)), num_envs, seed, training,
+                                settings.frame_stack, settings.num_threads, settings.max_episode_steps,
+                                dict(settings.env_kwargs))
         _import_ale()
         from ale_py.vector_env import AtariVectorEnv
         from gymnasium.vector import AutoresetMode
@@ -133,7 +144,6 @@ class AtariEnvType:
                 self._episode_frames[ids] = frames
                 return obs, reward, terminated, truncated, info
 
-        settings = AtariParams.of(env_cfg, "env")
         return _SeedListAtariVectorEnv(
             game=game_name(settings.env_id), num_envs=num_envs, num_threads=settings.num_threads,
             stack_num=settings.frame_stack, autoreset_mode=AutoresetMode.SAME_STEP,
@@ -158,6 +168,11 @@ class AtariEnvType:
                               autoreset_mode=AutoresetMode.SAME_STEP, episodic_life=False, life_loss_info=False,
                               reward_clipping=False, noop_max=30, frameskip=4, maxpool=False, grayscale=False,
                               img_height=210, img_width=160, **_ale_kwargs(settings))
+
+    def for_video(self, env_cfg: Mapping[str, Any]) -> Dict[str, Any]:
+        """The ``env`` section ``baton eval --video`` plays with: ale-py's backend, whose emulator the render twin
+        runs (with 'envpool' the twin's game would not be env 0's), the same preprocessing and seeds."""
+        return dict(env_cfg, backend="ale")
 
     def render_fps(self, env_cfg: Mapping[str, Any]) -> float:
         """Video frames per env step at the game's speed: 60 Hz over the frame skip of 4."""
