@@ -36,12 +36,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from engine.devices import parse_device
+from engine.devices import DeviceError, free_memory, parse_device
 from engine.params import param
 
 from .envs import EnvParams, check_env_section, highest_return
 
-__all__ = ["TorchEnvParams", "TorchVectorEnv", "TorchEnvType", "follow_device"]
+__all__ = ["TorchEnvParams", "TorchVectorEnv", "TorchEnvType", "follow_device", "check_fits"]
 
 StepResult = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]
 
@@ -147,6 +147,16 @@ class TorchVectorEnv:
                 self._state, self._elapsed = self._state.to(device), self._elapsed.to(device)
         return self
 
+    @classmethod
+    def bytes_per_env(cls, dtype: torch.dtype = torch.float32) -> int:
+        """What one env holds on its device during a step, at most: its state three times (the state, the next
+        one, the fresh initial states ``torch.where`` picks from), its observation twice (``obs`` and
+        ``final_obs``), the reward, the three flags and two step counters. The state's size is the
+        observation's where a family does not say (``state_dim``)."""
+        obs = int(np.prod(cls.single_observation_space.shape)) * 4
+        state = int(getattr(cls, "state_dim", 0) or np.prod(cls.single_observation_space.shape))
+        return 3 * state * torch.empty((), dtype=dtype).element_size() + 2 * obs + 4 + 3 + 2 * 8
+
     # ---- the dynamics of a family ----------------------------------------------------------------
     def _initial_state(self, n: int) -> torch.Tensor:
         raise NotImplementedError
@@ -247,6 +257,7 @@ class TorchEnvType:
             return make_vector_env(twin, twin_cfg, num_envs, seed, manager="sync", training=False)
         spec = settings.device
         device = parse_device(spec, "env.device") if spec is not None and training else "cpu"
+        check_fits(self.env_cls, num_envs, device)
         env = self.env_cls(num_envs, device=device, max_episode_steps=settings.max_episode_steps)
         env.placed = spec is not None and training
         env.reset(seed=seed)
@@ -265,5 +276,33 @@ def follow_device(env: Any, device: str | torch.device) -> Any:
     """A torch vector env whose ``env.device`` was left None moves to ``device`` (the device the policy
     collects on, known once the policy is built); any other env is returned as it is."""
     if isinstance(env, TorchVectorEnv) and not env.placed:
+        check_fits(type(env), env.num_envs, device, env.dtype)
         env.to(device)
     return env
+
+
+#: the share of a device's free memory the envs may take: the policy, the rollout and the allocator need the rest
+FREE_SHARE = 0.5
+
+
+def check_fits(env_cls: Type[TorchVectorEnv], num_envs: int, device: str | torch.device,
+               dtype: torch.dtype = torch.float32) -> None:
+    """Refuse, before anything is allocated, more envs than ``device`` holds (``bytes_per_env`` against
+    ``FREE_SHARE`` of its free memory), naming the estimate, the limit and the most envs that fit.
+
+    Raises:
+        engine.devices.DeviceError: the envs would not fit.
+    """
+    free = free_memory(device)
+    if free is None:
+        return
+    per_env = env_cls.bytes_per_env(dtype)
+    need, limit = per_env * int(num_envs), int(free * FREE_SHARE)
+    if need > limit:
+        raise DeviceError(f"{num_envs:,} {env_cls.__name__} envs need about {_size(need)} on {device} ({per_env} "
+                          f"bytes each per step), more than half of its {_size(free)} free ({_size(limit)}); use "
+                          f"at most {limit // per_env:,} envs (env.collector_env_num) or another device (env.device)")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.2f} MiB"

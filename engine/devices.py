@@ -20,7 +20,7 @@ from typing import Any, Optional
 from .slurm import slurm_layout
 
 __all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device",
-           "DeviceError", "size_torch_threads", "usable_cores"]
+           "DeviceError", "size_torch_threads", "usable_cores", "free_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -186,3 +186,24 @@ def launched_world_size() -> int:
 def get_local_rank() -> int:
     """``LOCAL_RANK`` as set by a launcher (0 without one)."""
     return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def free_memory(device: Any) -> Optional[int]:
+    """Bytes free on ``device`` now: a GPU's (``torch.cuda.mem_get_info``), or the host's for the CPU
+    (``MemAvailable`` of ``/proc/meminfo``); None where it cannot be read."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+

@@ -142,3 +142,36 @@ def test_env_type_evaluates_on_the_gymnasium_twin_or_its_cpu_envs_and_refuses_a_
         CARTPOLE_TORCH.make_vector(dict(cfg, device=missing), 3, seed=0)
     with pytest.raises(DeviceError, match="env.device='gpu'"):
         CARTPOLE_TORCH.make_vector(dict(cfg, device="gpu"), 3, seed=0)
+
+
+# ---- more envs than the device holds: refused before allocation (issue 33, bad input) ----------------------
+def test_more_envs_than_the_device_holds_are_refused_before_allocation_naming_the_estimate(monkeypatch):
+    import data.torch_env as torch_env
+    per_env = CartPoleTorch.bytes_per_env()
+    assert per_env == 3 * 4 * 4 + 2 * 4 * 4 + 4 + 3 + 16  # state x3, obs x2, reward, flags, counters
+    monkeypatch.setattr(torch_env, "free_memory", lambda device: 1000 * per_env)  # half: 500 envs fit
+    made = []
+    monkeypatch.setattr(CartPoleTorch, "__init__", lambda self, *a, **k: made.append(a))
+    cfg = dict(CARTPOLE_TORCH.default_config(), device="cpu")
+    with pytest.raises(DeviceError, match=rf"501 CartPoleTorch envs need about 0.05 MiB on cpu \({per_env} bytes each "
+                                          r"per step\).*use at most 500 envs \(env.collector_env_num\)"):
+        CARTPOLE_TORCH.make_vector(cfg, 501, seed=0)
+    assert not made  # nothing was allocated
+    torch_env.check_fits(CartPoleTorch, 500, "cpu")  # at the limit: fits
+    monkeypatch.undo()
+    envs = CARTPOLE_TORCH.make_vector(dict(CARTPOLE_TORCH.default_config()), 501, seed=0)  # env.device None
+    monkeypatch.setattr(torch_env, "free_memory", lambda device: 1000 * per_env)
+    with pytest.raises(DeviceError, match="use at most 500 envs"):  # placed where the policy collects
+        torch_env.follow_device(envs, "cpu")
+    monkeypatch.setattr(torch_env, "free_memory", lambda device: None)  # unknown: not checked
+    torch_env.check_fits(CartPoleTorch, 10**12, "cpu")
+
+
+def test_the_host_s_free_memory_is_read():
+    import os
+
+    from engine.devices import free_memory
+
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("no /proc/meminfo")
+    assert 0 < free_memory("cpu") < 2**50
