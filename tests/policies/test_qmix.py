@@ -53,6 +53,23 @@ def test_the_qmix_mixer_never_decreases_in_an_agent_s_value():
     assert (q.grad >= 0).all() and (q.grad > 0).any()
 
 
+def test_the_mixer_s_gain_does_not_grow_with_the_state_s_scale():
+    """The state is normalised before the hypernetworks (``policy.model.state_norm``): the mixer's gain on an
+    agent's value (``dQ_tot/dq_i``) is the same for a state and for ten times it. Without it the gain grows with the
+    state's scale, and on Simple Spread Q_tot diverged (BENCHMARKS.md)."""
+    def gain(mixer, state):
+        q = torch.randn(64, 3, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        mixer(q, state).sum().backward()
+        return q.grad
+
+    torch.manual_seed(0)
+    state = torch.randn(64, 6)
+    normed = QMixer(num_agents=3, state_dim=6, embed_dim=8, hypernet_hidden=16)
+    torch.testing.assert_close(gain(normed, state), gain(normed, 10 * state), rtol=1e-3, atol=1e-4)
+    raw = QMixer(num_agents=3, state_dim=6, embed_dim=8, hypernet_hidden=16, state_norm=False)
+    assert gain(raw, 10 * state).mean() > 3 * gain(raw, state).mean()
+
+
 def test_vdn_sums_the_agents_that_acted_and_iql_keeps_them_apart():
     alive = torch.tensor([[1, 1, 1], [1, 0, 1]], dtype=torch.int8)
     chosen = torch.tensor([[1.0, 2.0, 3.0], [1.0, 100.0, 3.0]])

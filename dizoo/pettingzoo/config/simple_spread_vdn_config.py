@@ -5,8 +5,8 @@ The algorithm's defaults (``policies.qmix``: EPyMARL's settings where they carry
 transitions): epsilon from 1 to 0.05 over 100k env steps, each agent drawing its own; 4 updates of 256
 transitions after each collect of 64 env rows; Adam at 5e-4; the target network every 200 updates; the squared
 TD error with gradients clipped at 10. QMIX and the independent learners take the same defaults: ``baton train
---algo qmix --env simple_spread_v3`` (or ``--algo iql``); QMIX diverges on this task after about 100k env steps
-(BENCHMARKS.md), which is why this config is VDN's.
+--algo qmix --env simple_spread_v3`` (or ``--algo iql``); VDN ends a little ahead of QMIX here, both ahead of the
+independent learners (BENCHMARKS.md).
 
 The evaluation plays 32 episodes (the per-agent return of 25 steps varies by several units between episodes).
 Measured against independent learners and QMIX over 3 seeds at 200k env steps: BENCHMARKS.md, "Several agents".
