@@ -34,7 +34,8 @@ setup(
                  "ale-py>=0.10", "matplotlib>=3.5", "minari[hdf5]>=0.5", "imageio>=2.28", "imageio-ffmpeg>=0.4.9",
                  "onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.17",
                  "optuna>=3.0", "wandb>=0.20", "mlflow-skinny>=3.0", "sqlalchemy>=2.0", "alembic>=1.10",
-                 "gymnasium[mujoco]>=1.0", "gymnasium-robotics>=1.4", "mujoco>=3.1,<3.4", "envpool>=1.2"],
+                 "gymnasium[mujoco]>=1.0", "gymnasium-robotics>=1.4", "mujoco>=3.1,<3.4",
+                 "envpool>=1.2; python_version>='3.11' and sys_platform=='linux'"],
         # baton tune (an Optuna study in SQLite; TPE sampler, median pruner)
         "tune": ["optuna>=3.0"],
         # experiment trackers (log.wandb, log.mlflow; middleware/trackers.py). MLflow's client alone (skinny),
@@ -50,8 +51,9 @@ setup(
         "export": ["onnx>=1.16", "onnxscript>=0.2"],
         # ale-py >= 0.10 ships AtariVectorEnv, which does the whole preprocessing (no opencv needed)
         "atari": ["ale-py>=0.10"],
-        # EnvPool's Atari as the atari env type's other backend (env.backend='envpool'); it brings its own ROMs
-        "envpool": ["envpool>=1.2"],
+        # EnvPool's Atari as the atari env type's other backend (env.backend='envpool'); it brings its own ROMs (its
+        # wheels: Linux, Python 3.11 and later)
+        "envpool": ["envpool>=1.2; python_version>='3.11' and sys_platform=='linux'"],
         # gymnasium[box2d] builds box2d-py from source (needs swig); the `box2d` wheel provides the same
         # Box2D module, and gymnasium's box2d package imports pygame
         "box2d": ["box2d>=2.3.10", "pygame>=2.1"],

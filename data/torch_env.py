@@ -300,7 +300,8 @@ def check_fits(env_cls: Type[TorchVectorEnv], num_envs: int, device: str | torch
     need, limit = per_env * int(num_envs), int(free * FREE_SHARE)
     if need > limit:
         raise DeviceError(f"{num_envs:,} {env_cls.__name__} envs need about {_size(need)} on {device} ({per_env} "
-                          f"bytes each per step), more than half of its {_size(free)} free ({_size(limit)}); use "
+                          f"bytes each per step, the envs' own tensors only), more than half of its {_size(free)} free "
+                          f"({_size(limit)}); use "
                           f"at most {limit // per_env:,} envs (env.collector_env_num) or another device (env.device)")
 
 

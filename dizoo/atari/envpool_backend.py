@@ -85,13 +85,22 @@ class EnvPoolAtari(gym.vector.VectorEnv):
                  env_kwargs: Optional[Dict[str, Any]] = None) -> None:
         self._envpool = _import_envpool()
         self._task, self.num_envs, self._training = task, int(num_envs), bool(training)
+        # episodic life is this wrapper's (a lost life: terminated, the game goes on with the agent's actions);
+        # EnvPool's own would restart the game's no-ops and FIRE on the next step, the agent's action lost
         self._options = dict(num_envs=self.num_envs, batch_size=self.num_envs, num_threads=int(num_threads),
                              stack_num=int(frame_stack), frame_skip=4, noop_max=30, img_height=84, img_width=84,
-                             gray_scale=True, use_fire_reset=True, episodic_life=self._training,
-                             reward_clip=self._training, repeat_action_probability=0.0, **(env_kwargs or {}))
+                             gray_scale=True, use_fire_reset=True, episodic_life=False,
+                             reward_clip=self._training, repeat_action_probability=0.0)
         if max_episode_steps:
             self._options["max_episode_steps"] = int(max_episode_steps)
+        known = set(self._envpool.make_spec(task).config._fields) - {"num_envs", "batch_size", "seed", "task"}
+        unknown = sorted(set(env_kwargs or {}) - known)
+        if unknown:
+            raise ValueError(f"env.env_kwargs {unknown}: not settings of EnvPool's Atari (env.backend='envpool'); "
+                             f"it takes {', '.join(sorted(known))}")
+        self._options.update(env_kwargs or {})
         self._stack, self._age = int(frame_stack), np.zeros(self.num_envs, np.int64)  # age: steps since reset
+        self._lives = np.zeros(self.num_envs, np.int64)  # each game's lives after the last step
         self._seed, self._fresh = int(seed), True  # fresh: built with these seeds and not yet reset
         self._env = self._build(self._seed)
         self.single_observation_space = gym.spaces.Box(0, 255, (int(frame_stack), 84, 84), np.uint8)
@@ -108,8 +117,9 @@ class EnvPoolAtari(gym.vector.VectorEnv):
             self._env.close()  # a seeded reset plays the same games each time, as gymnasium's does
             self._seed, self._env = base, self._build(base)
         self._fresh = False
-        obs, _ = self._env.reset()
+        obs, info = self._env.reset()
         self._age[:] = 0
+        self._lives[:] = info["lives"]
         return self._zero_before_first(obs), {}
 
     def _zero_before_first(self, obs: np.ndarray) -> np.ndarray:
@@ -123,26 +133,28 @@ class EnvPoolAtari(gym.vector.VectorEnv):
         return obs
 
     def step(self, actions: Sequence[int]) -> tuple:
-        obs, reward, terminated, truncated, info = self._env.step(np.asarray(actions, dtype=np.int32))
+        obs, reward, game_over, truncated, info = self._env.step(np.asarray(actions, dtype=np.int32))
         reward = np.asarray(reward, dtype=np.float32)
-        terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+        game_over, truncated = np.asarray(game_over, bool), np.asarray(truncated, bool)
+        lives = np.asarray(info["lives"], dtype=np.int64)
+        # in training a lost life ends the episode (Nature DQN's episodic life) but not the game
+        terminated = game_over | (lives < self._lives) if self._training else game_over
+        self._lives = lives
         ended = terminated | truncated
         self._age += 1
         obs = self._zero_before_first(obs)
-        out_info: Dict[str, Any] = {"lives": np.asarray(info["lives"])}
+        out_info: Dict[str, Any] = {"lives": lives}
         if ended.any():
             final = np.zeros_like(obs)
-            final[ended] = obs[ended]
-            # a lost life in training ends the episode but not the game (EnvPool's episodic life): the game
-            # goes on from this observation; a game that is over (or cut at its step limit) is reset now
-            # (EnvPool's info["terminated"]: the game is over)
-            game_over = truncated | np.asarray(info["terminated"], bool) if self._training else ended
-            reset = np.flatnonzero(ended & game_over)
+            final[ended] = obs[ended]  # a lost life's: the observation the game goes on from
+            reset = np.flatnonzero(game_over | truncated)  # the games that are over (or cut), reset now
             if len(reset):
                 obs = np.array(obs, copy=True)
-                first, _ = self._env.reset(reset.astype(np.int32))
-                self._age[reset] = 0
-                obs[reset] = first
+                first, first_info = self._env.reset(reset.astype(np.int32))
+                rows = np.asarray(first_info["env_id"])
+                self._age[rows] = 0
+                self._lives[rows] = first_info["lives"]
+                obs[rows] = first
                 obs = self._zero_before_first(obs)
             out_info["final_obs"], out_info["_final_obs"] = final, ended
         return obs, reward, terminated, truncated, out_info

@@ -52,6 +52,9 @@ def test_a_lost_life_ends_the_training_episode_and_the_game_goes_on():
         assert np.array_equal(info["final_obs"][0], obs[0])  # no reset: the game goes on from here
         nxt, *_ = train.step(np.zeros(1, dtype=np.int64))
         assert np.array_equal(nxt[0, 2], obs[0, 3])  # the same game's next frame, not a new game's
+        for _ in range(300):  # no FIRE after the lost life (no reset: the agent acts): the ball is not served
+            *_, term, _, info = train.step(np.zeros(1, dtype=np.int64))
+            assert not term[0] and info["lives"][0] == 4
     finally:
         train.close()
     evaluation = _env("BreakoutNoFrameskip-v4", training=False, num_envs=1)
@@ -96,6 +99,13 @@ def test_env_i_plays_with_seed_plus_i_and_a_reset_with_new_seeds_reseeds():
     finally:
         two.close()
         one.close()
+
+
+def test_env_kwargs_reach_envpool_and_ale_only_ones_are_named():
+    env = _env("PongNoFrameskip-v4", training=True, num_envs=1, env_kwargs=dict(repeat_action_probability=0.25))
+    env.close()
+    with pytest.raises(ValueError, match=r"\['max_num_frames_per_episode'\]: not settings of EnvPool's Atari"):
+        _env("PongNoFrameskip-v4", training=True, num_envs=1, env_kwargs=dict(max_num_frames_per_episode=100))
 
 
 def test_a_game_envpool_lacks_and_envpool_missing_are_named(monkeypatch):

@@ -31,6 +31,7 @@ class PendulumTorch(TorchVectorEnv):
     ``[cos theta, sin theta, theta_dot]``; actions ``[N, 1]`` torques."""
 
     max_episode_steps = 200
+    state_dim = 2  # theta, theta_dot (the observation is cos, sin, theta_dot)
     single_action_space = gym.spaces.Box(-MAX_TORQUE, MAX_TORQUE, shape=(1,), dtype=np.float32)
     _high = np.array([1.0, 1.0, MAX_SPEED], dtype=np.float32)
     single_observation_space = gym.spaces.Box(-_high, _high, dtype=np.float32)
