@@ -154,7 +154,7 @@ def test_more_envs_than_the_device_holds_are_refused_before_allocation_naming_th
     monkeypatch.setattr(CartPoleTorch, "__init__", lambda self, *a, **k: made.append(a))
     cfg = dict(CARTPOLE_TORCH.default_config(), device="cpu")
     with pytest.raises(DeviceError, match=rf"501 CartPoleTorch envs need about 0.05 MiB on cpu \({per_env} bytes each "
-                                          r"per step\).*use at most 500 envs \(env.collector_env_num\)"):
+                                          r"per step, the envs' own tensors only\).*use at most 500 envs \(env.collector_env_num\)"):
         CARTPOLE_TORCH.make_vector(cfg, 501, seed=0)
     assert not made  # nothing was allocated
     torch_env.check_fits(CartPoleTorch, 500, "cpu")  # at the limit: fits
