@@ -133,7 +133,7 @@ def test_dqn_trains_on_the_envpool_backend_and_films_through_ale(tmp_path, monke
     from commands.cli import main
 
     monkeypatch.chdir(tmp_path)
-    assert main(["train", "--algo", "dqn", "--env", "PongNoFrameskip-v4", "--max-env-step", "400", "--no-progress",
+    assert main(["train", "--algo", "dqn", "--env", "PongNoFrameskip-v4", "--max-env-step", "200", "--no-progress",
                  "--exp-name", "run", "env.backend=envpool", "env.collector_env_num=4", "env.evaluator_env_num=1",
                  "env.n_evaluator_episode=1", "env.max_episode_steps=50", "policy.random_collect_size=64",
                  "policy.learn.batch_size=8", "policy.eval.evaluator.eval_freq=1000000"]) == 0
