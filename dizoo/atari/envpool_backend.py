@@ -120,17 +120,14 @@ class EnvPoolAtari(gym.vector.VectorEnv):
         obs, info = self._env.reset()
         self._age[:] = 0
         self._lives[:] = info["lives"]
-        return self._zero_before_first(obs), {}
+        self._zero_before_first(obs)
+        return obs, {}
 
-    def _zero_before_first(self, obs: np.ndarray) -> np.ndarray:
-        """``obs`` with the stack's frames from before each game's first zeroed, as ale-py's backend gives them
-        (EnvPool repeats the first frame there)."""
-        young = np.flatnonzero(self._age < self._stack - 1)
-        if len(young):
-            obs = np.array(obs, copy=True)
-            for row in young:
-                obs[row, :self._stack - 1 - self._age[row]] = 0
-        return obs
+    def _zero_before_first(self, obs: np.ndarray) -> None:
+        """Zero, in place, the stack's frames from before each game's first, as ale-py's backend gives them
+        (EnvPool repeats the first frame there). EnvPool returns new arrays from every reset and step."""
+        for row in np.flatnonzero(self._age < self._stack - 1):
+            obs[row, :self._stack - 1 - self._age[row]] = 0
 
     def step(self, actions: Sequence[int]) -> tuple:
         obs, reward, game_over, truncated, info = self._env.step(np.asarray(actions, dtype=np.int32))
@@ -142,20 +139,19 @@ class EnvPoolAtari(gym.vector.VectorEnv):
         self._lives = lives
         ended = terminated | truncated
         self._age += 1
-        obs = self._zero_before_first(obs)
+        self._zero_before_first(obs)
         out_info: Dict[str, Any] = {"lives": lives}
         if ended.any():
             final = np.zeros_like(obs)
             final[ended] = obs[ended]  # a lost life's: the observation the game goes on from
             reset = np.flatnonzero(game_over | truncated)  # the games that are over (or cut), reset now
             if len(reset):
-                obs = np.array(obs, copy=True)
                 first, first_info = self._env.reset(reset.astype(np.int32))
                 rows = np.asarray(first_info["env_id"])
                 self._age[rows] = 0
                 self._lives[rows] = first_info["lives"]
                 obs[rows] = first
-                obs = self._zero_before_first(obs)
+                self._zero_before_first(obs)
             out_info["final_obs"], out_info["_final_obs"] = final, ended
         return obs, reward, terminated, truncated, out_info
 

@@ -118,8 +118,8 @@ class PettingZooEnvType(GymEnvType):
         """``factory``'s arguments: ``env.env_kwargs``, and ``max_cycles`` from ``env.max_episode_steps``."""
         kwargs = dict(settings.env_kwargs)
         if settings.max_episode_steps:
-            if "max_cycles" not in inspect.signature(factory).parameters and not any(
-                    p.kind is p.VAR_KEYWORD for p in inspect.signature(factory).parameters.values()):
+            parameters = inspect.signature(factory).parameters
+            if "max_cycles" not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
                 raise ConfigError(self._no_max_cycles(task))
             kwargs["max_cycles"] = settings.max_episode_steps
         return kwargs
