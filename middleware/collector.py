@@ -153,11 +153,11 @@ class StepCollector(_EnvLoopOwner):
         n_sample = int(n_sample)
         if n_sample <= 0:
             raise ValueError(f"policy.collect.n_sample must be positive, got {n_sample}")
-        if not time_major and callable(getattr(policy, "initial_state", None)):
+        if not time_major and int(nstep) > 1 and callable(getattr(policy, "initial_state", None)):
             raise ValueError(f"{type(getattr(policy, 'policy', policy)).__name__} is recurrent: its steps depend on "
-                             f"the memory of the steps before them, which n-step transitions for a replay buffer "
-                             f"lose; collect for it in the on-policy mode (time_major=True), whose rollout GAE cuts "
-                             f"into sequences (data.sequences)")
+                             f"the memory of the steps before them, which the n-step windows of policy.nstep={nstep} "
+                             f"skip; give policy.nstep=1 (its one-step transitions, with the memory each acted from, "
+                             f"are replayed as sequences: data.replay.SequenceStorage)")
         self._loop = EnvLoop(policy, env, seed, overlap=overlap)
         self.overlap = self._loop.overlap
         self.num_envs = env.num_envs

@@ -29,7 +29,8 @@ class OffPolicyLearner:
         buffer: the replay buffer the pusher fills.
         batch_size: transitions per update.
         update_per_collect: updates per call.
-        warmup: transitions the buffer must hold before the first update (default ``batch_size``).
+        warmup: transitions the buffer must hold before the first update (default ``batch_size``; at least the
+            storage's ``min_fill`` where it has one).
         priority: write the policy's ``priority`` output back to the buffer (prioritized replay).
     """
 
@@ -39,7 +40,8 @@ class OffPolicyLearner:
         self._buffer = require(buffer, ReplayBuffer, "the learner's replay buffer")
         self._updates = int(update_per_collect)
         self._batch_size = int(batch_size)
-        self._warmup = max(self._batch_size, int(warmup))
+        # a storage of sequences (``data.replay.SequenceStorage``) has none to sample before each env has one
+        self._warmup = max(self._batch_size, int(warmup), int(getattr(buffer.storage, "min_fill", 0)))
         self._priority = bool(priority)
 
     def ready(self) -> bool:

@@ -59,10 +59,11 @@ class OffPolicyShape(_OnlineShape):
 
     def prepare(self, run: Run) -> Optional[ReplayBuffer]:
         super().prepare(run)
-        if getattr(run.policy, "recurrent", False):
+        if getattr(run.policy, "recurrent", False) and not getattr(run.policy, "replays_sequences", False):
             raise ConfigError(f"policy {run.cfg.policy.type!r} is recurrent but learns from a replay buffer, whose "
                               f"single transitions lose the memory each step acted from: a recurrent policy needs "
-                              f"the on-policy pipeline (pipeline = 'on_policy', as ppo_lstm)")
+                              f"the on-policy pipeline (pipeline = 'on_policy', as ppo_lstm), or to learn from "
+                              f"replayed sequences (replays_sequences, as qmix with policy.model.recurrent)")
         return self.empty_buffer(run, seed=run.seed)
 
     def empty_buffer(self, run: Run, seed: Optional[int] = None) -> ReplayBuffer:
@@ -74,7 +75,8 @@ class OffPolicyShape(_OnlineShape):
                                     obs_shape=run.policy.observation_space.shape, seed=seed,
                                     frame_stack=getattr(env, "frame_stack", None) if images else None,
                                     num_envs=env.collector_env_num, learn_device=run.policy.device,
-                                    goal_env=self._goal_env(run), nstep=getattr(params, "nstep", 1))
+                                    goal_env=self._goal_env(run), nstep=getattr(params, "nstep", 1),
+                                    seq_len=stages.sequence_length(run.policy))
 
     def _goal_env(self, run: Run) -> Optional[gym.Env]:
         """One env of the run's, whose ``compute_reward`` a hindsight replay relabels through (None without

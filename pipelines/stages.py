@@ -16,7 +16,7 @@ import torch
 
 from data.envs import EnvParams, env_settings, make_vector_env, unreachable_stop_value
 from data.replay import (FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer,
-                         ReplayBufferParams, RingStorage, Sampler, UniformSampler)
+                         ReplayBufferParams, RingStorage, Sampler, SequenceStorage, UniformSampler)
 from data.replay.device import resolve_replay_device
 from data.replay.her import HindsightStorage, goal_functions
 from engine.config import ConfigError, RunParams, plain
@@ -77,14 +77,16 @@ def env_label(cfg: Mapping[str, Any]) -> str:
 def replay_buffer(settings: ReplayBufferParams, *, priority: bool = False, obs_shape: Optional[Sequence[int]] = None,
                   seed: Optional[int] = None, frame_stack: Optional[int] = None, num_envs: Optional[int] = None,
                   learn_device: Optional[str | torch.device] = None, goal_env: Any = None,
-                  nstep: int = 1) -> ReplayBuffer:
+                  nstep: int = 1, seq_len: Optional[int] = None) -> ReplayBuffer:
     """The buffer a policy's ``other.replay_buffer`` section asks for: sized and placed by ``settings``
     (``device``: None or "cpu", "learn", "cuda[:N]"; ``data.replay.device``); ``priority`` (``policy.priority``)
     picks the prioritized sampler (``settings``' alpha and beta); ``frame_stack`` (with the collector's
     ``num_envs``) stores image stacks one frame per transition. ``learn_device``: the policy's device, which
     "learn" names (``policy.device``). ``settings.her`` (hindsight goals) relabels through ``goal_env``'s
     ``compute_reward`` (one env of the run's, made in this process) the whole vector steps of the collector's
-    ``num_envs`` envs (``nstep``: the policy's, which must be 1).
+    ``num_envs`` envs (``nstep``: the policy's, which must be 1). ``seq_len`` (a recurrent policy's
+    ``policy.learn.seq_len``) hands out sequences of that many consecutive steps of one env
+    (``data.replay.SequenceStorage``).
 
     On a GPU the memory check runs here when the frames' size is known from ``obs_shape`` (the policy's
     observation shape), so an oversized buffer fails before the first env step; otherwise, and for the exact
@@ -93,6 +95,8 @@ def replay_buffer(settings: ReplayBufferParams, *, priority: bool = False, obs_s
     device = resolve_replay_device(settings.device, learn_device)
     if settings.her.enabled:
         storage = _hindsight_storage(settings, goal_env, num_envs, nstep, priority, device, seed)
+    elif seq_len:
+        storage = SequenceStorage(capacity, num_envs, seq_len, device=device)
     elif frame_stack:
         known = obs_shape is not None and len(obs_shape) == 3 and int(obs_shape[0]) == frame_stack
         storage = FrameStackStorage(capacity, num_envs, frame_stack, device=device,
@@ -214,8 +218,12 @@ def random_collect(policy: Policy) -> Any:
 
 
 def off_policy_learner(policy: Policy, buffer: ReplayBuffer) -> OffPolicyLearner:
+    """``update_per_collect`` updates of ``policy.learn.batch_size`` transitions: sampled rows, or for a recurrent
+    policy ``batch_size / seq_len`` whole sequences (``data.replay.SequenceStorage``)."""
     params = policy.params
-    return OffPolicyLearner(policy.learn_mode, buffer, batch_size=params.learn.batch_size,
+    seq_len = sequence_length(policy)
+    rows = params.learn.batch_size if seq_len is None else max(1, params.learn.batch_size // seq_len)
+    return OffPolicyLearner(policy.learn_mode, buffer, batch_size=rows,
                             update_per_collect=params.learn.update_per_collect,
                             warmup=getattr(params, "random_collect_size", 0),
                             priority=getattr(params, "priority", False))

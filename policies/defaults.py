@@ -231,4 +231,5 @@ def refuse_recurrent_keys(policy_cls: type, policy_type: str, user_policy: Mappi
                 pipeline, "its networks are feed-forward")
             raise ConfigError(f"policy.{path} asks for a recurrent policy, but policy {policy_type!r} is not "
                               f"recurrent ({why}): for recurrent PPO set policy.type='ppo_lstm' (baton train --algo "
-                              f"ppo_lstm), or remove policy.{path}")
+                              f"ppo_lstm), for several agents' recurrent Q networks qmix, vdn or iql with "
+                              f"policy.model.recurrent=true, or remove policy.{path}")

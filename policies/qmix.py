@@ -23,7 +23,14 @@ An agent that has left its row's episode (``alive`` 0) adds nothing: its chosen 
 the mix (IQL: it counts in no mean). The DQN pieces are DQN's (``policies.dqn``): the target network's hard or soft
 update, double Q, the Huber or squared loss, the epsilon schedule, prioritized replay (the team's TD error), the
 n-step returns of the collector (per agent, ``data.nstep``). Discrete actions, agents with one shared space.
-The agent network is feed-forward: EPyMARL's recurrent agent (a GRU over each agent's history) is not built.
+
+The agent network is feed-forward, or with ``policy.model.recurrent`` EPyMARL's recurrent agent, a GRU cell whose
+memory is each agent's history (``policies.agent_q_networks``). The recurrent agent acts with a memory per env and
+agent that the env loop carries and zeroes at episode ends, as ``ppo_lstm``'s; the collector stores with each
+one-step transition the memory it acted from; the replay hands out sequences of ``learn.seq_len`` consecutive
+steps of one env (``data.replay.SequenceStorage``), unrolled from their first step's stored memory, the first
+``learn.burn_in`` steps only rebuilding it (R2D2, Kapturowski et al., 2019), every later step one row of the same
+TD error. An update takes ``batch_size / seq_len`` sequences; its priorities are per sequence.
 
 Measured on Simple Spread over seeds 0-2 at 200k env steps (BENCHMARKS.md, "Several agents"), the mean
 evaluation over the last 20k: VDN -16.8, QMIX -17.2, IQL -18.6 (QMIX above IQL on each seed). QMIX's mixer reads
@@ -36,32 +43,31 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from data.obs import cat, to_device
-from data.parallel_envs import ALIVE_KEY, OBS_KEY, STATE_KEY
+from data.obs import cat, map_leaves, to_device
+from data.parallel_envs import ALIVE_KEY, STATE_KEY
+from engine.config import ConfigError
 from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .agent_spaces import agent_rows, with_agent_ids
+from .agent_q_networks import AgentsQNetwork, QMixer
+from .agent_spaces import agent_rows
 from .defaults import CollectParams, OnlineEvalParams
 from .dqn import DQNOtherParams, DQNParams, QLearnParams, QValuePolicy
 from .epsilon import EpsilonDraws, EpsilonParams
-from .greedy import GreedyActor
+from .greedy import GreedyActor, NotExportableError
 from .masks import action_mask, masked_argmax
-from .models import mlp
 from .optim import OptimizerStep
 from .placement import DeviceGenerators
+from .ppo_lstm import check_sequences
 
 __all__ = ["QMixPolicy", "VDNPolicy", "IQLPolicy", "AgentsQNetwork", "QMixer", "QMixParams"]
-
-MIXERS = ("qmix", "vdn", "none")
 
 
 @dataclass
@@ -81,6 +87,12 @@ class QMixModelParams(Params):
     state_norm: bool = param(True)
     """QMIX: a LayerNorm over the global state before the hypernetworks. Without it the mixer's weights grew
     with the learning and ``Q_tot`` diverged on Simple Spread from about 100k env steps (BENCHMARKS.md)."""
+    recurrent: bool = param(False)
+    """EPyMARL's recurrent agent: the encoder (``hidden_size_list``), a GRU cell of ``hidden_size`` whose memory
+    is each agent's history, then the values (``policies.agent_q_networks``); it learns from replayed sequences
+    (``learn.seq_len``, ``learn.burn_in``). For agents that cannot see what they need in one observation."""
+    hidden_size: int = param(64, rule="at_least_one")
+    """The recurrent agent's memory width (EPyMARL's 64)."""
 
 
 @dataclass
@@ -89,6 +101,12 @@ class QMixLearnParams(QLearnParams):
 
     update_per_collect: int = param(4, rule="at_least_one")
     """Learner updates after each collection of ``collect.n_sample`` transitions (env rows)."""
+    seq_len: int = param(16, rule="at_least_one")
+    """The recurrent agent (``model.recurrent``): consecutive steps of one env per replayed sequence, ``burn_in``
+    included; an update takes ``batch_size / seq_len`` sequences (``data.replay.SequenceStorage``)."""
+    burn_in: int = param(4, rule="not_negative")
+    """The recurrent agent: a sequence's first steps, which only rebuild the memory from the one stored when they
+    were collected (by weights since updated) and take no loss (R2D2's burn-in, Kapturowski et al., 2019)."""
 
 
 @dataclass
@@ -118,90 +136,6 @@ class QMixParams(DQNParams):
     """Exploration and replay."""
 
 
-class QMixer(nn.Module):
-    """QMIX's monotonic mixer: ``Q_tot = w2 . elu(W1 q + b1) + b2``, with ``W1``, ``w2`` the absolute values of
-    what hypernetworks make from the state, so that ``Q_tot`` never decreases in any agent's value.
-
-    Examples:
-        >>> mixer = QMixer(num_agents=3, state_dim=6, embed_dim=8, hypernet_hidden=16)
-        >>> mixer(torch.zeros(4, 3), torch.zeros(4, 6)).shape
-        torch.Size([4])
-    """
-
-    def __init__(self, num_agents: int, state_dim: int, embed_dim: int, hypernet_hidden: int,
-                 state_norm: bool = True) -> None:
-        super().__init__()
-        self.num_agents, self.embed_dim = num_agents, embed_dim
-        # the state's scale sets the hypernetworks' outputs, the mixer's gain on each agent's value: unnormalised,
-        # that gain grew and multiplied the max's bias in the target until Q_tot diverged
-        self.state_norm = nn.LayerNorm(state_dim) if state_norm else nn.Identity()
-        self.hyper_w1 = nn.Sequential(nn.Linear(state_dim, hypernet_hidden), nn.ReLU(),
-                                      nn.Linear(hypernet_hidden, num_agents * embed_dim))
-        self.hyper_b1 = nn.Linear(state_dim, embed_dim)
-        self.hyper_w2 = nn.Sequential(nn.Linear(state_dim, hypernet_hidden), nn.ReLU(),
-                                      nn.Linear(hypernet_hidden, embed_dim))
-        self.hyper_b2 = nn.Sequential(nn.Linear(state_dim, embed_dim), nn.ReLU(), nn.Linear(embed_dim, 1))
-
-    def forward(self, q: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        """``q`` ``[B, N]`` the agents' chosen values, ``state`` ``[B, S]``: ``Q_tot`` ``[B]``."""
-        state = self.state_norm(state)
-        w1 = self.hyper_w1(state).abs().view(-1, self.num_agents, self.embed_dim)
-        hidden = F.elu(torch.bmm(q.unsqueeze(1), w1).squeeze(1) + self.hyper_b1(state))
-        w2 = self.hyper_w2(state).abs()
-        return (hidden * w2).sum(-1) + self.hyper_b2(state).squeeze(-1)
-
-
-class AgentsQNetwork(nn.Module):
-    """The agents' shared Q network and the team's mixer. ``forward(obs)`` gives each agent's values ``[B, N, A]``
-    (acting, ``greedy_module``); ``forward(obs, action)`` also mixes the values of ``action`` (``[b, N]``, for the
-    first ``b`` rows of ``obs``) into the team's ``[b]`` (IQL: the agents' ``[b, N]``), in the one forward a DDP
-    wrapper sees per update.
-
-    Examples:
-        >>> from data.obs import from_plain
-        >>> net = AgentsQNetwork(18, 54, 3, 5, [64], mixer="qmix")
-        >>> obs = from_plain({"obs": torch.zeros(4, 3, 18), "alive": torch.ones(4, 3), "state": torch.zeros(4, 54)})
-        >>> q, team = net(obs, torch.zeros(2, 3, dtype=torch.long))
-        >>> q.shape, team.shape
-        (torch.Size([4, 3, 5]), torch.Size([2]))
-    """
-
-    def __init__(self, obs_dim: int, state_dim: Optional[int], num_agents: int, action_dim: int,
-                 hidden: List[int], mixer: str = "qmix", agent_id: bool = True, feature_norm: bool = True,
-                 embed_dim: int = 32, hypernet_hidden: int = 64, state_norm: bool = True) -> None:
-        super().__init__()
-        self.num_agents, self.agent_id, self.mixer_type = num_agents, agent_id, mixer
-        width = obs_dim + (num_agents if agent_id else 0)
-        self.agent = nn.Sequential(*([nn.LayerNorm(width)] if feature_norm else []), *mlp(width, hidden, nn.ReLU),
-                                   nn.Linear(hidden[-1] if hidden else width, action_dim))
-        self.mixer = (QMixer(num_agents, state_dim, embed_dim, hypernet_hidden, state_norm) if mixer == "qmix"
-                      else None)
-
-    def agent_values(self, obs: Any) -> torch.Tensor:
-        """Each agent's action values ``[..., N, A]``."""
-        x = obs[OBS_KEY].float()
-        return self.agent(with_agent_ids(x, self.num_agents) if self.agent_id else x).float()
-
-    def mix(self, chosen: torch.Tensor, counts: torch.Tensor, state: Optional[torch.Tensor]) -> torch.Tensor:
-        """The agents' chosen values ``[B, N]``, those not in ``counts`` zeroed, as the team's ``[B]`` (IQL: as they
-        are); ``state`` ``[B, S]`` (QMIX's hypernetworks)."""
-        chosen = chosen * counts.to(chosen.dtype)
-        if self.mixer_type == "vdn":
-            return chosen.sum(-1)
-        if self.mixer_type == "qmix":
-            return self.mixer(chosen, state.float())
-        return chosen
-
-    def forward(self, obs: Any, action: Optional[torch.Tensor] = None) -> Any:
-        q = self.agent_values(obs)
-        if action is None:
-            return q
-        rows = len(action)
-        chosen = q[:rows].gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        state = obs[STATE_KEY][:rows] if self.mixer is not None else None
-        return q, self.mix(chosen, obs[ALIVE_KEY][:rows], state)
-
-
 @POLICY_REGISTRY.register("qmix")
 class QMixPolicy(QValuePolicy):
     """QMIX: agents' Q values mixed monotonically by the state (``create_config.policy.type='qmix'``)."""
@@ -212,8 +146,36 @@ class QMixPolicy(QValuePolicy):
     mixer = "qmix"
     default_env_steps = 1_000_000
     eager_acting = None
+    #: with ``model.recurrent`` it learns off-policy from sequences (``OffPolicyShape``, ``data.replay.SequenceStorage``)
+    replays_sequences = True
     Params = QMixParams
     params: QMixParams
+
+    @classmethod
+    def check_user_keys(cls, policy_type: str, user_policy: Mapping[str, Any]) -> None:
+        """Its recurrent agent's keys (``model.hidden_size``, ``learn.seq_len``) are its own: nothing to refuse."""
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """DQN's checks, then the recurrent agent's: one-step transitions, a burn-in shorter than the sequence,
+        and a batch of whole sequences.
+
+        Raises:
+            engine.config.ConfigError: naming the key and the fix.
+        """
+        super().check_config(cfg)
+        policy = cfg["policy"]
+        model, learn = policy["model"], policy["learn"]
+        if not model.get("recurrent"):
+            return
+        check_sequences(model, learn)
+        if int(policy.get("nstep", 1)) != 1:
+            raise ConfigError(f"policy.nstep={policy['nstep']} with policy.model.recurrent=True: the recurrent agent "
+                              f"replays one-step transitions in sequences (its memory follows every step); set "
+                              f"policy.nstep=1")
+        if int(learn["burn_in"]) >= int(learn["seq_len"]):
+            raise ConfigError(f"policy.learn.burn_in={learn['burn_in']} leaves no step of a sequence of "
+                              f"policy.learn.seq_len={learn['seq_len']} to learn from: give a burn_in below seq_len")
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:
@@ -223,7 +185,10 @@ class QMixPolicy(QValuePolicy):
         self.model = self.placement.build(lambda: AgentsQNetwork(
             self._obs_dim, self._state_dim, self._num_agents, self._action_dim, model.hidden_size_list,
             self.mixer, model.agent_id, model.feature_norm, model.mixing_embed_dim, model.hypernet_hidden,
-            model.state_norm))
+            model.state_norm, model.hidden_size if model.recurrent else None))
+        #: whether the agents act with a memory (``initial_state_on``) and learn from sequences
+        self.recurrent = bool(model.recurrent)
+        self._burn_in = int(learn.burn_in)
         self._target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.optimizer_step = OptimizerStep.adam([self.model.parameters()], self.optimizer_settings(), self.mixer)
         self._target_update_freq = learn.target_update_freq
@@ -260,18 +225,72 @@ class QMixPolicy(QValuePolicy):
 
     def greedy_module(self) -> torch.nn.Module:
         """Each agent's greedy action from the row's tree (``Policy.greedy_module``)."""
+        if self.recurrent:
+            raise NotExportableError(f"policy {self.algo.lower()} with policy.model.recurrent=True acts from a memory "
+                                     f"carried from step to step (its GRU state), which a module of observations "
+                                     f"in, actions out cannot hold: it is not exported. Evaluate it with baton eval, "
+                                     f"which carries the memory per env")
         return GreedyActor(self.model, discrete=True)
+
+    # ---- the recurrent agent's acting --------------------------------------------------------------------
+    def initial_state_on(self, mode: str) -> Optional[Callable[[int], torch.Tensor]]:
+        """The recurrent agent's zero memory ``[num_envs, N, H]`` on ``mode``'s device (None: feed-forward)."""
+        if not self.recurrent:
+            return None
+        device = self.mode_devices[mode]
+        return lambda num_envs: self.model.initial_state(int(num_envs), device)
+
+    def _greedy_from(self, obs: Any, state: Optional[torch.Tensor], mode: str) -> tuple:
+        """Each agent's greedy action ``[B, N]`` from its memory, and the memory after the step."""
+        if state is None:
+            raise TypeError(f"policy {self.algo.lower()} with a recurrent agent acts with a memory: call its "
+                            f"{mode}_mode.forward(obs, state=...) with {mode}_mode.initial_state(num_envs) at the "
+                            f"episodes' start and the returned next_state after (data.env_loop.EnvLoop does this)")
+        device = self.mode_devices[mode]
+        obs = to_device(obs, device)
+        with torch.inference_mode():
+            return self._greedy_step[mode](self.placement.actor(mode), obs, torch.as_tensor(state, device=device))
+
+    @hot_path("collect", "eval", name="greedy_step")
+    def _greedy_step(self, model: torch.nn.Module, obs: Any, memory: torch.Tensor) -> tuple:
+        q, memory = model.step(obs, memory)
+        return masked_argmax(q, action_mask(obs)), memory
+
+    def _forward_collect(self, obs: Any, eps: float = 0.0, random: bool = False,
+                         state: Optional[torch.Tensor] = None) -> Dict[str, Any]:
+        """Epsilon-greedy per agent (``QValuePolicy._forward_collect``); the recurrent agent also returns the memory
+        it acted from (``state``, stored with the step) and the next one (``next_state``, for the env loop)."""
+        if not self.recurrent:
+            return super()._forward_collect(obs, eps, random)
+        greedy, next_state = self._greedy_from(obs, state, "collect")
+        eps = 1.0 if random else eps
+        mask = action_mask(obs) if eps > 0 else None
+        action = self._explore(greedy, eps, None if mask is None else to_device(mask, greedy.device))
+        return {"action": action, "state": torch.as_tensor(state, device=greedy.device), "next_state": next_state}
+
+    def _forward_eval(self, obs: Any, state: Optional[torch.Tensor] = None) -> Dict[str, Any]:
+        if not self.recurrent:
+            return super()._forward_eval(obs)
+        action, next_state = self._greedy_from(obs, state, "eval")
+        return {"action": action, "next_state": next_state}
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
-        obs, next_obs = (to_device(o, self.device) for o in (batch.obs, batch.next_obs))
-        action = batch.action.to(self.device).long()
-        reward = batch.reward.to(self.device).float()
-        discount = batch.discount.to(self.device).float()
-        not_done = (~batch.terminated.to(self.device)).float()
-        truncated = batch.truncated.to(self.device).bool()
-        weight = batch.weight.to(self.device).float() if self._use_weight else None
-        loss, q, target, priority = self._loss(obs, next_obs, action, reward, discount, not_done, truncated, weight)
+        dev = self.device
+        obs, next_obs = (to_device(o, dev) for o in (batch.obs, batch.next_obs))
+        action = batch.action.to(dev).long()
+        reward = batch.reward.to(dev).float()
+        discount = batch.discount.to(dev).float()
+        not_done = (~batch.terminated.to(dev)).float()
+        truncated = batch.truncated.to(dev).bool()
+        weight = batch.weight.to(dev).float() if self._use_weight else None
+        if self.recurrent:  # sequences [B, L] (data.replay.SequenceStorage)
+            memory, starts = batch.state[:, 0].to(dev).float(), batch.episode_start.to(dev).bool()
+            loss, q, target, priority = self._sequence_loss(obs, next_obs, action, memory, starts, reward, discount,
+                                                            not_done, truncated, weight)
+        else:
+            loss, q, target, priority = self._loss(obs, next_obs, action, reward, discount, not_done, truncated,
+                                                   weight)
         self._step(loss)
         return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": priority}
 
@@ -282,10 +301,42 @@ class QMixPolicy(QValuePolicy):
         agents that acted. ``reward`` ``[B, N]`` (each agent's n-step return), ``discount``/``not_done`` ``[B]``."""
         n = len(action)
         q_all, q = self.learn_model(cat([obs, next_obs]), action)
+        with torch.no_grad():
+            next_target = self._target_model(next_obs)
+        per_row, q, target, priority = self._td(q, q_all[n:].detach(), next_target, obs, next_obs, reward, discount,
+                                                not_done, truncated)
+        if weight is not None:
+            per_row = per_row * weight
+        return per_row.mean(), q, target, priority
+
+    @hot_path("learn", name="sequence_loss")
+    def _sequence_loss(self, obs: Any, next_obs: Any, action: torch.Tensor, memory: torch.Tensor,
+                       starts: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, not_done: torch.Tensor,
+                       truncated: torch.Tensor, weight: Optional[torch.Tensor]) -> tuple:
+        """The recurrent agent's ``(loss, q, target, priority)`` over sequences ``[B, L]`` unrolled from the stored
+        ``memory`` ``[B, N, H]``: each step after the burn-in is one row of the TD error ``_td`` takes; a sequence's
+        loss is its steps' mean, its priority R2D2's ``0.9 max + 0.1 mean`` of theirs."""
+        k = self._burn_in
+        next_online, q = self.learn_model(obs, action, memory=memory, episode_start=starts, next_obs=next_obs,
+                                          burn_in=k)
+        with torch.no_grad():
+            next_target = self._target_model.sequence_values(obs, next_obs, memory, starts, k)[1].flatten(0, 1)
+        rows = lambda value: map_leaves(lambda leaf: leaf[:, k:].flatten(0, 1), value)  # noqa: E731
+        per_row, q, target, priority = self._td(q, next_online.detach(), next_target, rows(obs), rows(next_obs),
+                                                rows(reward), rows(discount), rows(not_done), rows(truncated))
+        sequences = len(action)
+        per_seq = per_row.view(sequences, -1).mean(1)
+        if weight is not None:
+            per_seq = per_seq * weight
+        priority = priority.view(sequences, -1)
+        return per_seq.mean(), q, target, 0.9 * priority.amax(1) + 0.1 * priority.mean(1)
+
+    def _td(self, q: torch.Tensor, next_online: torch.Tensor, next_target: torch.Tensor, obs: Any, next_obs: Any,
+            reward: torch.Tensor, discount: torch.Tensor, not_done: torch.Tensor, truncated: torch.Tensor) -> tuple:
+        """``(per-row loss, q, target, per-row priority)`` of rows whose chosen values ``q`` are mixed already, from
+        the next observations' online and target values ``[B, N, A]``."""
         alive = obs[ALIVE_KEY].float()
         with torch.no_grad():
-            next_online = q_all[n:].detach()
-            next_target = self._target_model(next_obs)
             pick = next_online if self._double_q else next_target
             next_action = masked_argmax(pick, action_mask(next_obs))
             next_chosen = next_target.gather(-1, next_action.unsqueeze(-1)).squeeze(-1)
@@ -306,9 +357,7 @@ class QMixPolicy(QValuePolicy):
             priority = ((q.detach() - target).abs() * alive).sum(-1) / alive.sum(-1).clamp_min(1.0)
         else:
             per_row, priority = elementwise, (q.detach() - target).abs()
-        if weight is not None:
-            per_row = per_row * weight
-        return per_row.mean(), q.detach(), target, priority
+        return per_row, q.detach(), target, priority
 
 
 @POLICY_REGISTRY.register("vdn")

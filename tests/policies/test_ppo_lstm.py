@@ -178,11 +178,13 @@ def test_export_refuses_a_recurrent_policy_with_the_reason():
         policy.greedy_module()
 
 
-def test_a_replay_collector_refuses_a_recurrent_policy():
+def test_a_replay_collector_refuses_n_step_windows_for_a_recurrent_policy():
+    """One-step transitions keep the memory each step acted from (QMIX's recurrent agent replays them as sequences);
+    an n-step window skips steps the memory followed."""
     policy, env = _policy_and_env(num_envs=2)
     try:
-        with pytest.raises(ValueError, match="is recurrent.*n-step transitions for a replay buffer"):
-            StepCollector(policy.collect_mode, env, 8, nstep=1)
+        with pytest.raises(ValueError, match="is recurrent.*policy.nstep=3 skip; give policy.nstep=1"):
+            StepCollector(policy.collect_mode, env, 8, nstep=3)
     finally:
         env.close()
 

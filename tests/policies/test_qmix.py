@@ -31,11 +31,13 @@ def _policy(cls, **learn):
     return cls(dict(cfg, type=cls.mixer if cls.mixer != "none" else "iql"), ROWS, ACTIONS)
 
 
-@pytest.mark.parametrize("algo", ["qmix", "vdn", "iql"])
-def test_trains_on_simple_spread_and_resumes(tmp_path, algo):
+@pytest.mark.parametrize("algo, model", [("qmix", {}), ("vdn", {}), ("iql", {}), ("qmix", dict(recurrent=True))],
+                         ids=["qmix", "vdn", "iql", "qmix-recurrent"])
+def test_trains_on_simple_spread_and_resumes(tmp_path, algo, model):
+    """The recurrent agent too: its sequences replayed, evaluated with a memory per env, its buffer resumed."""
     main = dict(exp_name=str(tmp_path / algo), log=dict(progress=False),
                 env=dict(collector_env_num=4, evaluator_env_num=2, n_evaluator_episode=2, stop_value=float("inf")),
-                policy=dict(random_collect_size=64, learn=dict(batch_size=32, update_per_collect=2),
+                policy=dict(random_collect_size=64, model=model, learn=dict(batch_size=32, update_per_collect=2),
                             eval=dict(evaluator=dict(eval_freq=1000))))
     create = dict(env=dict(type="mpe"), policy=dict(type=algo))
     first = serial_pipeline((copy.deepcopy(main), create), max_env_step=256)
