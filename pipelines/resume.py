@@ -241,9 +241,9 @@ def _restore_shards(path: str, saved_ranks: int, main_state: Optional[Dict[str, 
         return
     try:
         loaded = load_shards(buffer, plan, lambda n: read(n)["replay_buffer"], empty_buffer)
-    except TypeError as err:  # frame stacks: only whole shards on the same rank
-        logger.warning("rank %d starts with an empty replay buffer: the %d saved shards cannot be dealt to %d "
-                       "ranks (%s)", rank, saved_ranks, world_size, err)
+    except (TypeError, ValueError) as err:  # frame stacks, sequences: only whole shards of the same envs and rank
+        logger.warning("rank %d starts with an empty replay buffer: the %d saved shard(s) cannot be loaded into "
+                       "this run's %d rank(s) (%s)", rank, saved_ranks, world_size, err)
         return
     if saved_ranks != world_size:
         logger.info("rank %d of %d took %d transitions from saved shard(s) %s of %d", rank, world_size, loaded,

@@ -42,6 +42,7 @@ of the target's max; with it the gain stays near 7 and ``Q_tot`` near the return
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -176,6 +177,15 @@ class QMixPolicy(QValuePolicy):
         if int(learn["burn_in"]) >= int(learn["seq_len"]):
             raise ConfigError(f"policy.learn.burn_in={learn['burn_in']} leaves no step of a sequence of "
                               f"policy.learn.seq_len={learn['seq_len']} to learn from: give a burn_in below seq_len")
+        envs, seq_len = int(cfg["env"]["collector_env_num"]), int(learn["seq_len"])
+        capacity = int(policy["other"]["replay_buffer"]["replay_buffer_size"])
+        collect = math.ceil(int(policy["collect"]["n_sample"]) / envs) * envs
+        needed = max(2 * seq_len * envs, collect)
+        if capacity < needed:
+            raise ConfigError(f"policy.other.replay_buffer.replay_buffer_size={capacity} is too small for the "
+                              f"recurrent agent's sequences: it must hold one collect ({collect} transitions) and "
+                              f"2 x policy.learn.seq_len={seq_len} steps of each of env.collector_env_num={envs} "
+                              f"envs; give at least {needed}")
 
     def __init__(self, cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space,
                  device: Optional[str | torch.device] = None) -> None:

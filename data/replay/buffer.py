@@ -13,7 +13,7 @@ from ..batch import make_batch
 from ..obs import Obs, num_rows
 from .device import as_device
 from .her import HerParams
-from .samplers import Sampler, UniformSampler
+from .samplers import PrioritizedSampler, Sampler, UniformSampler
 from .storage import RingStorage
 
 __all__ = ["ReplayBuffer", "ReplayBufferParams", "PrioritizedReplayParams"]
@@ -91,6 +91,15 @@ class ReplayBuffer:
             return
         idx = self.storage.extend(batch)
         self.sampler.on_extend(idx)
+        if isinstance(self.sampler, PrioritizedSampler) and hasattr(self.storage, "start_slots"):
+            # sequences (SequenceStorage): a start slot gets the highest priority when its sequence's last step
+            # arrives, and until then the mean one, drawn (and redrawn) as often as under uniform sampling; at the
+            # highest, the waiting slots could take most draws, and every redraw would meet them again (a zero
+            # would set the importance weights' minimum)
+            completed, waiting = self.storage.start_slots(len(idx))
+            mean = self.sampler.mean_weight(len(self.storage))
+            self.sampler.set_weights(waiting, mean.expand(len(waiting)))
+            self.sampler.on_extend(completed)
 
     def sample(self, batch_size: int) -> Batch:
         """``batch_size`` transitions as one batch (built once, from one index gather per field).
@@ -116,7 +125,7 @@ class ReplayBuffer:
     def _replace_unsampleable(self, idx: torch.Tensor, weight: Optional[torch.Tensor], size: int):
         # the number of slots to redraw is read on the host (on a GPU: one wait per batch), so the draws,
         # and the batch, are those of a storage in host memory with the same seed
-        for _ in range(50):
+        for _ in range(200):  # a slot that is never whole is redrawn: 200 misses in a row means none is
             bad = ~self.storage.sampleable(idx)
             if not bad.any():
                 return idx, weight
@@ -140,8 +149,8 @@ class ReplayBuffer:
                 with their neighbours), which cannot be split.
         """
         if not hasattr(self.storage, "chronological"):
-            raise TypeError(f"{type(self.storage).__name__} keeps transitions that share data with their "
-                            f"neighbours: they cannot be moved one by one")
+            why = getattr(self.storage, "unmovable", "keeps transitions that share data with their neighbours")
+            raise TypeError(f"{type(self.storage).__name__} {why}: they cannot be moved one by one")
         idx = self.storage.chronological()
         return self.storage.gather(idx), self.sampler.weights(idx)
 

@@ -107,6 +107,11 @@ class PrioritizedSampler(Sampler):
         """The largest priority seen (a host read: waits for the device)."""
         return self._max_priority if self._on_host else float(self._max_priority_t)
 
+    def mean_weight(self, size: int) -> torch.Tensor:
+        """The mean sampling weight (``priority ** alpha``) of the first ``size`` slots: a draw's odds of a slot given
+        it are its share of them, as under uniform sampling."""
+        return torch.as_tensor(self._tree.total, dtype=torch.float64) / max(1, size)
+
     def on_extend(self, idx: torch.Tensor) -> None:
         if self._on_host:
             idx = idx.numpy()

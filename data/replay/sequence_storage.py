@@ -20,7 +20,7 @@ keeps a write stamp, and a sequence is whole when its last slot's stamp is its f
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import torch
 
@@ -64,6 +64,9 @@ class SequenceStorage:
         self._count = 0
         self._offsets = torch.arange(seq_len, device=self.device) * num_envs  # the L steps of a start slot's env
 
+    #: why ``ReplayBuffer.transitions`` cannot deal its transitions to another number of ranks
+    unmovable = "hands out sequences read across each env's stream of slots, which a split would cut"
+
     def __len__(self) -> int:
         return len(self._ring)
 
@@ -94,6 +97,16 @@ class SequenceStorage:
         self._stamp[idx] = torch.arange(self._count, self._count + n, device=self.device)
         self._count += n
         return idx
+
+    def start_slots(self, pushed: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """After a push of ``pushed`` transitions: the start slots whose sequence it completed, and those still
+        waiting for their sequence's last step (the newest ``(L - 1) E``); from the host's write count, so with
+        no read of the device (a prioritized sampler draws only the first, ``ReplayBuffer.push``)."""
+        end = self._count - (self.seq_len - 1) * self.num_envs
+        begin = max(0, end - pushed)
+        completed = torch.arange(begin, max(begin, end), device=self.device) % self.capacity
+        waiting = torch.arange(max(0, end), self._count, device=self.device) % self.capacity
+        return completed, waiting
 
     def _slots(self, idx: torch.Tensor) -> torch.Tensor:
         """``[B, L]``: the slots of each start slot's sequence."""
@@ -132,3 +145,6 @@ class SequenceStorage:
         self._ring.load_state_dict(state["ring"])
         self._stamp.copy_(state["stamp"])
         self._count = state["count"]
+        if self._count >= self.num_envs:  # the resumed run restarts its envs' episodes (and memories) after these
+            last = torch.arange(self._count - self.num_envs, self._count, device=self.device) % self.capacity
+            self._ring.fields["done"][last] = True

@@ -9,7 +9,7 @@ import torch
 
 import data.replay.sequence_storage as module
 from data.obs import from_plain
-from data.replay import ReplayBuffer, SequenceStorage, UniformSampler
+from data.replay import PrioritizedSampler, ReplayBuffer, SequenceStorage, UniformSampler
 
 
 def _steps(start: int, steps: int, envs: int, done_at=()):
@@ -79,3 +79,31 @@ def test_pushes_that_are_not_whole_vector_steps_and_buffers_too_small_are_refuse
         s.extend({k: v[:3] for k, v in step.items()})
     with pytest.raises(ValueError, match="written for 2 envs"):
         SequenceStorage(40, num_envs=4, seq_len=5).load_state_dict(s.state_dict())
+
+
+def test_a_resumed_buffer_restarts_the_memory_where_the_saved_steps_end():
+    """The resumed run's envs start new episodes from zero memory: a sequence across the join says so."""
+    s = SequenceStorage(40, num_envs=2, seq_len=4)
+    s.extend(_steps(0, 6, 2))
+    again = SequenceStorage(40, num_envs=2, seq_len=4)
+    again.load_state_dict(s.state_dict())
+    again.extend(_steps(12, 6, 2))
+    out = again.gather(torch.tensor([8]))                      # env 0's steps 4, 5 (saved), 6, 7 (resumed)
+    assert out["x"].tolist() == [[8, 10, 12, 14]] and out["episode_start"].tolist() == [[False, False, True, False]]
+
+
+def test_prioritized_sampling_gives_a_start_its_priority_once_its_sequence_is_whole():
+    """A start slot gets the highest priority when its sequence's last step arrives, the mean one before: at the
+    highest, the slots that wait would take most draws once the learnt priorities fall, each refused and drawn
+    again until the sampler gives up."""
+    b = ReplayBuffer(64, PrioritizedSampler(64, alpha=1.0, beta=0.4, seed=0), SequenceStorage(64, num_envs=2,
+                                                                                              seq_len=4))
+    b.push(_steps(0, 8, 2))
+    b.update_priority(torch.arange(10), torch.full((10,), 1e-3))   # the whole starts learnt; the max stays 1
+    b.push(_steps(16, 1, 2))                                       # completes the starts at slots 10 and 11
+    weights = b.sampler.weights(torch.arange(18))
+    mean = (10 * (1e-3 + b.sampler.eps) + 8) / 18                  # the 6 waiting slots' 1 and the 2 new slots' max
+    assert (weights[10:12] == 1).all() and torch.allclose(weights[12:], torch.tensor(mean, dtype=torch.float64))
+    for _ in range(50):
+        batch = b.sample(8)
+        assert b.storage.sampleable(batch.index).all() and (batch.weight > 0).all()

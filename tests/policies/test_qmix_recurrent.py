@@ -97,6 +97,8 @@ def test_acting_carries_the_memory_and_learning_takes_sequences():
     (dict(nstep=3), "policy.nstep=3 with policy.model.recurrent=True"),
     (dict(learn=dict(seq_len=8, burn_in=8)), "burn_in=8 leaves no step"),
     (dict(learn=dict(seq_len=10, batch_size=64)), "not a whole number of sequences"),
+    (dict(learn=dict(seq_len=32), other=dict(replay_buffer=dict(replay_buffer_size=300))),
+     "replay_buffer_size=300 is too small .* at least"),
 ])
 def test_settings_a_recurrent_agent_cannot_learn_from_are_refused_by_name(override, message):
     policy = dict(type="qmix", model=dict(recurrent=True), **override)
