@@ -75,6 +75,26 @@ def test_several_agents_train_with_nccl_and_the_learner_on_cuda(config, tmp_path
     assert json.loads((tmp_path / "exp" / "summary.json").read_text())["env_step"] >= 256
 
 
+def _recurrent_vdn_run(exp_dir, cuda=True):
+    """VDN's Simple Spread config with the recurrent agent, the learner and the sequence replay on the GPU."""
+    from pipelines import serial_pipeline
+
+    main, create = _small("dizoo.pettingzoo.config.simple_spread_vdn_config", exp_dir)
+    main.policy.cuda = cuda
+    main.env.update(collector_env_num=4, evaluator_env_num=2, n_evaluator_episode=2)
+    main.policy.update(model=dict(recurrent=True), learn=dict(batch_size=64, update_per_collect=2),
+                       other=dict(replay_buffer=dict(replay_buffer_size=4096, device="learn")))
+    return serial_pipeline((main, create), max_env_step=512, exp_name=str(exp_dir))
+
+
+def test_the_recurrent_agent_learns_on_cuda_from_sequences_replayed_there(tmp_path):
+    """QMIX's recurrent agent (VDN's mixer) with its sequence replay on the learner's GPU: sampling, the unroll
+    and the update there, acting with its memory on the CPU."""
+    pytest.importorskip("mpe2")
+    summary = _recurrent_vdn_run(tmp_path / "exp")
+    assert summary["env_step"] >= 512 and summary["train_iter"] > 0
+
+
 def test_two_ranks_share_one_gpu_through_gloo_and_stay_identical(tmp_path):
     import ddp_workers
     from engine import launch
