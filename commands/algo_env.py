@@ -24,13 +24,14 @@ import difflib
 import logging
 import math
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import gymnasium as gym
 from easydict import EasyDict
 
 from data.action_masks import as_trainable
 from data.envs import episode_limit, registered_id
+from data.parallel_envs import AgentSpaceError
 from engine.registry import ENV_REGISTRY, POLICY_REGISTRY
 from policies.base import SpaceMismatchError
 
@@ -66,7 +67,7 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
         close = difflib.get_close_matches(algo.lower(), algos, n=1, cutoff=0.6)
         raise AlgoEnvError(f"--algo {algo!r} is not a registered algorithm; choose one of {', '.join(algos)} "
                            f"{f'(did you mean {close[0]!r}?) ' if close else ''}(baton train --list-algos)")
-    env_type, observation_space, action_space, stop_value = _resolve_env(env_id)
+    env_type, observation_space, action_space, stop_value, env_keys = _resolve_env(env_id)
     misfit = _misfit(algo, observation_space, action_space)
     if (misfit is not None and getattr(ENV_REGISTRY.get(env_type), "has_task", None) is not None
             and not getattr(POLICY_REGISTRY.get(algo), "multi_agent", False)):  # a multi-agent one: its own reason
@@ -76,7 +77,10 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
         fit = [a for a in algos if _misfit(a, observation_space, action_space) is None]
         raise AlgoEnvError(f"--algo {algo} does not fit --env {env_id} (action space {action_space}): {misfit}. "
                            f"Algorithms that fit: {', '.join(fit) or 'none'}")
-    env: Dict[str, Any] = dict(env_id=env_id)
+    env: Dict[str, Any] = dict(env_id=env_id, **env_keys)
+    if env_keys.get("pad_agents"):
+        logger.info("--env %s: its agents' spaces differ, so each agent's observation is zero-padded to the largest "
+                    "and its actions masked to its own (env.pad_agents=true, data.agent_padding)", env_id)
     if stop_value is not None:
         env["stop_value"] = stop_value
     if env_type == GYM_TYPE and episode_limit(env) is None:  # an evaluation must end: the greedy policy may loop
@@ -128,10 +132,41 @@ def algo_support(algo: str) -> Dict[str, bool]:
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
-def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float]]:
-    """``(env type, observation space, action space, stop value or None for the family's own)``; an env of the
-    user's own module as ``"module:EnvId-v0"`` (gymnasium's syntax: the module is imported, here and in every
-    process that makes the env)."""
+class ResolvedEnv(NamedTuple):
+    """What ``--env`` names: its type, its spaces as the policy sees them, its stop value (None: the family's own)
+    and the ``env`` keys it needs besides ``env_id`` (agents of different spaces: ``pad_agents``)."""
+
+    type: str
+    observation_space: gym.Space
+    action_space: gym.Space
+    stop_value: Optional[float]
+    env_keys: Dict[str, Any]
+
+
+def _resolve_env(env_id: str) -> ResolvedEnv:
+    """``--env``'s type, spaces and stop value (``ResolvedEnv``); an env of the user's own module as
+    ``"module:EnvId-v0"`` (gymnasium's syntax: the module is imported, here and in every process that makes the
+    env)."""
+    resolved = _resolve_type(env_id)
+    return resolved if isinstance(resolved, ResolvedEnv) else ResolvedEnv(*resolved, {})
+
+
+def _agents_probe(env_type: Any, env_id: str) -> Tuple[Any, Dict[str, Any]]:
+    """One env of a multi-agent task, and the ``env`` keys it needs: agents whose spaces differ are padded to one
+    (``env.pad_agents``) where padding can join them; otherwise the first refusal stands."""
+    cfg = dict(env_type.default_config(), env_id=env_id)
+    try:
+        return env_type.make_vector(cfg, 1, 0, False), {}
+    except AgentSpaceError as refusal:
+        if "pad_agents" not in cfg:
+            raise
+        try:
+            return env_type.make_vector(dict(cfg, pad_agents=True), 1, 0, False), {"pad_agents": True}
+        except ValueError:
+            raise refusal from None
+
+
+def _resolve_type(env_id: str) -> Any:
     if ":" in env_id:
         spec = _spec(registered_id(env_id, "--env"))
         observation_space, action_space = _flat_spaces(env_id)
@@ -141,9 +176,9 @@ def _resolve_env(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float
         for name in ENV_REGISTRY.names():
             env_type = ENV_REGISTRY.get(name)
             if getattr(env_type, "has_task", None) is not None and env_type.has_task(env_id):
-                venv = env_type.make_vector(dict(env_type.default_config(), env_id=env_id), 1, 0, False)
+                venv, env_keys = _agents_probe(env_type, env_id)
                 try:
-                    return name, venv.single_observation_space, venv.single_action_space, None
+                    return ResolvedEnv(name, venv.single_observation_space, venv.single_action_space, None, env_keys)
                 finally:
                     venv.close()
             if getattr(env_type, "batched", False) and env_type.env_id == env_id:

@@ -24,7 +24,7 @@ what the env loop steps): ``obs`` is the new episode's first and ``info["final_o
 
 Agents are batched along one axis, so they must share their observation and action spaces (the homogeneous
 case: Simple Spread's three agents, parameter sharing); agents whose spaces differ are refused, naming each group
-of agents and its spaces. They are stepped in this process, one env after the other: an mpe2 env step is tens
+of agents and its spaces, unless padded to one (``data.agent_padding``, ``env.pad_agents``). They are stepped in this process, one env after the other: an mpe2 env step is tens
 of microseconds of Python.
 """
 from __future__ import annotations
@@ -70,8 +70,9 @@ def _shared_space(spaces: Mapping[str, gym.Space], what: str, env_name: str) -> 
     if len(groups) > 1:
         named = "; ".join(f"{', '.join(members)}: {space}" for space, members in groups)
         raise AgentSpaceError(f"env {env_name}: its agents' {what} spaces differ ({named}); the agents of one env "
-                              f"are batched along one axis and share one network, so they need equal spaces. Pad "
-                              f"them to one space (a wrapper of your env), or train each group of agents apart")
+                              f"are batched along one axis and share one network, so they need equal spaces: set "
+                              f"env.pad_agents=true (each agent's observation zero-padded to the largest, its "
+                              f"actions masked to its own; data.agent_padding), or train each group of agents apart")
     return groups[0][0]
 
 

@@ -27,19 +27,23 @@ settings a random policy scores about -27.6 per agent and a scripted one (each a
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import importlib
 import inspect
 from types import ModuleType
 from typing import Any, Mapping
 
 from data.envs import GymEnvType
+from data.agent_padding import PaddedAgents
+from data.envs import GymEnvParams
 from data.parallel_env_workers import ParallelEnvWorkers
 from data.parallel_envs import AgentSpaceError, EnvModuleError, ParallelEnvBatch
 from engine.devices import usable_cores
 from engine.config import ConfigError
+from engine.params import param
 from engine.registry import ENV_REGISTRY
 
-__all__ = ["PettingZooEnvType", "MpeEnvType", "PETTINGZOO", "MPE", "as_parallel"]
+__all__ = ["PettingZooEnvType", "MpeEnvType", "PettingZooParams", "PETTINGZOO", "MPE", "as_parallel"]
 
 #: each task's ``parallel_env`` arguments under ``env.env_kwargs`` given none: Simple Spread as in the MAPPO paper
 #: (the others: mpe2's own, 25 cycles and discrete actions)
@@ -63,9 +67,21 @@ def as_parallel(env: Any, name: str) -> Any:
     return aec_to_parallel(env)
 
 
+@dataclass
+class PettingZooParams(GymEnvParams):
+    """The ``env`` section of the ``pettingzoo`` and ``mpe`` env types."""
+
+    pad_agents: bool = param(False)
+    """Agents whose spaces differ on one axis: each agent's observation zero-padded to the largest and its actions
+    masked to its own (``data.agent_padding``, Terry et al., 2020), so that one network with agent ids serves
+    them all (mpe2's Speaker-Listener). Off: such agents are refused by name."""
+
+
 class PettingZooEnvType(GymEnvType):
     """Any PettingZoo env by the module that makes it (``env.env_id``), as batched parallel envs (module
     docstring)."""
+
+    Params = PettingZooParams
 
     def module_name(self, task: str) -> str:
         """The module that makes ``task``'s env."""
@@ -146,7 +162,8 @@ class PettingZooEnvType(GymEnvType):
             if "max_cycles" in kwargs and "max_cycles" in str(err):
                 raise ConfigError(self._no_max_cycles(task)) from err
             raise
-        return as_parallel(env, task)
+        env = as_parallel(env, task)
+        return PaddedAgents(env) if settings.pad_agents else env
 
     def make_vector(self, env_cfg: Mapping[str, Any], num_envs: int, seed: int, training: bool = True,
                     manager: str = "sync") -> Any:

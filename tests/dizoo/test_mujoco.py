@@ -110,7 +110,7 @@ def test_algo_and_env_read_the_spaces_from_the_family_and_leave_no_mujoco_log(tm
     monkeypatch.chdir(tmp_path)
     from commands.algo_env import _resolve_env
 
-    family, observation_space, _, _ = _resolve_env("HalfCheetah-v5")
+    family, observation_space = _resolve_env("HalfCheetah-v5")[:2]
     assert family == "halfcheetah" and observation_space.dtype == np.float32
     assert build_config("sac", "HalfCheetah-v5")[1]["env"] == dict(type="halfcheetah")
     assert list(tmp_path.iterdir()) == []
