@@ -157,13 +157,13 @@ def _agents_probe(env_type: Any, env_id: str) -> Tuple[Any, Dict[str, Any]]:
     cfg = dict(env_type.default_config(), env_id=env_id)
     try:
         return env_type.make_vector(cfg, 1, 0, False), {}
-    except AgentSpaceError as refusal:
+    except AgentSpaceError:
         if "pad_agents" not in cfg:
             raise
         try:
             return env_type.make_vector(dict(cfg, pad_agents=True), 1, 0, False), {"pad_agents": True}
-        except ValueError:
-            raise refusal from None
+        except ValueError as err:
+            raise AgentSpaceError(f"{err} (env.pad_agents cannot join its agents either)") from None
 
 
 def _resolve_type(env_id: str) -> Any:

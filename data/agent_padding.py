@@ -88,6 +88,10 @@ class PaddedAgents:
         return self.env.agents
 
     def __getattr__(self, name: str) -> Any:  # metadata, state(), state_space, render(), close(), ...
+        if name.startswith("_") or name == "env":  # not yet set (a copy, an unpickling): no recursion
+            raise AttributeError(name)
+        if name in ("observation_spaces", "action_spaces"):  # the agents' own, unpadded: not this env's
+            raise AttributeError(f"{name}: ask observation_space(agent) / action_space(agent) of a padded env")
         return getattr(self.env, name)
 
     def reset(self, seed: Any = None, options: Any = None) -> tuple:
@@ -118,7 +122,9 @@ class PaddedAgents:
             obs = np.zeros(self.width, self._observation_space["observation"].dtype)
             obs[:len(own)] = own
             mask = np.zeros(self.num_actions, np.int8)
-            mask[:self._actions[agent]] = value[MASK_KEY] if self._env_masked[agent] else 1
+            own_mask = value[MASK_KEY] if self._env_masked[agent] else 1
+            # a mask with no legal action means every action legal (policies.masks): here every one of its own
+            mask[:self._actions[agent]] = own_mask if np.any(own_mask) else 1
             padded[agent] = {"observation": obs, MASK_KEY: mask}
         return padded
 

@@ -22,10 +22,10 @@ An agent that leaves before the episode ends keeps its place: its row is zeros a
 (masked, not dropped). A row whose episode ended is reset in the same step (gymnasium's SAME_STEP autoreset,
 what the env loop steps): ``obs`` is the new episode's first and ``info["final_obs"]`` holds the real last one.
 
-Agents are batched along one axis, so they must share their observation and action spaces (the homogeneous
-case: Simple Spread's three agents, parameter sharing); agents whose spaces differ are refused, naming each group
-of agents and its spaces, unless padded to one (``data.agent_padding``, ``env.pad_agents``). They are stepped in this process, one env after the other: an mpe2 env step is tens
-of microseconds of Python.
+Agents are batched along one axis, so they must share their observation and action spaces (the homogeneous case:
+Simple Spread's three agents, parameter sharing); agents whose spaces differ are refused, naming each group of
+agents and its spaces, unless padded to one (``data.agent_padding``, ``env.pad_agents``). They are stepped in this
+process, one env after the other: an mpe2 env step is tens of microseconds of Python.
 """
 from __future__ import annotations
 
@@ -70,9 +70,10 @@ def _shared_space(spaces: Mapping[str, gym.Space], what: str, env_name: str) -> 
     if len(groups) > 1:
         named = "; ".join(f"{', '.join(members)}: {space}" for space, members in groups)
         raise AgentSpaceError(f"env {env_name}: its agents' {what} spaces differ ({named}); the agents of one env "
-                              f"are batched along one axis and share one network, so they need equal spaces: set "
-                              f"env.pad_agents=true (each agent's observation zero-padded to the largest, its "
-                              f"actions masked to its own; data.agent_padding), or train each group of agents apart")
+                              f"are batched along one axis and share one network, so they need equal spaces. For "
+                              f"flat Box observations and Discrete actions set env.pad_agents=true (each agent's "
+                              f"observation zero-padded to the largest, its actions masked to its own; "
+                              f"data.agent_padding); otherwise train each group of agents apart")
     return groups[0][0]
 
 
@@ -112,6 +113,14 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
             raise AgentSpaceError("ParallelEnvBatch needs at least one env")
         self.envs = [fn() for fn in env_fns]
         self._render_final = render_final  # info["final_frame"]: each ended episode's last frame (videos)
+        try:
+            self._spaces()
+        except Exception:  # a refusal leaves no env open
+            self.close()
+            raise
+
+    def _spaces(self) -> None:
+        """The agents, their shared spaces and the batch's (refusing agents that cannot share one axis)."""
         first = self.envs[0]
         self.name = (getattr(first, "metadata", None) or {}).get("name") or type(first).__name__
         self.agents: List[str] = list(first.possible_agents)

@@ -27,15 +27,14 @@ settings a random policy scores about -27.6 per agent and a scripted one (each a
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 import importlib
 import inspect
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Mapping
 
-from data.envs import GymEnvType
 from data.agent_padding import PaddedAgents
-from data.envs import GymEnvParams
+from data.envs import GymEnvParams, GymEnvType
 from data.parallel_env_workers import ParallelEnvWorkers
 from data.parallel_envs import AgentSpaceError, EnvModuleError, ParallelEnvBatch
 from engine.devices import usable_cores

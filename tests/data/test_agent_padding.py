@@ -87,3 +87,41 @@ def test_algorithms_train_on_agents_of_different_spaces_given_by_env_alone(tmp_p
                  "--no-progress", "--exp-name", "run", "env.collector_env_num=4"]) == 0
     summary = json.load(open(tmp_path / "run" / "summary.json"))
     assert summary["env_step"] >= 600 and summary["train_iter"] > 0 and len(summary["eval_agent_returns"]) == 2
+
+
+def test_an_agent_whose_own_mask_allows_nothing_may_take_any_of_its_own_actions():
+    """An empty mask means every action legal (``policies.masks``): padded, every one of the agent's own, never
+    one of the padding's."""
+    env = PaddedAgents(_TwoKinds())
+    env.reset()
+    observations = env._pad({"scout": {"observation": np.zeros(2, np.float32), "action_mask": np.zeros(2, np.int8)}})
+    assert observations["scout"]["action_mask"].tolist() == [1, 1, 0]
+
+
+def test_a_padded_env_copies_and_pickles_without_recursing():
+    import copy
+    import pickle
+
+    env = PaddedAgents(_TwoKinds())
+    assert copy.copy(env).width == 4 and pickle.loads(pickle.dumps(env)).num_actions == 3
+    with pytest.raises(AttributeError, match="observation_space\\(agent\\)"):
+        env.observation_spaces
+
+
+def test_env_names_what_padding_cannot_join_when_it_tries_it_for_the_user(monkeypatch, capsys):
+    """``--env`` tries padding for agents of different spaces; where that fails too, the one line says why."""
+    import functools
+    import sys
+    import types
+
+    from mpe2 import simple_speaker_listener_v4
+
+    from commands.cli import main
+
+    package, mod = types.ModuleType("my_envs"), types.ModuleType("my_envs.continuous_talk")
+    mod.parallel_env = functools.partial(simple_speaker_listener_v4.parallel_env, continuous_actions=True)
+    monkeypatch.setitem(sys.modules, "my_envs", package)
+    monkeypatch.setitem(sys.modules, "my_envs.continuous_talk", mod)
+    assert main(["train", "--algo", "mappo", "--env", "my_envs.continuous_talk", "--max-env-step", "100"]) != 0
+    err = capsys.readouterr().err
+    assert "acts in Box" in err and "env.pad_agents cannot join its agents either" in err
