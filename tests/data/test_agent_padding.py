@@ -76,15 +76,18 @@ def test_what_padding_cannot_join_is_named():
         PaddedAgents(simple_speaker_listener_v4.parallel_env(continuous_actions=True))
 
 
-@pytest.mark.parametrize("algo", ["mappo", "qmix"])
-def test_algorithms_train_on_agents_of_different_spaces_given_by_env_alone(tmp_path, monkeypatch, algo):
+def test_qmix_trains_on_agents_of_different_spaces_given_by_env_alone(tmp_path, monkeypatch):
     """``--env simple_speaker_listener_v4`` (a speaker that sees 3 numbers and says one of 3 words, a listener that
-    sees 11 and moves 5 ways): padding is chosen for it and said, and the run trains and evaluates."""
+    sees 11 and moves 5 ways): padding is chosen for it, and QMIX's exploration, random warm-up and evaluation
+    stay within each agent's own actions (an action beyond them is refused by the wrapper). MAPPO on it:
+    docs/multi_agent.md's command."""
+    algo = "qmix"
     from commands.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--algo", algo, "--env", "simple_speaker_listener_v4", "--max-env-step", "600",
-                 "--no-progress", "--exp-name", "run", "env.collector_env_num=4"]) == 0
+                 "--no-progress", "--exp-name", "run", "env.collector_env_num=4",
+                 "policy.random_collect_size=200"]) == 0
     summary = json.load(open(tmp_path / "run" / "summary.json"))
     assert summary["env_step"] >= 600 and summary["train_iter"] > 0 and len(summary["eval_agent_returns"]) == 2
 
