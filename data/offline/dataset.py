@@ -45,7 +45,7 @@ import os
 import shutil
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -54,8 +54,11 @@ import torch
 from engine.params import Params, param
 from engine.registry import CONFIG_SECTIONS
 
-from ..obs import Obs, cat_numpy, leaves, map_leaves, num_rows, space_children, space_leaves, to_tensor
+from ..obs import Obs, map_leaves, space_leaves, to_tensor
+from .episode import DatasetError, DatasetNotFoundError, DatasetSpaceError, Episode
+from .flat_copy import FLAT_DIR, flat_stamp, read_flat, write_flat
 from .shard import SPLITS
+from .spaces import as_arrays, as_space, check_storable, leaf_rows, space_difference
 
 logger = logging.getLogger(__name__)
 
@@ -66,65 +69,6 @@ __all__ = ["DatasetParams", "Episode", "OfflineDataset", "open_dataset", "write_
 MAKE_HINT = ("record one from a trained checkpoint: baton record -c CONFIG --ckpt RUN/ckpt/best.pth.tar "
              "--episodes N --dataset NAME (or build the reference datasets: python "
              "dizoo/classic_control/make_datasets.py)")
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be used: corrupt, truncated, empty, or not a Minari dataset; names the path."""
-
-
-class DatasetNotFoundError(DatasetError, FileNotFoundError):
-    """No dataset of that name in the dataset root; the message says where it looked and how to make one."""
-
-
-class DatasetSpaceError(DatasetError):
-    """The dataset's observation or action space differs from the env's."""
-
-
-#: observations as an episode holds them: one array, or nested dicts (``Dict`` spaces) and tuples (``Tuple``
-#: spaces) of arrays, each leaf with one row per step plus the final observation
-Observations = Union[np.ndarray, Mapping[str, Any], Tuple[Any, ...]]
-
-
-@dataclass
-class Episode:
-    """One episode in Minari's layout: ``observations`` (an array, or nested dicts and tuples of arrays for a
-    dictionary observation) has one row more than the other fields, in every leaf."""
-
-    observations: Observations
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    id: Optional[int] = None
-
-    def __len__(self) -> int:
-        return len(self.rewards)
-
-    def check(self) -> None:
-        """Raise DatasetError when the fields' lengths do not fit Minari's layout (every observation leaf counted,
-        the first that does not fit named)."""
-        n = len(self.rewards)
-        lengths = {"actions": len(self.actions), "terminations": len(self.terminations),
-                   "truncations": len(self.truncations)}
-        rows = _observation_rows(self.observations)
-        wrong = next(((path, r) for path, r in rows if r != n + 1), None)
-        if n == 0 or wrong is not None or any(v != n for v in lengths.values()):
-            got = (f"{rows[0][1]} observations" if wrong is None or not wrong[0]
-                   else f"{wrong[1]} rows in {_label(wrong[0])}")
-            raise DatasetError(f"episode {self.id}: {n} rewards need {n + 1} observations and {n} actions, "
-                               f"terminations and truncations; got {got} and {lengths}")
-
-
-def _observation_rows(observations: Observations) -> List[Tuple[Tuple[str, ...], int]]:
-    """The rows of every observation leaf, by key path (``((), rows)`` for one array)."""
-    if not isinstance(observations, (Mapping, tuple)):
-        return [((), len(observations))]
-    return [(path, num_rows(leaf)) for path, leaf in leaves(to_tensor(observations))]
-
-
-def _label(path: Sequence[str]) -> str:
-    """``observation['outer']['inner']``: a key path as the errors name it (a Tuple's items are "0", "1", ...)."""
-    return "observation" + "".join(f"[{key!r}]" for key in path)
 
 
 @dataclass
@@ -222,7 +166,7 @@ class OfflineDataset:
         try:
             for raw in self._storage.get_episodes(indices):
                 current = raw["id"]
-                ep = Episode(_as_arrays(raw["observations"]), np.asarray(raw["actions"]),
+                ep = Episode(as_arrays(raw["observations"]), np.asarray(raw["actions"]),
                              np.asarray(raw["rewards"]), np.asarray(raw["terminations"], dtype=bool),
                              np.asarray(raw["truncations"], dtype=bool), id=int(raw["id"]))
                 ep.check()
@@ -273,23 +217,23 @@ class OfflineDataset:
         if isinstance(observations, np.ndarray):
             return torch.from_numpy(np.ascontiguousarray(observations[rows], dtype=np.float32))
         spaces = dict(space_leaves(self.observation_space))
-        return to_tensor(map_leaves(lambda leaf, path: _leaf_rows(leaf, rows, spaces.get(path)), observations,
+        return to_tensor(map_leaves(lambda leaf, path: leaf_rows(leaf, rows, spaces.get(path)), observations,
                                     with_path=True))
 
     def _flat(self) -> Dict[str, Any]:
         """The flat copy's arrays (memory-mapped), built first when missing or older than the HDF5 file;
-        ``observations`` is one array, or nested dicts of the leaves' arrays (``_write_flat``)."""
+        ``observations`` is one array, or nested dicts of the leaves' arrays (``write_flat``)."""
         flat_dir = os.path.join(os.path.dirname(self.path), FLAT_DIR)
-        stamp = _stamp(self._file(), int(self.metadata.get("total_steps", -1)))
+        stamp = flat_stamp(self._file(), int(self.metadata.get("total_steps", -1)))
         try:
             with open(os.path.join(flat_dir, "stamp.json")) as f:
                 fresh = json.load(f) == stamp
         except (OSError, ValueError):
             fresh = False
         if not fresh:
-            _write_flat(flat_dir, self.episodes(), stamp)
+            write_flat(flat_dir, self.episodes(), stamp)
         try:
-            return _read_flat(flat_dir)
+            return read_flat(flat_dir)
         except (OSError, ValueError, KeyError, IndexError) as err:
             raise DatasetError(f"dataset {self.name!r}: the flat copy {flat_dir} is unreadable ({err}); delete "
                                f"it and it is rebuilt from {self._file()}") from err
@@ -309,187 +253,12 @@ class OfflineDataset:
         keys, and key by key by these rules (the error names the first key path that differs)."""
         for what, ours, theirs in (("observation", self.observation_space, observation_space),
                                    ("action", self.action_space, action_space)):
-            difference = _space_difference(ours, theirs)
+            difference = space_difference(ours, theirs)
             if difference is not None:
                 where = f" ({difference})" if difference else ""
                 raise DatasetSpaceError(f"dataset {self.name!r} ({self.path}) was recorded with {what} space "
                                         f"{ours}, but {env_desc} has {theirs}{where}: train on the env the dataset "
                                         f"was recorded on, or record a dataset on this env")
-
-
-#: the flat copy of a dataset, beside its ``data`` directory (hidden: Minari's listings skip it)
-FLAT_DIR = ".baton_flat"
-_FLAT_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations", "lengths")
-#: a dictionary observation's flat copy: its leaves' key paths, in the order of ``observations.<i>.npy``
-_LEAF_INDEX = "observations.json"
-
-
-def _stamp(hdf5_file: str, total_steps: int) -> Dict[str, int]:
-    st = os.stat(hdf5_file)
-    return {"size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns), "total_steps": int(total_steps)}
-
-
-def _write_flat(flat_dir: str, episodes: Iterable[Episode], stamp: Mapping[str, int]) -> None:
-    """Write the flat copy of ``episodes`` atomically (a new directory renamed into place): every field
-    concatenated over episodes, ``observations`` with its ``T + 1`` rows per episode. A flat observation is
-    ``observations.npy``; a dictionary one is a file per leaf, ``observations.<i>.npy``, and ``_LEAF_INDEX``, the
-    leaves' key paths, from which ``_read_flat`` nests them again."""
-    episodes = list(episodes)
-    observations = cat_numpy([e.observations for e in episodes])  # leaf by leaf for a dict (or tuple)
-    arrays = {"actions": np.concatenate([e.actions for e in episodes]),
-              "rewards": np.concatenate([e.rewards for e in episodes]).astype(np.float32),
-              "terminations": np.concatenate([e.terminations for e in episodes]).astype(bool),
-              "truncations": np.concatenate([e.truncations for e in episodes]).astype(bool),
-              "lengths": np.array([len(e) for e in episodes], dtype=np.int64)}
-    paths: Optional[List[List[str]]] = None
-    if isinstance(observations, np.ndarray):
-        arrays["observations"] = observations
-    else:
-        tree_leaves = leaves(to_tensor(observations))  # the tree's paths: a Tuple's items as "0", "1", ...
-        paths = [list(path) for path, _ in tree_leaves]
-        arrays.update({f"observations.{i}": leaf.numpy() for i, (_, leaf) in enumerate(tree_leaves)})
-    parent, base = os.path.split(flat_dir)
-    tmp = os.path.join(parent, f"{base}.tmp-{uuid.uuid4().hex[:8]}")
-    os.makedirs(tmp)
-    try:
-        for name, array in arrays.items():
-            np.save(os.path.join(tmp, f"{name}.npy"), array)
-        if paths is not None:
-            with open(os.path.join(tmp, _LEAF_INDEX), "w") as f:
-                json.dump({"paths": paths}, f)
-        with open(os.path.join(tmp, "stamp.json"), "w") as f:
-            json.dump(dict(stamp), f)
-        old = None
-        if os.path.exists(flat_dir):  # stale: move it aside first (another process may be reading it)
-            old = f"{flat_dir}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(flat_dir, old)
-        try:
-            os.replace(tmp, flat_dir)
-        except OSError:  # another rank renamed its fresh copy in first: use that one
-            shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _read_flat(flat_dir: str) -> Dict[str, Any]:
-    """The flat copy's arrays, memory-mapped: ``observations`` one array, or nested dicts of the leaves'."""
-    load = lambda name: np.load(os.path.join(flat_dir, f"{name}.npy"), mmap_mode="r")  # noqa: E731
-    flat = {name: load(name) for name in _FLAT_FIELDS if name != "observations"}
-    index = os.path.join(flat_dir, _LEAF_INDEX)
-    if not os.path.isfile(index):
-        flat["observations"] = load("observations")
-        return flat
-    with open(index) as f:
-        paths = json.load(f)["paths"]
-    nested: Dict[str, Any] = {}
-    for i, path in enumerate(paths):
-        node = nested
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = load(f"observations.{i}")
-    flat["observations"] = nested
-    return flat
-
-
-def _leaf_rows(leaf: np.ndarray, rows: np.ndarray, space: Optional[gym.Space]) -> np.ndarray:
-    """The rows ``rows`` of one observation leaf as ``transitions`` gives them: float32 for floats, int64 for a
-    ``Discrete`` or ``MultiDiscrete`` leaf (what an embedding takes), any other dtype kept (a uint8 image)."""
-    out = np.asarray(leaf[rows])
-    if np.issubdtype(out.dtype, np.floating):
-        return out.astype(np.float32, copy=False)
-    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
-        return out.astype(np.int64, copy=False)
-    return out
-
-
-def _as_arrays(value: Any) -> Observations:
-    """An observation as Minari reads it: nested dicts and tuples kept, every leaf an array."""
-    if isinstance(value, Mapping):
-        return {str(key): _as_arrays(v) for key, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_as_arrays(v) for v in value)
-    return np.asarray(value)
-
-
-def _as_space(value: Any, space: gym.Space, path: Tuple[str, ...] = ()) -> Observations:
-    """``value`` nested as ``space`` (Minari writes a Dict's keys as groups, a Tuple's items as groups
-    ``_index_i``): a Tuple's items taken from a tuple or from a mapping keyed "0", "1", ... (a tree's keys,
-    ``data.obs.to_plain``), every leaf an array.
-
-    Raises:
-        DatasetError: a key the space has and the observation lacks, or the reverse, naming the key path.
-    """
-    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-        children = space_children(space)
-        if isinstance(space, gym.spaces.Tuple) and isinstance(value, (tuple, list)):
-            value = {str(i): v for i, v in enumerate(value)}
-        have = sorted(map(str, value)) if isinstance(value, Mapping) else None
-        if have != sorted(key for key, _ in children):
-            raise DatasetError(f"{_label(path)}: the observation space {space} has keys "
-                               f"{sorted(key for key, _ in children)}, the episode's observations "
-                               f"{have if have is not None else 'are one array'}: record the episodes on the env "
-                               f"whose observation space is written with them")
-        value = {str(key): v for key, v in value.items()}
-        nested = [(key, _as_space(value[key], sub, path + (key,))) for key, sub in children]
-        return dict(nested) if isinstance(space, gym.spaces.Dict) else tuple(v for _, v in nested)
-    if isinstance(value, (Mapping, tuple)):
-        raise DatasetError(f"{_label(path)}: the observation space is {space}, but the episode's observations "
-                           f"there are a {type(value).__name__}: record the episodes on the env whose observation "
-                           f"space is written with them")
-    return np.asarray(value)
-
-
-#: leaf spaces whose observations are arrays of a fixed shape, which a dataset stores as rows
-_STORABLE = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-
-
-def check_storable(observation_space: gym.Space, where: str) -> None:
-    """Refuse an observation space with a leaf a dataset cannot store as rows of an array (a ``Text``,
-    ``Graph``, ``Sequence`` or ``OneOf``), naming its key path and the fix; ``where`` names the env or dataset.
-
-    Raises:
-        DatasetError: naming the first such leaf.
-    """
-    for path, space in space_leaves(observation_space):
-        if not isinstance(space, _STORABLE):
-            raise DatasetError(
-                f"{where}: {_label(path)} is a {type(space).__name__} space, whose observations have no fixed shape, "
-                f"so a dataset cannot store them as rows of an array: drop the key with a gymnasium wrapper (e.g. "
-                f"gymnasium.wrappers.FilterObservation) or encode it to a Box (a gymnasium.ObservationWrapper)")
-
-
-def _space_difference(a: gym.Space, b: gym.Space, path: Tuple[str, ...] = ()) -> Optional[str]:
-    """None when ``a`` and ``b`` are compatible (``OfflineDataset.check_spaces``' rules), else what differs: ""
-    for the whole space, or the key path that differs, with both of its spaces."""
-    if isinstance(a, gym.spaces.Dict) and isinstance(b, gym.spaces.Dict) or (
-            isinstance(a, gym.spaces.Tuple) and isinstance(b, gym.spaces.Tuple)):
-        ours, theirs = dict(space_children(a)), dict(space_children(b))
-        if set(ours) != set(theirs):
-            return f"{_label(path)} has keys {sorted(ours)} in the dataset, {sorted(theirs)} in the env"
-        for key in ours:
-            difference = _space_difference(ours[key], theirs[key], path + (key,))
-            if difference is not None:
-                return difference
-        return None
-    if _compatible_leaf(a, b):
-        return None
-    return f"{_label(path)} is {a} in the dataset, {b} in the env" if path else ""
-
-
-def _compatible_leaf(a: gym.Space, b: gym.Space) -> bool:
-    if isinstance(a, gym.spaces.Discrete) and isinstance(b, gym.spaces.Discrete):
-        return int(a.n) == int(b.n)
-    if isinstance(a, gym.spaces.Box) and isinstance(b, gym.spaces.Box):
-        return tuple(a.shape) == tuple(b.shape)
-    return a == b
-
-
-def _compatible(a: gym.Space, b: gym.Space) -> bool:
-    """Whether ``a`` and ``b`` are compatible by ``OfflineDataset.check_spaces``' rules."""
-    return _space_difference(a, b) is None
 
 
 def _episodes_of(buffers: Sequence[Any]) -> List[Episode]:
@@ -575,7 +344,7 @@ def write_dataset(name: str, episodes: Iterable[Episode], observation_space: gym
             ep.id = i
             ep.check()
             try:
-                observations = _as_space(ep.observations, observation_space)
+                observations = as_space(ep.observations, observation_space)
             except DatasetError as err:
                 raise DatasetError(f"dataset {name!r}, episode {i}: {err}") from None
             buffers.append(EpisodeBuffer(id=i, observations=observations,
@@ -586,8 +355,8 @@ def write_dataset(name: str, episodes: Iterable[Episode], observation_space: gym
             raise DatasetError(f"dataset {name!r}: no episodes to write")
         storage.update_episodes(buffers)
         total = sum(len(b.rewards) for b in buffers)
-        _write_flat(os.path.join(tmp_dir, FLAT_DIR), _episodes_of(buffers),
-                    _stamp(os.path.join(tmp_data, "main_data.hdf5"), total))
+        write_flat(os.path.join(tmp_dir, FLAT_DIR), _episodes_of(buffers),
+                    flat_stamp(os.path.join(tmp_data, "main_data.hdf5"), total))
         if os.path.exists(final_dir):
             shutil.rmtree(final_dir)
         os.replace(tmp_dir, final_dir)
