@@ -52,7 +52,7 @@ from engine.config import ConfigError
 
 from .masks import ACTION_MASK_KEY  # the top-level key of the legal-action mask: never encoded
 from .key_encoders import ENCODER_TYPES, EncoderParams, EncoderPlan, KeyPath, leaf_encoder
-from .models import Linear, encoder, mlp
+from .layers import Linear, encoder, mlp
 from .spaces import is_structured
 
 __all__ = ["EncoderParams", "ENCODER_TYPES", "ACTION_MASK_KEY", "MultiInputEncoder", "EncoderPlan", "plan_encoders",

@@ -15,7 +15,7 @@ from torch import nn
 
 from engine.params import Params, param
 
-from .models import Linear, NatureCNN, mlp
+from .layers import Linear, NatureCNN, mlp
 
 __all__ = ["ENCODER_TYPES", "NATURE_MIN_SIZE", "KeyPath", "EncoderParams", "EncoderPlan", "DenseEncoder",
            "CategoricalEncoder", "conv_stack", "leaf_encoder"]

@@ -8,7 +8,7 @@ nothing is added to the fp32 path).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +18,8 @@ from torch import nn
 from data.obs import Obs, first_leaf, map_leaves
 
 from .distributional import support
+from .encoders import build_torso
+from .layers import Linear, NatureCNN, _orthogonal, encoder, mlp  # noqa: F401  (the layers, as models had them)
 from .noisy import NoisyLinear
 from .spaces import is_structured
 
@@ -25,55 +27,6 @@ __all__ = ["mlp", "encoder", "NatureCNN", "QNetwork", "Q_DISTRIBUTIONS", "ActorC
            "RNN_TYPES"]
 
 
-class NatureCNN(nn.Module):
-    """The convolutional torso of Mnih et al. (2015): 32x8x8/4, 64x4x4/2, 64x3x3/1, ReLU, flattened.
-
-    Takes uint8 frames ``[B, C, 84, 84]`` (scaled to [0, 1] here) and returns ``[B, out_dim]``.
-    """
-
-    def __init__(self, in_channels: int, height: int = 84, width: int = 84) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
-            nn.Flatten())
-        with torch.no_grad():
-            self.out_dim = int(self.net(torch.zeros(1, in_channels, height, width)).shape[1])
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs.float() / 255.0)
-
-
-Linear = Callable[[int, int], nn.Module]
-
-
-def encoder(obs_shape: Sequence[int], hidden_sizes: Sequence[int], activation: type = nn.ReLU,
-            linear: Linear = nn.Linear) -> Tuple[nn.Module, int]:
-    """The torso for ``obs_shape``: an MLP for flat observations, the Nature CNN followed by an MLP for
-    image stacks ``[C, H, W]``. ``linear`` builds the MLP's layers (``NoisyLinear`` for noisy networks; the
-    convolutions stay deterministic). Returns the module and its output size."""
-    if len(obs_shape) == 1:
-        return (mlp(int(obs_shape[0]), hidden_sizes, activation, linear),
-                hidden_sizes[-1] if hidden_sizes else int(obs_shape[0]))
-    if len(obs_shape) == 3:
-        cnn = NatureCNN(*[int(d) for d in obs_shape])
-        if not hidden_sizes:
-            return cnn, cnn.out_dim
-        return nn.Sequential(cnn, mlp(cnn.out_dim, hidden_sizes, activation, linear)), hidden_sizes[-1]
-    raise ValueError(f"observations of shape {tuple(obs_shape)} are neither flat nor [C, H, W] images")
-
-
-def mlp(in_dim: int, hidden_sizes: Sequence[int], activation: type = nn.ReLU, linear: Linear = nn.Linear) -> nn.Sequential:
-    """Linear layers (built by ``linear``) with ``activation`` after each; the output size is ``hidden_sizes[-1]``."""
-    layers = []
-    for size in hidden_sizes:
-        layers += [linear(in_dim, size), activation()]
-        in_dim = size
-    return nn.Sequential(*layers)
-
-
-#: what a Q head outputs per action: one value, a categorical distribution (C51) or quantiles (QR-DQN)
 Q_DISTRIBUTIONS = ("none", "categorical", "quantile")
 
 
@@ -189,12 +142,6 @@ class QNetwork(nn.Module):
         return torch.from_numpy((x @ w + b).argmax(axis=1))
 
 
-def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
-    return layer
-
-
 #: what an actor-critic is built for: a Box observation's shape (its size for vectors), or a Dict/Tuple space
 ObsSpec = Union[Sequence[int], int, gym.Space]
 
@@ -206,8 +153,6 @@ def _actor_critic_torso(obs: ObsSpec, encoders: Optional[Mapping[str, Any]]) -> 
     ReLU); a Dict or Tuple space: one ``MultiInputEncoder`` (its keys' encoders, ReLU inside) with tanh MLPs on
     its features, as SB3's ``MultiInputPolicy`` puts its ``net_arch`` on ``CombinedExtractor``."""
     if is_structured(obs):
-        from .encoders import build_torso  # policies.encoders builds on this module: imported when used
-
         torso, out_dim = build_torso(obs, encoders, [])  # [] hidden: the MultiInputEncoder alone
         return torso, out_dim, nn.Tanh
     shape = [obs] if isinstance(obs, int) else list(obs)
@@ -284,8 +229,6 @@ def _recurrent_encoder(obs: ObsSpec, hidden: Sequence[int],
     Nature CNN and an MLP on images, a Dict or Tuple space's ``MultiInputEncoder`` and an MLP on its features
     (ReLU, as the keys' encoders and the CNN)."""
     if is_structured(obs):
-        from .encoders import build_torso  # policies.encoders builds on this module: imported when used
-
         return build_torso(obs, encoders, hidden, nn.ReLU)
     return encoder(obs, hidden, nn.Tanh if len(obs) == 1 else nn.ReLU)
 

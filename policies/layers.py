@@ -1,0 +1,69 @@
+"""The layers every model is built of: the MLP, the Nature CNN, the encoder of a Box observation (one or the other),
+and the orthogonal initialisation of the actor-critics. The composite models (``policies.models``) and the keys'
+encoders of a dictionary observation (``policies.encoders``, ``policies.key_encoders``) build on them, so that
+neither needs the other to have its parts."""
+from __future__ import annotations
+
+from typing import Callable, Sequence, Tuple
+
+import torch
+from torch import nn
+
+__all__ = ["mlp", "encoder", "NatureCNN", "Linear"]
+
+
+class NatureCNN(nn.Module):
+    """The convolutional torso of Mnih et al. (2015): 32x8x8/4, 64x4x4/2, 64x3x3/1, ReLU, flattened.
+
+    Takes uint8 frames ``[B, C, 84, 84]`` (scaled to [0, 1] here) and returns ``[B, out_dim]``.
+    """
+
+    def __init__(self, in_channels: int, height: int = 84, width: int = 84) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten())
+        with torch.no_grad():
+            self.out_dim = int(self.net(torch.zeros(1, in_channels, height, width)).shape[1])
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float() / 255.0)
+
+
+Linear = Callable[[int, int], nn.Module]
+
+
+def encoder(obs_shape: Sequence[int], hidden_sizes: Sequence[int], activation: type = nn.ReLU,
+            linear: Linear = nn.Linear) -> Tuple[nn.Module, int]:
+    """The torso for ``obs_shape``: an MLP for flat observations, the Nature CNN followed by an MLP for
+    image stacks ``[C, H, W]``. ``linear`` builds the MLP's layers (``NoisyLinear`` for noisy networks; the
+    convolutions stay deterministic). Returns the module and its output size."""
+    if len(obs_shape) == 1:
+        return (mlp(int(obs_shape[0]), hidden_sizes, activation, linear),
+                hidden_sizes[-1] if hidden_sizes else int(obs_shape[0]))
+    if len(obs_shape) == 3:
+        cnn = NatureCNN(*[int(d) for d in obs_shape])
+        if not hidden_sizes:
+            return cnn, cnn.out_dim
+        return nn.Sequential(cnn, mlp(cnn.out_dim, hidden_sizes, activation, linear)), hidden_sizes[-1]
+    raise ValueError(f"observations of shape {tuple(obs_shape)} are neither flat nor [C, H, W] images")
+
+
+def mlp(in_dim: int, hidden_sizes: Sequence[int], activation: type = nn.ReLU, linear: Linear = nn.Linear) -> nn.Sequential:
+    """Linear layers (built by ``linear``) with ``activation`` after each; the output size is ``hidden_sizes[-1]``."""
+    layers = []
+    for size in hidden_sizes:
+        layers += [linear(in_dim, size), activation()]
+        in_dim = size
+    return nn.Sequential(*layers)
+
+
+#: what a Q head outputs per action: one value, a categorical distribution (C51) or quantiles (QR-DQN)
+
+
+def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
