@@ -50,7 +50,7 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from data.obs import cat, map_leaves, to_device
+from data.obs import cat, map_leaves, to_device, to_plain
 from data.parallel_envs import ALIVE_KEY, STATE_KEY
 from engine.config import ConfigError
 from engine.params import Params, param, section
@@ -220,7 +220,7 @@ class QMixPolicy(QValuePolicy):
     # ---- act -------------------------------------------------------------------------------------
     def _greedy(self, obs: Any, mode: str) -> torch.Tensor:
         """Each agent's ``argmax_a Q_i(o_i, a)`` ``[B, N]`` (over its legal actions where it has a mask)."""
-        obs = to_device(obs, self.mode_devices[mode])
+        obs = to_plain(to_device(obs, self.mode_devices[mode]))  # plain dicts: what torch.compile traces
         with torch.inference_mode():
             return self._greedy_action[mode](self.placement.actor(mode), obs)
 
@@ -257,7 +257,7 @@ class QMixPolicy(QValuePolicy):
                             f"{mode}_mode.forward(obs, state=...) with {mode}_mode.initial_state(num_envs) at the "
                             f"episodes' start and the returned next_state after (data.env_loop.EnvLoop does this)")
         device = self.mode_devices[mode]
-        obs = to_device(obs, device)
+        obs = to_plain(to_device(obs, device))  # plain dicts: what torch.compile traces
         with torch.inference_mode():
             return self._greedy_step[mode](self.placement.actor(mode), obs, torch.as_tensor(state, device=device))
 
@@ -287,7 +287,8 @@ class QMixPolicy(QValuePolicy):
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         dev = self.device
-        obs, next_obs = (to_device(o, dev) for o in (batch.obs, batch.next_obs))
+        # plain dicts: what torch.compile traces (a tree breaks the graph at each key lookup, policies.normalisation)
+        obs, next_obs = (to_plain(to_device(o, dev)) for o in (batch.obs, batch.next_obs))
         action = batch.action.to(dev).long()
         reward = batch.reward.to(dev).float()
         discount = batch.discount.to(dev).float()
