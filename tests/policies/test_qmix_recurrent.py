@@ -106,3 +106,43 @@ def test_settings_a_recurrent_agent_cannot_learn_from_are_refused_by_name(overri
         compile_config(dict(env=dict(env_id="simple_spread_v3"), policy={k: v for k, v in policy.items()
                                                                          if k != "type"}),
                        dict(env=dict(type="mpe"), policy=dict(type="qmix")))
+
+
+@pytest.mark.parametrize("recurrent", [False, True], ids=["feed-forward", "recurrent"])
+def test_compiled_hot_paths_trace_the_agents_rows_whole_and_match_eager(recurrent):
+    """The rows reach the hot paths as plain dicts (a tree breaks dynamo's graph at each key lookup): the learner's
+    loss and the acting step compile without a graph break or a recompile, and learn as eager does."""
+    from torch._dynamo.utils import counters
+    from test_compile import CountingBackend, compiled_with
+
+    def run(compile_mode):
+        torch.manual_seed(0)
+        cfg = QMixPolicy.default_config()
+        cfg["model"] = dict(cfg["model"], recurrent=recurrent, hidden_size=8, hidden_size_list=[16])
+        cfg["learn"] = dict(cfg["learn"], seq_len=4, burn_in=1, batch_size=8)
+        policy = QMixPolicy(dict(cfg, type="qmix", compile=compile_mode), ROWS, ACTIONS)
+        torch.manual_seed(1)
+        lead = (2, 4) if recurrent else (8,)
+        fields = {"obs": _rows(*lead), "next_obs": _rows(*lead), "action": torch.randint(5, lead + (3,)),
+                  "reward": torch.randn(*lead, 3), "discount": torch.full(lead, 0.99),
+                  "terminated": torch.zeros(lead, dtype=torch.bool), "truncated": torch.zeros(lead, dtype=torch.bool),
+                  "weight": torch.ones(lead[0]), "index": torch.arange(lead[0])}
+        if recurrent:
+            fields.update(state=torch.randn(2, 4, 3, 8), episode_start=torch.zeros(2, 4, dtype=torch.bool))
+        losses = [policy.learn_mode.forward(make_batch(copy.deepcopy(fields)))["loss"] for _ in range(3)]
+        memory = policy.collect_mode.initial_state(2) if recurrent else None
+        for _ in range(3):  # acting, with a memory carried for the recurrent agent
+            out = policy.collect_mode.forward(_rows(2), eps=0.0, **({"state": memory} if recurrent else {}))
+            memory = out.get("next_state")
+        return policy, losses
+
+    _, eager = run("none")
+    counters.clear()
+    with compiled_with(CountingBackend()):
+        compiled, losses = run("compile")
+    paths = list(compiled.hot_paths.values())
+    assert paths and all(p.mode == "compile" and p.fallback_error is None for p in paths), \
+        [(p.name, p.mode, p.fallback_error) for p in paths]
+    assert not counters["graph_break"], list(counters["graph_break"])[:2]
+    for e, c in zip(eager, losses):
+        assert float(c) == pytest.approx(float(e), rel=1e-4, abs=1e-5)
