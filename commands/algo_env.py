@@ -143,14 +143,6 @@ class ResolvedEnv(NamedTuple):
     env_keys: Dict[str, Any]
 
 
-def _resolve_env(env_id: str) -> ResolvedEnv:
-    """``--env``'s type, spaces and stop value (``ResolvedEnv``); an env of the user's own module as
-    ``"module:EnvId-v0"`` (gymnasium's syntax: the module is imported, here and in every process that makes the
-    env)."""
-    resolved = _resolve_type(env_id)
-    return resolved if isinstance(resolved, ResolvedEnv) else ResolvedEnv(*resolved, {})
-
-
 def _agents_probe(env_type: Any, env_id: str) -> Tuple[Any, Dict[str, Any]]:
     """One env of a multi-agent task, and the ``env`` keys it needs: agents whose spaces differ are padded to one
     (``env.pad_agents``) where padding can join them; otherwise the first refusal stands."""
@@ -166,12 +158,14 @@ def _agents_probe(env_type: Any, env_id: str) -> Tuple[Any, Dict[str, Any]]:
             raise AgentSpaceError(f"{err} (env.pad_agents cannot join its agents either)") from None
 
 
-def _resolve_type(env_id: str) -> Any:
+def _resolve_env(env_id: str) -> ResolvedEnv:
+    """``--env``'s type, spaces and stop value (``ResolvedEnv``); an env of the user's own module as
+    ``"module:EnvId-v0"`` (gymnasium's syntax: the module is imported, here and in every process that makes the
+    env)."""
     if ":" in env_id:
         spec = _spec(registered_id(env_id, "--env"))
         observation_space, action_space = _flat_spaces(env_id)
-        threshold = spec.reward_threshold
-        return GYM_TYPE, observation_space, action_space, float(threshold) if threshold is not None else math.inf
+        return ResolvedEnv(GYM_TYPE, observation_space, action_space, _threshold(spec), {})
     if env_id not in gym.registry:  # a batched torch env's id (CartPole-torch), a multi-agent task: its type's
         for name in ENV_REGISTRY.names():
             env_type = ENV_REGISTRY.get(name)
@@ -182,8 +176,8 @@ def _resolve_type(env_id: str) -> Any:
                 finally:
                     venv.close()
             if getattr(env_type, "batched", False) and env_type.env_id == env_id:
-                return (name, env_type.env_cls.single_observation_space, env_type.env_cls.single_action_space,
-                        None)
+                return ResolvedEnv(name, env_type.env_cls.single_observation_space,
+                                   env_type.env_cls.single_action_space, None, {})
     spec = _spec(env_id)
     if isinstance(spec.entry_point, str) and spec.entry_point.startswith("ale_py"):
         return _atari(env_id)
@@ -198,9 +192,13 @@ def _resolve_type(env_id: str) -> Any:
             raise AlgoEnvError(f"--env {env_id}: {err}") from err
     observation_space, action_space = _flat_spaces(env_id, ENV_REGISTRY.get(family) if family is not None else None)
     if family is not None:
-        return family, observation_space, action_space, None
-    threshold = spec.reward_threshold
-    return GYM_TYPE, observation_space, action_space, float(threshold) if threshold is not None else math.inf
+        return ResolvedEnv(family, observation_space, action_space, None, {})
+    return ResolvedEnv(GYM_TYPE, observation_space, action_space, _threshold(spec), {})
+
+
+def _threshold(spec: Any) -> float:
+    """A gymnasium spec's ``reward_threshold``; infinite where it has none."""
+    return float(spec.reward_threshold) if spec.reward_threshold is not None else math.inf
 
 
 def _package_family(spec: Any) -> Optional[str]:
@@ -255,7 +253,7 @@ def _spaces(env_id: str, env_type: Any = None) -> Tuple[gym.Space, gym.Space]:
         env.close()
 
 
-def _atari(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float]]:
+def _atari(env_id: str) -> ResolvedEnv:
     """The atari family's spaces: stacked 84x84 grey frames, the game's minimal action set. Its stop value
     (20, Pong's) is kept for Pong only; other games have none."""
     if ATARI_TYPE not in ENV_REGISTRY.names():
@@ -264,7 +262,7 @@ def _atari(env_id: str) -> Tuple[str, gym.Space, gym.Space, Optional[float]]:
     observation_space = gym.spaces.Box(0, 255, (int(defaults["frame_stack"]), 84, 84), dtype="uint8")
     _, action_space = _spaces(env_id)
     same_game = _game(env_id) == _game(str(defaults.get("env_id", "")))
-    return ATARI_TYPE, observation_space, action_space, None if same_game else math.inf
+    return ResolvedEnv(ATARI_TYPE, observation_space, action_space, None if same_game else math.inf, {})
 
 
 def _game(env_id: str) -> str:

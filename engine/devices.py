@@ -17,6 +17,7 @@ import os
 import re
 from typing import Any, Optional
 
+from .host import host_available_bytes
 from .slurm import slurm_layout
 
 __all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device",
@@ -189,21 +190,11 @@ def get_local_rank() -> int:
 
 
 def free_memory(device: Any) -> Optional[int]:
-    """Bytes free on ``device`` now: a GPU's (``torch.cuda.mem_get_info``), or the host's for the CPU
-    (``MemAvailable`` of ``/proc/meminfo``); None where it cannot be read."""
+    """Bytes free on ``device`` now: what the driver reports free on a GPU (``torch.cuda.mem_get_info``), the
+    host's available memory for the CPU (``engine.host.host_available_bytes``); None where it cannot be read."""
     import torch
 
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    if device.type != "cpu":
-        return None
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
+    return host_available_bytes() if device.type == "cpu" else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-__all__ = ["host_memory_bytes", "process_limit", "open_file_limit", "gib"]
+__all__ = ["host_memory_bytes", "host_available_bytes", "process_limit", "open_file_limit", "gib"]
 
 
 def host_memory_bytes() -> Optional[int]:
@@ -15,6 +15,18 @@ def host_memory_bytes() -> Optional[int]:
         return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def host_available_bytes() -> Optional[int]:
+    """The host's memory available to new allocations now, in bytes (``MemAvailable`` of ``/proc/meminfo``)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def process_limit() -> Optional[int]:

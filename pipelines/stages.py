@@ -221,9 +221,7 @@ def off_policy_learner(policy: Policy, buffer: ReplayBuffer) -> OffPolicyLearner
     """``update_per_collect`` updates of ``policy.learn.batch_size`` transitions: sampled rows, or for a recurrent
     policy ``batch_size / seq_len`` whole sequences (``data.replay.SequenceStorage``)."""
     params = policy.params
-    seq_len = sequence_length(policy)
-    rows = params.learn.batch_size if seq_len is None else max(1, params.learn.batch_size // seq_len)
-    return OffPolicyLearner(policy.learn_mode, buffer, batch_size=rows,
+    return OffPolicyLearner(policy.learn_mode, buffer, batch_size=_batch_rows(policy),
                             update_per_collect=params.learn.update_per_collect,
                             warmup=getattr(params, "random_collect_size", 0),
                             priority=getattr(params, "priority", False))
@@ -233,9 +231,15 @@ def on_policy_learner(policy: Policy) -> OnPolicyLearner:
     """Epochs of minibatches of ``policy.learn.batch_size`` transitions: rows of the flattened rollout, or
     for a recurrent policy ``batch_size / seq_len`` whole sequences (``data.sequences``)."""
     learn = policy.params.learn
+    return OnPolicyLearner(policy.learn_mode, epochs=learn.epoch_per_collect, batch_size=_batch_rows(policy))
+
+
+def _batch_rows(policy: Policy) -> int:
+    """The rows of a batch of ``policy.learn.batch_size`` transitions: transitions, or a recurrent policy's whole
+    sequences of ``seq_len`` steps."""
     seq_len = sequence_length(policy)
-    rows = learn.batch_size if seq_len is None else max(1, learn.batch_size // seq_len)
-    return OnPolicyLearner(policy.learn_mode, epochs=learn.epoch_per_collect, batch_size=rows)
+    batch_size = policy.params.learn.batch_size
+    return batch_size if seq_len is None else max(1, batch_size // seq_len)
 
 
 def gae(policy: Policy) -> Any:

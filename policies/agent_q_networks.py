@@ -23,9 +23,15 @@ from data.parallel_envs import ALIVE_KEY, OBS_KEY, STATE_KEY
 from .agent_spaces import with_agent_ids
 from .models import mlp
 
-__all__ = ["AgentsQNetwork", "QMixer", "MIXERS"]
+__all__ = ["AgentsQNetwork", "QMixer", "MIXERS", "learnt_steps"]
 
 MIXERS = ("qmix", "vdn", "none")
+
+
+def learnt_steps(value: Any, burn_in: int) -> Any:
+    """The steps of sequences ``[B, L, ...]`` after the first ``burn_in``, as rows ``[B * (L - burn_in), ...]``
+    (every leaf of a tree alike): one row per step the TD error is taken on."""
+    return map_leaves(lambda leaf: leaf[:, burn_in:].flatten(0, 1), value)
 
 
 class QMixer(nn.Module):
@@ -163,10 +169,9 @@ class AgentsQNetwork(nn.Module):
         after ``burn_in``)."""
         if memory is not None:
             q, next_q = self.sequence_values(obs, next_obs, memory, episode_start, burn_in)
-            rows = lambda leaf: leaf[:, burn_in:].flatten(0, 1)  # noqa: E731
-            chosen = q.flatten(0, 1).gather(-1, rows(action).unsqueeze(-1)).squeeze(-1)
-            state = rows(obs[STATE_KEY]) if self.mixer is not None else None
-            return next_q.flatten(0, 1), self.mix(chosen, rows(obs[ALIVE_KEY]), state)
+            chosen = q.flatten(0, 1).gather(-1, learnt_steps(action, burn_in).unsqueeze(-1)).squeeze(-1)
+            state = learnt_steps(obs[STATE_KEY], burn_in) if self.mixer is not None else None
+            return next_q.flatten(0, 1), self.mix(chosen, learnt_steps(obs[ALIVE_KEY], burn_in), state)
         q = self.agent_values(obs)
         if action is None:
             return q

@@ -50,14 +50,14 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from data.obs import cat, map_leaves, to_device, to_plain
+from data.obs import cat, to_device, to_plain
 from data.parallel_envs import ALIVE_KEY, STATE_KEY
 from engine.config import ConfigError
 from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .agent_q_networks import AgentsQNetwork, QMixer
+from .agent_q_networks import AgentsQNetwork, QMixer, learnt_steps
 from .agent_spaces import agent_rows
 from .defaults import CollectParams, OnlineEvalParams
 from .dqn import DQNOtherParams, DQNParams, QLearnParams, QValuePolicy
@@ -296,7 +296,7 @@ class QMixPolicy(QValuePolicy):
         truncated = batch.truncated.to(dev).bool()
         weight = batch.weight.to(dev).float() if self._use_weight else None
         if self.recurrent:  # sequences [B, L] (data.replay.SequenceStorage)
-            memory, starts = batch.state[:, 0].to(dev).float(), batch.episode_start.to(dev).bool()
+            memory, starts = batch.state.to(dev).float(), batch.episode_start.to(dev).bool()
             loss, q, target, priority = self._sequence_loss(obs, next_obs, action, memory, starts, reward, discount,
                                                             not_done, truncated, weight)
         else:
@@ -332,9 +332,9 @@ class QMixPolicy(QValuePolicy):
                                           burn_in=k)
         with torch.no_grad():
             next_target = self._target_model.sequence_values(obs, next_obs, memory, starts, k)[1].flatten(0, 1)
-        rows = lambda value: map_leaves(lambda leaf: leaf[:, k:].flatten(0, 1), value)  # noqa: E731
-        per_row, q, target, priority = self._td(q, next_online.detach(), next_target, rows(obs), rows(next_obs),
-                                                rows(reward), rows(discount), rows(not_done), rows(truncated))
+        per_row, q, target, priority = self._td(q, next_online.detach(), next_target,
+                                                *(learnt_steps(v, k) for v in (obs, next_obs, reward, discount,
+                                                                                not_done, truncated)))
         sequences = len(action)
         per_seq = per_row.view(sequences, -1).mean(1)
         if weight is not None:

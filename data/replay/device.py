@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 
 from engine.config import ConfigError
-from engine.devices import parse_device
+from engine.devices import free_memory, parse_device
 from engine.host import host_memory_bytes
 
 from ..obs import Obs, map_leaves
@@ -95,7 +95,7 @@ def free_bytes(device: torch.device) -> Optional[int]:
     page as the ring fills)."""
     if device.type != "cuda":
         return None
-    free = int(torch.cuda.mem_get_info(device)[0])
+    free = free_memory(device)
     if torch.cuda.is_initialized():
         free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     return free

@@ -8,8 +8,8 @@ as ``FrameStackStorage`` relies on too), and a sample is a set of start slots, e
 episodes instead, which fixed-length sequences of a vector env's stream make unnecessary). Each sequence
 carries:
 
-- every stored field as ``[B, L, ...]`` (the memory each step acted from, ``state``, included: the learner
-  starts its unroll from the first step's);
+- every stored field as ``[B, L, ...]``, but ``state``, the memory each step acted from: only the first step's,
+  ``[B, ...]``, which the learner starts its unroll from (as ``data.sequences`` cuts an on-policy rollout);
 - ``episode_start [B, L]``: True at a step that begins an episode inside the sequence (the step after a
   terminated or truncated one), where the unroll zeroes the memory as acting did; False at the first step,
   whose stored memory is already the reset one.
@@ -120,12 +120,15 @@ class SequenceStorage:
         return (first >= 0) & (self._stamp[last] == first + (self.seq_len - 1) * self.num_envs)
 
     def gather(self, idx: torch.Tensor) -> Dict[str, Obs]:
-        """Every field as ``[B, L, ...]``, and ``episode_start`` (module docstring)."""
+        """Every field as ``[B, L, ...]``, the memory of the first step alone, and ``episode_start`` (module
+        docstring)."""
         slots = self._slots(idx)
         flat = slots.reshape(-1)
         shape = tuple(slots.shape)
         out = {k: map_leaves(lambda leaf: leaf.index_select(0, flat).reshape(shape + tuple(leaf.shape[1:])), v)
-               for k, v in self._ring.fields.items()}
+               for k, v in self._ring.fields.items() if k != "state"}
+        if "state" in self._ring.fields:  # the unroll starts from the first step's memory; the rest it rebuilds
+            out["state"] = self._ring.fields["state"].index_select(0, idx)
         done = out.pop("done")
         start = torch.zeros_like(done)
         start[:, 1:] = done[:, :-1]

@@ -36,7 +36,7 @@ def test_a_sequence_is_one_env_s_consecutive_steps_with_the_episode_starts_insid
     assert out["obs"]["a"].shape == (2, 4, 1) and out["obs"]["b"][:, :, 0].tolist() == [[-1, -4, -7, -10],
                                                                                           [-2, -5, -8, -11]]
     assert "next_state" not in out and "done" not in out     # rebuilt by the learner; bookkeeping
-    assert out["state"].shape == (2, 4, 1, 1)
+    assert out["state"].shape == (2, 1, 1) and out["state"].flatten().tolist() == [1.0, 2.0]  # the first step's
 
 
 def test_only_whole_sequences_are_sampleable_across_the_ring_s_wrap():

@@ -82,7 +82,7 @@ def test_acting_carries_the_memory_and_learning_takes_sequences():
     batch = make_batch({"obs": _rows(B, L), "next_obs": _rows(B, L), "action": torch.randint(5, (B, L, 3)),
                         "reward": torch.randn(B, L, 3), "discount": torch.full((B, L), 0.99),
                         "terminated": torch.zeros(B, L, dtype=torch.bool),
-                        "truncated": torch.zeros(B, L, dtype=torch.bool), "state": torch.randn(B, L, 3, 8),
+                        "truncated": torch.zeros(B, L, dtype=torch.bool), "state": torch.randn(B, 3, 8),
                         "episode_start": torch.zeros(B, L, dtype=torch.bool), "weight": torch.ones(B),
                         "index": torch.arange(B)})
     before = copy.deepcopy(policy.model.state_dict())
@@ -128,7 +128,7 @@ def test_compiled_hot_paths_trace_the_agents_rows_whole_and_match_eager(recurren
                   "terminated": torch.zeros(lead, dtype=torch.bool), "truncated": torch.zeros(lead, dtype=torch.bool),
                   "weight": torch.ones(lead[0]), "index": torch.arange(lead[0])}
         if recurrent:
-            fields.update(state=torch.randn(2, 4, 3, 8), episode_start=torch.zeros(2, 4, dtype=torch.bool))
+            fields.update(state=torch.randn(2, 3, 8), episode_start=torch.zeros(2, 4, dtype=torch.bool))
         losses = [policy.learn_mode.forward(make_batch(copy.deepcopy(fields)))["loss"] for _ in range(3)]
         memory = policy.collect_mode.initial_state(2) if recurrent else None
         for _ in range(3):  # acting, with a memory carried for the recurrent agent
