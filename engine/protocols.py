@@ -51,7 +51,9 @@ class LearnPolicy(ModelOwner, Protocol):
     """``policy.learn_mode``: one update per ``forward(batch)``.
 
     ``model`` is the module that takes gradients; ``state_dict`` covers everything an update changes
-    (model, target model, optimizer, counters).
+    (model, target model, optimizer, counters). Optional: ``graphed_updates(buffer, batch_size, updates,
+    priority)``, an object whose ``run()`` makes ``updates`` updates on samples of ``buffer`` in one CUDA graph
+    (``policies.update_graph``), or None where they are not captured; an off-policy learner uses it when given.
     """
 
     def forward(self, batch: Batch) -> Dict[str, Any]: ...

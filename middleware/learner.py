@@ -43,6 +43,10 @@ class OffPolicyLearner:
         # a storage of sequences (``data.replay.SequenceStorage``) has none to sample before each env has one
         self._warmup = max(self._batch_size, int(warmup), int(getattr(buffer.storage, "min_fill", 0)))
         self._priority = bool(priority)
+        # policy.compile='cudagraph_update': the call's updates as one CUDA graph (policies.update_graph), built at
+        # the first update (the buffer's storage exists by then); None: one forward per update
+        self._graphed: Any = None
+        self._graph_checked = False
 
     def ready(self) -> bool:
         """Whether this rank's buffer holds enough transitions to train."""
@@ -56,6 +60,17 @@ class OffPolicyLearner:
             train, ctx.learn_gate = ctx.learn_gate, ready
         if not train:
             return
+        graphed = self._graphed_updates()
+        if graphed is not None:
+            out = graphed.run()
+            if graphed.failed is None:
+                ctx.train_iter += self._updates
+                ctx.train_data = graphed.last_batch(out)
+                stats = {k: float(v) for k, v in out.items() if v.numel() == 1 and v.is_floating_point()}
+                stats["loss"] = float(out["loss"].mean())
+                ctx.train_output = stats
+                return
+            self._graphed = None  # the capture failed (named in a warning): the updates run one by one
         losses = []
         out: Dict[str, Any] = {}
         for _ in range(self._updates):
@@ -69,6 +84,14 @@ class OffPolicyLearner:
         stats = {k: float(v) for k, v in out.items() if k != "priority" and _is_scalar(v)}
         stats["loss"] = float(torch.stack(losses).mean()) if losses else float("nan")
         ctx.train_output = stats
+
+    def _graphed_updates(self) -> Any:
+        if not self._graph_checked:
+            self._graph_checked = True
+            build = getattr(self._policy, "graphed_updates", None)
+            if build is not None:
+                self._graphed = build(self._buffer, self._batch_size, self._updates, self._priority)
+        return self._graphed
 
 
 class OnPolicyLearner:

@@ -57,7 +57,7 @@ __all__ = ["COMPILE_MODES", "AMP_MODES", "HotPath", "HotPaths", "hot_path", "acc
 logger = logging.getLogger(__name__)
 
 # policy.compile / policy.amp (checked at compile time too, Policy.check_config: a typo fails before any env starts)
-COMPILE_MODES = ("none", "compile", "cudagraph")
+COMPILE_MODES = ("none", "compile", "cudagraph", "cudagraph_update")
 AMP_MODES = ("none", "bf16")
 
 
@@ -107,6 +107,7 @@ class HotPath:
         device: the device ``fn`` runs on.
         ddp: ``fn`` calls a DistributedDataParallel module (``cudagraph`` becomes ``compile``).
         train: ``fn``'s outputs take a backward (compiled eagerly, with the forward, so a failure shows here).
+        captured: ``fn`` runs inside a captured update (``cudagraph_update``): compiled, not CUDA-graphed itself.
 
     Attributes:
         ddp: as given.
@@ -115,7 +116,7 @@ class HotPath:
     """
 
     def __init__(self, fn: Callable[..., Any], name: str, compile_mode: str, amp: str, device: torch.device,
-                 ddp: bool = False, train: bool = False) -> None:
+                 ddp: bool = False, train: bool = False, captured: bool = False) -> None:
         self._fn = fn
         self.name = name
         self.device = torch.device(device)
@@ -123,7 +124,7 @@ class HotPath:
         self.ddp = ddp
         self.fallback_error: Optional[BaseException] = None
         self.amp = self._amp_mode(amp)
-        self.mode = self._compile_mode(compile_mode, ddp)
+        self.mode = self._compile_mode(compile_mode, ddp, captured)
         self._compiled: Optional[Callable[..., Any]] = None
         if self.mode != "eager":
             try:
@@ -134,15 +135,18 @@ class HotPath:
             except Exception as err:  # a torch build or Python without torch.compile
                 self._fall_back(err)
 
-    def _compile_mode(self, requested: str, ddp: bool) -> str:
+    def _compile_mode(self, requested: str, ddp: bool, captured: bool = False) -> str:
         if requested == "none":
             return "eager"
-        if requested == "cudagraph":
+        if requested in ("cudagraph", "cudagraph_update"):
             if self.device.type != "cuda":
-                warn_once("policy.compile='cudagraph' needs a CUDA device (CUDA graphs); on %s the acting forward "
+                warn_once("policy.compile=%r needs a CUDA device (CUDA graphs); on %s the acting forward "
                           "and the learner's update run eagerly (policy.compile='compile' compiles for it)",
-                          self.device.type)
+                          requested, self.device.type)
                 return "eager"
+            if captured:  # inside the update's own graph: compiled kernels, captured with the rest
+                return "compile"
+            requested = "cudagraph"
             if ddp:
                 warn_once("policy.compile='cudagraph' is not supported for the learner under DDP (its gradient "
                           "allreduce runs in DDP's hooks between the CUDA graphs): the learner's update uses "
@@ -269,6 +273,7 @@ class HotPaths:
         self.devices = dict(devices)
         self.eager_acting = eager_acting
         self.ddp = False  # the learner runs a DistributedDataParallel module (``drop``)
+        self.captured = False  # the learner's updates are captured whole (``capture_learn``)
         self._paths: Dict[Tuple[str, str], HotPath] = {}
         self._used: Set[str] = set()  # modes that used a hot path
 
@@ -278,7 +283,7 @@ class HotPaths:
         if path is None:
             learn = mode == "learn"
             path = HotPath(fn.__get__(policy), f"{self.owner} {name}", self.compile_mode, self.amp, self.devices[mode],
-                           ddp=learn and self.ddp, train=learn)
+                           ddp=learn and self.ddp, train=learn, captured=learn and self.captured)
             self._paths[(mode, name)] = path
             self._used.add(mode)
         return path
@@ -290,6 +295,12 @@ class HotPaths:
             self.ddp = ddp
         for key in [key for key in self._paths if key[0] == mode]:
             del self._paths[key]
+
+    def capture_learn(self) -> None:
+        """The learner's updates are captured whole from now on (``policies.update_graph``): its hot paths are
+        built again, compiled rather than CUDA-graphed themselves."""
+        self.captured = True
+        self.drop("learn", self.ddp)
 
     def watched(self, mode: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn``, or (a switch on) ``fn`` followed at its first judged call by the check that ``mode`` used a

@@ -28,6 +28,8 @@ What the base composes, one piece each:
 - ``optimizer_step`` (``policies.optim``): the algorithm builds it over its parameters; one ``step(loss)``
   per update checks the loss, steps and counts.
 - ``policy.check_device`` (``policies.checks``): every tensor in and out of each mode checked.
+- ``graphed_updates`` (``policies.update_graph``): with ``policy.compile='cudagraph_update'``, an off-policy
+  learner's updates as one CUDA graph, for an algorithm that writes its update graph-safe (``_graph_update``).
 
 A recurrent policy (``policies.ppo_lstm``, ``recurrent = True``) defines ``initial_state_on(mode)``; its collect
 and eval modes then expose ``initial_state(num_envs)``, and their ``forward(obs, state=...)`` takes the memory
@@ -54,6 +56,7 @@ from .obs_norm import ObsNormMismatchError
 from .optim import OptimizerStep, make_adam
 from .placement import Placement, host_state
 from .spaces import SpaceMismatchError, resolve_shape, space_dims
+from .update_graph import GraphedUpdates, capture_refusal, fall_back
 
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
            "DeviceMismatchError", "ObsNormMismatchError", "PolicyParams", "OfflineEvalParams", "OnlineEvalParams",
@@ -143,6 +146,8 @@ class Policy:
         self.hot_paths = HotPaths(type(self).__name__, self.compile_mode, self.amp,
                                   {"learn": self.device, **self.mode_devices}, self.eager_acting)
         self.normalisation = Normalisation.from_config(params, observation_space, type(self), self.device)
+        if self.compile_mode == "cudagraph_update" and getattr(self, "_graph_update", None) is None:
+            fall_back(type(self).__name__ + "'s update", "it has no graph-safe update (DQN and Rainbow have one)")
         self.optimizer_step: OptimizerStep  # built by the algorithm over its parameters
         self.model: torch.nn.Module        # built by the algorithm: self.placement.build(factory)
         self._learn_wrapper: Optional[torch.nn.Module] = None  # learn_mode.model's wrapper (DDP), if any
@@ -199,6 +204,46 @@ class Policy:
         raise NotExportableError(f"policy {type(self).__name__} ({type(self).__module__}) defines no "
                                  f"greedy_module(): its eval mode cannot be exported as one module; implement "
                                  f"greedy_module() returning policies.greedy.GreedyActor around its acting network")
+
+    # ---- captured updates (policy.compile='cudagraph_update', policies.update_graph) ----------------
+    def graphed_updates(self, buffer: Any, batch_size: int, updates: int,
+                        priority: bool = False) -> Optional[GraphedUpdates]:
+        """An off-policy learner's ``updates`` updates a call on ``buffer`` as one CUDA graph, where
+        ``policy.compile='cudagraph_update'`` asks for it and they can be captured; None otherwise (when asked,
+        after a warning naming why: the updates then run as ``cudagraph`` runs them)."""
+        if self.compile_mode != "cudagraph_update":
+            return None
+        name = f"{type(self).__name__}'s update"
+        if getattr(self, "_graph_update", None) is None:
+            return None  # said at start (__init__)
+        why = capture_refusal(self, buffer)
+        if why is not None:
+            fall_back(name, why)
+            return None
+        return self.update_program(buffer, batch_size, updates, priority)
+
+    def update_program(self, buffer: Any, batch_size: int, updates: int, priority: bool = False,
+                       capture: bool = True) -> GraphedUpdates:
+        """``GraphedUpdates`` over this policy's ``_graph_update`` (``capture=False``: the same program run
+        eagerly, as the CPU tests run it). From here on the learn hot paths compile inside the graph."""
+        self.hot_paths.capture_learn()
+        step = self.optimizer_step
+
+        def finish(done: int) -> None:
+            step.updates += done
+
+        def bound() -> Any:
+            for _, attr in self._checkpointed:
+                yield from getattr(self, attr).state_dict().values()
+            yield from step.bound_tensors()
+
+        def released() -> None:  # the capture failed: the learn hot paths are CUDA-graphed themselves again
+            self.hot_paths.captured = False
+            self.hot_paths.drop("learn", self.hot_paths.ddp)
+
+        return GraphedUpdates(f"{type(self).__name__}'s update", buffer, batch_size, updates,
+                              getattr(self, "_graph_update"), lambda: step.updates, finish, bound, priority, capture,
+                              released)
 
     # ---- state -------------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

@@ -38,8 +38,9 @@ class PolicyParams(Params):
     check_device: bool = param(False)
     """Check every tensor in and out of each mode (debugging; off: free)."""
     compile: str = param("none")
-    """"none", "compile" or "cudagraph" (CUDA): the acting forward and the learner's update compiled
-    (``policies.accel``, docs/performance.md)."""
+    """"none", "compile", "cudagraph" (CUDA) or "cudagraph_update" (CUDA, an off-policy learner's whole updates
+    in one graph): the acting forward and the learner's update compiled (``policies.accel``,
+    ``policies.update_graph``, docs/performance.md)."""
     amp: str = param("none")
     """"none" or "bf16": autocast the acting forward and the learner's forward and loss."""
     obs_norm: bool = param(False)

@@ -177,6 +177,26 @@ class QValuePolicy(Policy):
         self.optimizer_step.step(loss, self._grad_clip)
         self._update_target()
 
+    def _graph_target_update(self, count: torch.Tensor) -> None:
+        """``_update_target`` inside a captured update (``policies.update_graph``), for the ``count``-th update (a
+        device tensor): the hard copy as a lerp whose weight is ``count % target_update_freq == 0``, exact at 0
+        and at 1, so every replay decides on the device."""
+        with torch.no_grad():
+            if self._target_theta > 0:
+                torch._foreach_lerp_(list(self._target_model.parameters()), list(self.model.parameters()),
+                                     self._target_theta)
+                return
+            due = count % self._target_update_freq == 0
+            pairs = list(zip(self._target_model.state_dict().values(), self.model.state_dict().values()))
+            floats = [(t, o) for t, o in pairs if t.is_floating_point()]
+            if floats:  # the weights as tensors of the targets' shapes: a 0-d tensor weight is read on the host
+                weight = due.float()
+                torch._foreach_lerp_([t for t, _ in floats], [o for _, o in floats],
+                                     [weight.expand_as(t) for t, _ in floats])
+            for t, o in pairs:
+                if not t.is_floating_point():
+                    t.copy_(torch.where(due, o, t))
+
     def _update_target(self) -> None:
         if self._target_theta > 0:
             with torch.no_grad():
@@ -292,6 +312,20 @@ class DQNPolicy(QValuePolicy):
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
+        loss, q, target, priority = self._batch_loss(batch)
+        self._step(loss)
+        return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": priority}
+
+    def _graph_update(self, batch: Any, count: torch.Tensor) -> tuple:
+        """``_forward_learn`` with nothing read on the host, as the ``count``-th update (``policies.update_graph``:
+        ``policy.compile='cudagraph_update'``): ``(statistics, priority, non-finite flag)``."""
+        loss, q, target, priority = self._batch_loss(batch)
+        bad = self.optimizer_step.graph_step(loss, self._grad_clip)
+        self._graph_target_update(count)
+        return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean()}, priority, bad
+
+    def _batch_loss(self, batch: Any) -> tuple:
+        """The batch on the learner's device as the loss takes it, and ``_loss`` of it."""
         obs, next_obs = (model_obs(o.to(self.device, non_blocking=True), self.device, self.normalisation,
                                    image=self.model.is_image) for o in (batch.obs, batch.next_obs))
         action = batch.action.to(self.device).long()
@@ -299,10 +333,7 @@ class DQNPolicy(QValuePolicy):
         discount = batch.discount.to(self.device).float()
         not_done = (~batch.terminated.to(self.device)).float() if not self._ignore_done else torch.ones_like(reward)
         weight = batch.weight.to(self.device).float() if self._use_weight else None
-
-        loss, q, target, priority = self._loss(obs, next_obs, action, reward, discount, not_done, weight)
-        self._step(loss)
-        return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": priority}
+        return self._loss(obs, next_obs, action, reward, discount, not_done, weight)
 
     @hot_path("learn")
     def _loss(self, obs: Any, next_obs: Any, action: torch.Tensor, reward: torch.Tensor,

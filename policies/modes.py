@@ -34,6 +34,7 @@ class LearnMode:
         self.state_dict = policy.state_dict
         self.load_state_dict = policy.load_state_dict
         self.cfg = policy.cfg
+        self.graphed_updates = policy.graphed_updates  # policy.compile='cudagraph_update' (policies.update_graph)
         end_epoch = getattr(policy, "end_epoch", None)
         if end_epoch is not None:  # an on-policy learner calls it after each epoch (PPO's adaptive learning rate)
             self.end_epoch: Callable[[], None] = end_epoch

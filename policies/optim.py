@@ -50,6 +50,7 @@ class OptimizerStep:
         self.updates = 0
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         self._deferred: Optional[DeferredCheck] = None  # the loss check off the host
+        self._found_inf: Optional[torch.Tensor] = None   # graph_step's skip flag, one tensor for every replay
 
     @classmethod
     def adam(cls, groups: Sequence[Iterable[torch.nn.Parameter]], settings: Sequence[Mapping[str, float]], label: str,
@@ -85,6 +86,33 @@ class OptimizerStep:
         else:
             self.optimizer.step()
         self.updates += 1
+
+    def graph_step(self, loss: torch.Tensor, grad_clip: float = 0.0) -> torch.Tensor:
+        """``step`` with nothing read on the host, for a captured update (``policies.update_graph``): a
+        non-finite loss makes a fused Adam skip the step (its ``found_inf``) and is returned as a 0-d bool for
+        the caller to report; the update count is the caller's to add after the graph's replay.
+
+        Why the found-inf flag is one kept tensor: a CUDA graph binds the memory it was captured over, so each
+        replay writes the flag where the captured step reads it."""
+        bad = ~torch.isfinite(loss.detach())
+        fused = bool(self.optimizer.defaults.get("fused"))  # only the fused Adam takes a found-inf flag
+        if fused and self._found_inf is None:
+            self._found_inf = torch.zeros((), device=loss.device)
+        if fused:
+            self._found_inf.copy_(bad)
+        before = getattr(self.optimizer, "found_inf", None)
+        self.optimizer.found_inf = self._found_inf if fused else None
+        self.optimizer.zero_grad(set_to_none=True)  # at capture: the backward allocates the grads in the graph's pool
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self._params, grad_clip)
+        self.optimizer.step()
+        self.optimizer.found_inf = before
+        return bad
+
+    def bound_tensors(self) -> list:
+        """The optimizer's state tensors (a captured update binds their memory; a checkpoint's load replaces them)."""
+        return [t for state in self.optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
 
     def _check_loss(self, loss: torch.Tensor) -> None:
         if host_path(loss.device) or not self.optimizer.defaults.get("fused"):

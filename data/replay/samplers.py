@@ -39,6 +39,10 @@ class Sampler:
         raise TypeError(f"{type(self).__name__} keeps no priorities; use PrioritizedSampler "
                         f"(policy.priority=True) to update them")
 
+    def bound_tensors(self) -> Tuple[torch.Tensor, ...]:
+        """The device tensors ``draw`` and ``write_priority`` read and write (where a captured update binds them)."""
+        return ()
+
     def state_dict(self) -> dict:
         return {}
 
@@ -69,6 +73,14 @@ class UniformSampler(Sampler):
     def sample(self, size: int, batch_size: int) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         idx = torch.randint(0, size, (batch_size,), generator=self._generator)
         return self._staging.to_device({"idx": idx})["idx"], None
+
+    def draw(self, size: torch.Tensor, batch_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``sample`` on the device, from its default generator, nothing read on the host: what a captured update
+        (``policies.update_graph``) draws with. ``size``: the fill, a 0-d int64 tensor on the device. Returns
+        the slots and weights of ones."""
+        u = torch.rand(batch_size, dtype=torch.float64, device=self.device)
+        idx = torch.minimum((u * size).long(), size - 1)
+        return idx, torch.ones(batch_size, device=self.device)
 
 
 class PrioritizedSampler(Sampler):
@@ -133,10 +145,12 @@ class PrioritizedSampler(Sampler):
         u = self._staging.to_device({"u": torch.from_numpy(self._rng.random(batch_size))})["u"]
         mass = (torch.arange(batch_size, dtype=torch.float64, device=self.device) + u) * (total / batch_size)
         idx = self._tree.find_prefix_sum(mass).clamp_(max=size - 1)
-        prob = self._tree[idx] / total
-        min_prob = self._tree.min / total
-        weights = (prob / min_prob) ** (-self.beta)
-        return idx, weights.float()
+        return idx, self.importance_weights(idx)
+
+    def importance_weights(self, idx: torch.Tensor) -> torch.Tensor:
+        """The importance weights of slots ``idx`` off the host path, ``(P(i) / min P) ** -beta``, on the device."""
+        total = self._tree.total
+        return (((self._tree[idx] / total) / (self._tree.min / total)) ** (-self.beta)).float()
 
     def update_priority(self, idx: torch.Tensor, priority: torch.Tensor) -> None:
         if self._on_host:
@@ -144,15 +158,40 @@ class PrioritizedSampler(Sampler):
             self._max_priority = max(self._max_priority, float(p.max()))
             self._tree.update(idx.cpu().numpy(), p ** self.alpha)
             return
+        bad = self.write_priority(idx.to(self.device), priority)
+        self._updates += 1
+        self._check.report(bad, f"priorities must be finite and non-negative: update_priority call "
+                                f"{self._updates} on {self.device} got NaN or infinite values (left out "
+                                f"of the sum tree; a GPU replay reports this one call late)")
+
+    def draw(self, size: torch.Tensor, batch_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``sample`` on the device (the same stratified draw, its uniform numbers from the device's default
+        generator), nothing read on the host: what a captured update (``policies.update_graph``) draws with.
+        ``size``: the fill, a 0-d int64 tensor on the device.
+
+        Raises:
+            TypeError: on the host path (a CPU replay keeps its tree in numpy).
+        """
+        if self._on_host:
+            raise TypeError("PrioritizedSampler.draw needs the tree on the device (a replay off the host path)")
+        total = self._tree.total
+        u = torch.rand(batch_size, dtype=torch.float64, device=self.device)
+        mass = (torch.arange(batch_size, dtype=torch.float64, device=self.device) + u) * (total / batch_size)
+        idx = torch.minimum(self._tree.find_prefix_sum(mass), size - 1)
+        return idx, self.importance_weights(idx)
+
+    def write_priority(self, idx: torch.Tensor, priority: torch.Tensor) -> torch.Tensor:
+        """``update_priority`` off the host path without its check: returns whether any priority was not finite
+        (a 0-d bool tensor; those leaves keep their values). Every write is in place, so a captured update
+        replays it."""
         p = priority.detach().to(self.device, torch.float64).abs() + self.eps
         bad = ~torch.isfinite(p)
-        self._updates += 1
-        self._check.report(bad.any(), f"priorities must be finite and non-negative: update_priority call "
-                                      f"{self._updates} on {self.device} got NaN or infinite values (left out "
-                                      f"of the sum tree; a GPU replay reports this one call late)")
-        idx = idx.to(self.device)
-        self._max_priority_t = torch.maximum(self._max_priority_t, torch.where(bad, 0.0, p).max())
+        self._max_priority_t.copy_(torch.maximum(self._max_priority_t, torch.where(bad, 0.0, p).max()))
         self._tree.update(idx, torch.where(bad, self._tree[idx], p ** self.alpha))  # a bad one keeps its leaf
+        return bad.any()
+
+    def bound_tensors(self) -> Tuple[torch.Tensor, ...]:
+        return () if self._on_host else self._tree.tensors() + (self._max_priority_t,)
 
     def weights(self, idx: torch.Tensor) -> Optional[torch.Tensor]:
         if self._on_host:
@@ -171,7 +210,7 @@ class PrioritizedSampler(Sampler):
             raise ValueError("priorities must be finite and non-negative")
         self._tree.update(idx.to(self.device), values)
         if len(values) and self.alpha > 0:
-            self._max_priority_t = torch.maximum(self._max_priority_t, values.max() ** (1 / self.alpha))
+            self._max_priority_t.copy_(torch.maximum(self._max_priority_t, values.max() ** (1 / self.alpha)))
 
     def state_dict(self) -> dict:
         if not self._on_host:

@@ -153,6 +153,10 @@ class DeviceSumTree:
             nodes = left + go_right
         return (nodes - self._leaves).clamp_(max=self.capacity - 1)
 
+    def tensors(self) -> tuple:
+        """The sum and min trees (the device memory a captured update binds)."""
+        return (self._sum, self._min)
+
     def state_dict(self) -> dict:
         """Host tensors, as ``SumTree`` writes them."""
         return {"sum": self._sum.to("cpu", copy=True), "min": self._min.to("cpu", copy=True)}

@@ -1,0 +1,197 @@
+"""``policy.compile='cudagraph_update'`` (policies/update_graph.py) on the CPU.
+
+CI has no GPU, so what a CUDA graph would replay is run here as the same program, eagerly
+(``update_program(..., capture=False)``), on the replay's device path (``data.replay.device.host_path``
+patched to False: the sum tree in torch ops, as on a GPU), and checked for what capture needs and what
+eager gives:
+
+- the program's updates equal the eager learner's on the same slots (parameters, target network, Adam's
+  moments, update count, priorities), over hard and soft target updates and every Q head;
+- nothing in it reads a device value on the host (it runs under ``no_host_sync``, which raises on such an op);
+- what cannot be captured is refused by name, and the learner then runs its updates one by one;
+- the learner through the program trains and counts as through its forward.
+
+tests/gpu/test_cuda.py captures the same program on a GPU and compares it with eager there.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from easydict import EasyDict
+
+import data.replay.device
+import policies.optim
+from data.batch import make_batch
+from data.replay import PrioritizedSampler, ReplayBuffer
+from data.replay.frame_storage import FrameStackStorage
+from engine.config import deep_merge
+from engine.context import OnlineRLContext
+from middleware import OffPolicyLearner
+from policies import DQNPolicy
+from policies import update_graph
+from policies.update_graph import HostSyncError, capture_refusal, no_host_sync
+
+OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
+ACT = gym.spaces.Discrete(3)
+CAPACITY = 64
+
+
+@pytest.fixture
+def device_path(monkeypatch):
+    """The replay's and the optimizer's device paths on CPU tensors (as on a GPU)."""
+    monkeypatch.setattr(policies.optim, "host_path", lambda device: False)
+    monkeypatch.setattr(data.replay.device, "host_path", lambda device: False)
+
+
+def _policy(**overrides) -> DQNPolicy:
+    torch.manual_seed(0)
+    base = deep_merge(DQNPolicy.default_config(), dict(model=dict(encoder_hidden_size_list=[16, 16]),
+                                                       learn=dict(target_update_freq=2)))
+    cfg = EasyDict(deep_merge(base, overrides))
+    return DQNPolicy(cfg, OBS, ACT)
+
+
+def _buffer(priority: bool) -> ReplayBuffer:
+    sampler = PrioritizedSampler(CAPACITY, alpha=0.6, beta=0.4) if priority else None
+    buffer = ReplayBuffer(CAPACITY, sampler=sampler)
+    g = torch.Generator().manual_seed(1)
+    n = 40
+    buffer.push(make_batch(dict(
+        obs=torch.randn(n, 3, generator=g), next_obs=torch.randn(n, 3, generator=g),
+        action=torch.randint(0, 3, (n,), generator=g), reward=torch.randn(n, generator=g),
+        terminated=torch.rand(n, generator=g) < 0.2, truncated=torch.zeros(n, dtype=torch.bool),
+        discount=torch.full((n,), 0.99))))
+    return buffer
+
+
+def _state(policy: DQNPolicy) -> dict:
+    state = policy.state_dict()
+    return {"model": state["model"], "target": state["target_model"], "updates": state["updates"],
+            "adam": {k: v for i, s in state["optimizer"]["state"].items() for k, v in s.items() for k in [f"{i}.{k}"]}}
+
+
+def _assert_same(a, b, path=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=lambda m: f"{path}: {m}")
+    else:
+        assert a == b, path
+
+
+CASES = {
+    "hard target, uniform": dict(),
+    "soft target, no double Q": dict(learn=dict(target_theta=0.05, double_q=False)),
+    "prioritized, weighted, clipped": dict(priority=True, priority_IS_weight=True, learn=dict(grad_clip_norm=0.5)),
+    "categorical head": dict(model=dict(distribution="categorical", n_atoms=11)),
+    "quantile head, prioritized": dict(priority=True, model=dict(distribution="quantile", n_atoms=8)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_program_equals_eager_updates_on_the_same_slots(device_path, case):
+    overrides = CASES[case]
+    priority = bool(overrides.get("priority"))
+    policy = _policy(**overrides)
+    eager = copy.deepcopy(policy)
+    buffer = _buffer(priority)
+    eager_buffer = copy.deepcopy(buffer)
+    program = policy.update_program(buffer, batch_size=8, updates=3, priority=priority, capture=False)
+    for _ in range(3):  # 9 updates: hard target copies at 2, 4, 6, 8, inside and across runs
+        out = program.run()
+        for j, idx in enumerate(out["index"]):
+            weight = (eager_buffer.sampler.importance_weights(idx) if priority else torch.ones(len(idx)))
+            batch = make_batch(dict(eager_buffer.storage.gather(idx), index=idx, weight=weight))
+            stats = eager.learn_mode.forward(batch)
+            if priority:
+                eager_buffer.update_priority(idx, stats["priority"])
+            torch.testing.assert_close(out["loss"][j], stats["loss"].float(), rtol=1e-6, atol=1e-7)
+    _assert_same(_state(policy), _state(eager))
+    assert policy.optimizer_step.updates == 9
+    if priority:
+        _assert_same(buffer.sampler.state_dict(), eager_buffer.sampler.state_dict())
+
+
+def test_the_program_reads_nothing_on_the_host(device_path):
+    """Every run after the first (which ``run`` itself guards) also passes the guard, priorities and all."""
+    policy = _policy(priority=True, priority_IS_weight=True, learn=dict(grad_clip_norm=1.0))
+    program = policy.update_program(_buffer(True), batch_size=8, updates=2, priority=True, capture=False)
+    program.run()
+    with no_host_sync("the test's update"):
+        out = program._program()
+    assert out["loss"].shape == (2,)
+
+
+@pytest.mark.parametrize("read", [lambda t: t.sum().item(), lambda t: bool(t.any()), lambda t: t.nonzero(),
+                                  lambda t: t[t > 0], lambda t: float(t.max())])
+def test_no_host_sync_names_each_host_read(read):
+    with pytest.raises(HostSyncError, match="CUDA graph cannot capture"):
+        with no_host_sync("a read"):
+            read(torch.randn(5))
+
+
+def test_a_non_finite_loss_skips_the_step_and_is_named_one_run_late(device_path):
+    policy = _policy()
+    program = policy.update_program(_buffer(False), batch_size=8, updates=2, capture=False)
+    before = copy.deepcopy(policy.model.state_dict())
+    with torch.no_grad():
+        next(policy._target_model.parameters()).fill_(float("nan"))  # every target, so every loss, is NaN
+    program.run()   # the flag, read at the next run's report (as on a GPU: no wait)
+    _assert_same(policy.model.state_dict(), before)
+    with pytest.raises(policies.NonFiniteLossError, match="updates 1-2"):
+        program.run()
+
+
+def test_capture_is_refused_by_name_off_cuda(caplog):
+    policy = _policy()
+    policy_cfg = copy.deepcopy(policy.cfg)
+    policy_cfg.compile = "cudagraph_update"
+    policy = DQNPolicy(policy_cfg, OBS, ACT)
+    with caplog.at_level(logging.WARNING):
+        assert policy.learn_mode.graphed_updates(_buffer(False), 8, 2) is None
+    assert "needs a CUDA device and the learner is on cpu" in caplog.text
+
+
+@pytest.mark.parametrize("what, setup, named", [
+    ("frame stacks", lambda p, b: setattr(b, "storage", FrameStackStorage(CAPACITY, num_envs=1, frame_stack=2)), "FrameStackStorage"),
+    ("obs_norm", lambda p, b: setattr(p.normalisation, "obs_norm", object()), "policy.obs_norm"),
+    ("replay off the learner", lambda p, b: setattr(b, "device", torch.device("cpu")), "replay_buffer.device='learn'"),
+    ("ddp", lambda p, b: setattr(p.hot_paths, "ddp", True), "DDP"),
+])
+def test_what_cannot_be_captured_is_named(what, setup, named):
+    policy, buffer = _policy(), _buffer(False)
+    policy.device = buffer.device = torch.device("cuda", 0)  # as on a GPU, to reach the other refusals
+    setup(policy, buffer)
+    assert named in capture_refusal(policy, buffer)
+
+
+def test_the_learner_runs_the_program_and_counts_its_updates(device_path, monkeypatch):
+    policy = _policy(priority=True)
+    buffer = _buffer(True)
+    monkeypatch.setattr(policy, "compile_mode", "cudagraph_update")
+    monkeypatch.setattr(update_graph.GraphedUpdates, "__init__",
+                        _uncaptured(update_graph.GraphedUpdates.__init__))
+    monkeypatch.setattr(policies.base, "capture_refusal", lambda policy, buffer: None)
+    learner = OffPolicyLearner(policy.learn_mode, buffer, batch_size=8, update_per_collect=3, priority=True)
+    ctx = OnlineRLContext()
+    before = buffer.sampler.state_dict()["tree"]["sum"].clone()
+    learner(ctx)
+    learner(ctx)
+    assert learner._graphed is not None and ctx.train_iter == 6 and policy.optimizer_step.updates == 6
+    assert set(ctx.train_output) >= {"loss", "q_value", "target_q"}
+    assert ctx.train_data.obs.shape == (8, 3)
+    assert not torch.equal(buffer.sampler.state_dict()["tree"]["sum"], before)  # priorities written back
+
+
+def _uncaptured(init):
+    def build(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.capture = False
+    return build
