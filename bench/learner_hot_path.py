@@ -11,10 +11,14 @@ transitions (4 x 84 x 84 uint8 stacks), and for each mode, side by side in one r
 - graphs compiled and recompilations during the timed updates (a recompile in the loop is a bug), CUDA
   graph trees' skips and re-recordings, and the host reads (``torch.cuda.set_sync_debug_mode``) counted
   per update with the source lines that made them;
+- updates/s drawn from a replay on the learner's device (a ring of random Pong transitions): the learner's
+  loop (``buffer.sample`` and one forward per update), or with ``cudagraph_update`` the captured program of
+  ``--per-call`` updates per graph replay (``policies.update_graph``: the draw, the gather and the whole update
+  in one CUDA graph); this is the figure issue 33 compares with LeanRL's one-graph update;
 - with ``--profile``, torch.profiler's top operations of ten updates.
 
-Run: ``python bench/learner_hot_path.py [--modes none,compile,cudagraph] [--updates 300] [--warmup 30]
-[--batch-size 32] [--amp none|bf16] [--profile]``. On a machine without CUDA the modes run on the CPU
+Run: ``python bench/learner_hot_path.py [--modes none,compile,cudagraph,cudagraph_update] [--updates 300]
+[--warmup 30] [--batch-size 32] [--per-call 4] [--amp none|bf16] [--profile]``. On a machine without CUDA the modes run on the CPU
 (``cudagraph`` is eager there, with a warning), the sync count is skipped.
 """
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy as np
 import torch
 
 from data.batch import make_batch
+from data.replay import ReplayBuffer
 from dizoo.atari.config.serial.pong.pong_dqn_config import create_config, main_config
 from engine import compile_config
 from engine.devices import size_torch_threads
@@ -80,6 +85,40 @@ def timed_updates(policy: DQNPolicy, batch: object, updates: int, device: torch.
     return updates / (time.perf_counter() - start)
 
 
+def replay_buffer(device: torch.device, size: int = 2048) -> ReplayBuffer:
+    """A ring of ``size`` random Pong transitions on ``device`` (the replay ``cudagraph_update`` draws from)."""
+    buffer = ReplayBuffer(size, device=device)
+    for _ in range(size // 256):
+        batch = random_batch(256, torch.device("cpu"), pin=False)
+        buffer.push({k: v for k, v in batch.items() if k not in ("index", "weight")})
+    return buffer
+
+
+def replay_rate(policy: DQNPolicy, mode: str, args: argparse.Namespace, device: torch.device) -> float:
+    """Updates/s drawn from a replay on ``device``: the captured program under ``cudagraph_update`` (where it
+    captures), else the learner's loop of one ``sample`` and one forward per update."""
+    buffer = replay_buffer(device)
+    per_call = args.per_call
+    graphed = policy.learn_mode.graphed_updates(buffer, args.batch_size, per_call) if mode == "cudagraph_update" else None
+
+    def call() -> None:
+        if graphed is not None:
+            graphed.run()
+            return
+        for _ in range(per_call):
+            policy.learn_mode.forward(buffer.sample(args.batch_size))
+
+    for _ in range(max(3, args.warmup // per_call)):
+        call()
+    _sync(device)
+    calls = max(1, args.updates // per_call)
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    _sync(device)
+    return calls * per_call / (time.perf_counter() - start)
+
+
 def host_reads(policy: DQNPolicy, batch: object, updates: int) -> "collections.Counter":
     """Source lines of the synchronizing CUDA calls of ``updates`` updates (torch's sync debug mode)."""
     lines: collections.Counter = collections.Counter()
@@ -124,9 +163,11 @@ def run_mode(cfg, mode: str, args: argparse.Namespace, device: torch.device) -> 
     before = _counters()
     device_rate = timed_updates(policy, on_device, args.updates, device)
     host_rate = timed_updates(policy, on_host, args.updates, device)
+    replay = replay_rate(policy, mode, args, device)
     after = _counters()
     changed = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
     row: Dict[str, object] = dict(mode=mode, warmup_s=warmup_s, device_rate=device_rate, host_rate=host_rate,
+                                  replay_rate=replay,
                                   counters_in_timed_loop=changed, counters_total=after,
                                   hot_paths=[repr(p) for p in policy.hot_paths.values()])
     if device.type == "cuda":
@@ -138,10 +179,11 @@ def run_mode(cfg, mode: str, args: argparse.Namespace, device: torch.device) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", default="none,compile,cudagraph")
+    parser.add_argument("--modes", default="none,compile,cudagraph,cudagraph_update")
     parser.add_argument("--updates", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--per-call", type=int, default=4, help="updates per learner call (update_per_collect)")
     parser.add_argument("--amp", default="none", choices=["none", "bf16"])
     parser.add_argument("--pin", action="store_true", help="pin the host batch (the copy can then overlap)")
     parser.add_argument("--profile", action="store_true", help="torch.profiler's top operations per mode")
@@ -159,6 +201,7 @@ def main() -> None:
         rows.append(row)
         print(f"\n== policy.compile={mode}: {row['device_rate']:.0f} updates/s (batch on {device.type}), "
               f"{row['host_rate']:.0f} updates/s (batch on the host{', pinned' if args.pin else ''}); "
+              f"{row['replay_rate']:.0f} updates/s drawn from a replay on {device.type}; "
               f"warm-up {row['warmup_s']:.1f} s")
         print(f"   hot paths: {row['hot_paths']}")
         print(f"   counters changed in the timed loop: {row['counters_in_timed_loop'] or 'none'}")
@@ -167,9 +210,10 @@ def main() -> None:
             print(f"   host reads in 10 updates: {row['host_reads_per_10_updates'] or 'none'}")
         if "profile" in row:
             print(row["profile"])
-    base = rows[0]["device_rate"]
+    base, replay_base = rows[0]["device_rate"], rows[0]["replay_rate"]
     print("\nsummary: " + "; ".join(f"{r['mode']} {r['device_rate']:.0f}/s ({r['device_rate'] / base:.2f}x), "
-                                    f"host batch {r['host_rate']:.0f}/s" for r in rows))
+                                    f"host batch {r['host_rate']:.0f}/s, from the replay {r['replay_rate']:.0f}/s "
+                                    f"({r['replay_rate'] / replay_base:.2f}x)" for r in rows))
 
 
 if __name__ == "__main__":

@@ -218,7 +218,8 @@ class Policy:
             return None  # said at start (__init__)
         why = capture_refusal(self, buffer)
         if why is not None:
-            fall_back(name, why)
+            if self.device.type == "cuda":  # off CUDA the hot paths say it (policies.accel): CUDA graphs need CUDA
+                fall_back(name, why)
             return None
         return self.update_program(buffer, batch_size, updates, priority)
 

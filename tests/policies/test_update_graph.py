@@ -149,14 +149,27 @@ def test_a_non_finite_loss_skips_the_step_and_is_named_one_run_late(device_path)
         program.run()
 
 
-def test_capture_is_refused_by_name_off_cuda(caplog):
-    policy = _policy()
-    policy_cfg = copy.deepcopy(policy.cfg)
-    policy_cfg.compile = "cudagraph_update"
-    policy = DQNPolicy(policy_cfg, OBS, ACT)
+def test_off_cuda_a_pipeline_says_so_and_trains_eagerly(tmp_path, caplog):
+    from dizoo.classic_control.cartpole.config.cartpole_dqn_config import create_config, main_config
+    from pipelines import serial_pipeline
+
+    main = copy.deepcopy(main_config)
+    main.policy.compile = "cudagraph_update"
+    main.log = dict(progress=False)
     with caplog.at_level(logging.WARNING):
-        assert policy.learn_mode.graphed_updates(_buffer(False), 8, 2) is None
-    assert "needs a CUDA device and the learner is on cpu" in caplog.text
+        summary = serial_pipeline((main, copy.deepcopy(create_config)), max_env_step=600,
+                                  exp_name=str(tmp_path / "exp"))
+    assert "policy.compile='cudagraph_update' needs a CUDA device" in caplog.text
+    assert summary["env_step"] >= 600 and summary["train_iter"] > 0
+
+
+def test_an_algorithm_without_a_graph_safe_update_says_so_at_start(caplog):
+    from policies import SACPolicy
+
+    cfg = EasyDict(deep_merge(SACPolicy.default_config(), dict(compile="cudagraph_update")))
+    with caplog.at_level(logging.WARNING):
+        SACPolicy(cfg, OBS, gym.spaces.Box(-1, 1, (1,), np.float32))
+    assert "cannot capture SACPolicy's update" in caplog.text and "no graph-safe update" in caplog.text
 
 
 @pytest.mark.parametrize("what, setup, named", [

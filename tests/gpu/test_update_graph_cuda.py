@@ -1,0 +1,141 @@
+"""``policy.compile='cudagraph_update'`` on a GPU (``pytest -m gpu``; skipped without CUDA): DQN's whole updates
+captured in one CUDA graph (policies/update_graph.py) give eager's updates on the slots the graph drew, a
+loaded checkpoint is captured again, a NaN loss is skipped on the device and named one call later, and a
+pipeline trains through the graph. tests/policies/test_update_graph.py runs the same program on the CPU.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600),
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run with pytest -m gpu on a GPU)")]
+
+FRAMES, ACTIONS = (4, 84, 84), 6
+
+
+@pytest.fixture(autouse=True)
+def full_fp32(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+
+
+def _policy(compile_mode, **overrides):
+    """A DQN with the Nature CNN on Pong's frame stacks, learning on cuda."""
+    import gymnasium as gym
+    import numpy as np
+    from easydict import EasyDict
+
+    from engine.config import deep_merge
+    from policies import DQNPolicy
+
+    torch.manual_seed(0)
+    cfg = EasyDict(deep_merge(deep_merge(DQNPolicy.default_config(), dict(
+        cuda=True, compile=compile_mode, model=dict(encoder_hidden_size_list=[512]),
+        learn=dict(learning_rate=1e-4, target_update_freq=3))), overrides))
+    return DQNPolicy(cfg, gym.spaces.Box(0, 255, FRAMES, np.uint8), gym.spaces.Discrete(ACTIONS))
+
+
+def _buffer(priority, n=200, nan_reward=False):
+    from data.batch import make_batch
+    from data.replay import PrioritizedSampler, ReplayBuffer
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    sampler = PrioritizedSampler(256, device=device) if priority else None
+    buffer = ReplayBuffer(256, sampler=sampler, device=device)
+    g = torch.Generator().manual_seed(1)
+    frames = lambda: torch.randint(0, 256, (n, *FRAMES), generator=g, dtype=torch.uint8)  # noqa: E731
+    reward = torch.full((n,), float("nan")) if nan_reward else torch.randn(n, generator=g)
+    buffer.push(make_batch(dict(obs=frames(), next_obs=frames(), action=torch.randint(0, ACTIONS, (n,), generator=g),
+                                reward=reward, terminated=torch.rand(n, generator=g) < 0.1,
+                                truncated=torch.zeros(n, dtype=torch.bool), discount=torch.full((n,), 0.99))))
+    return buffer
+
+
+def _eager_updates(policy, buffer, index, priority):
+    from data.batch import make_batch
+
+    losses = []
+    for idx in index:
+        weight = buffer.sampler.importance_weights(idx) if priority else torch.ones(len(idx), device=idx.device)
+        out = policy.learn_mode.forward(make_batch(dict(buffer.storage.gather(idx), index=idx, weight=weight)))
+        if priority:
+            buffer.update_priority(idx, out["priority"])
+        losses.append(out["loss"])
+    return torch.stack(losses)
+
+
+@pytest.mark.parametrize("priority", [False, True])
+def test_captured_dqn_updates_equal_eager_on_the_slots_the_graph_drew(priority):
+    graphed_policy = _policy("cudagraph_update", priority=priority, priority_IS_weight=priority)
+    eager = _policy("none", priority=priority, priority_IS_weight=priority)
+    eager.load_state_dict(copy.deepcopy(graphed_policy.state_dict()))
+    buffer = _buffer(priority)
+    eager_buffer = copy.deepcopy(buffer)
+    graphed = graphed_policy.learn_mode.graphed_updates(buffer, 32, 4, priority)
+    assert graphed is not None
+    initial = {k: v.clone() for k, v in eager.model.state_dict().items()}
+    for _ in range(6):  # two warm-up calls, the capture, three replays
+        out = graphed.run()
+        assert graphed.failed is None, graphed.failed
+        losses = out["loss"].clone()
+        eager_losses = _eager_updates(eager, eager_buffer, out["index"].clone(), priority)
+        torch.testing.assert_close(losses, eager_losses, rtol=1e-3, atol=1e-5)
+    torch.cuda.synchronize()
+    assert graphed.captures == 1
+    assert graphed_policy.hot_paths[("learn", "loss")].mode == "compile"
+    assert graphed_policy.optimizer_step.updates == eager.optimizer_step.updates == 24
+    for key, value in graphed_policy.model.state_dict().items():
+        moved = (eager.model.state_dict()[key] - initial[key]).norm()
+        assert (value - eager.model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
+    for key, value in graphed_policy._target_model.state_dict().items():  # the hard copy at update 24
+        torch.testing.assert_close(value, graphed_policy.model.state_dict()[key])
+
+
+def test_a_loaded_checkpoint_is_captured_again_and_trained_from():
+    policy = _policy("cudagraph_update")
+    buffer = _buffer(False)
+    graphed = policy.learn_mode.graphed_updates(buffer, 32, 2)
+    for _ in range(4):
+        graphed.run()
+    state = copy.deepcopy(policy.state_dict())
+    policy.load_state_dict(state)  # Adam's state tensors are new memory: the graph must not write the old
+    graphed.run()      # warm-up calls again ...
+    graphed.run()
+    graphed.run()      # ... and the second capture
+    torch.cuda.synchronize()
+    assert graphed.captures == 2 and policy.optimizer_step.updates == 14
+    steps = [s["step"] for s in policy.optimizer_step.optimizer.state.values()]
+    assert all(float(s) == 14 for s in steps)  # the loaded state is the one the new graph steps
+
+
+def test_a_nan_loss_is_skipped_in_the_graph_and_named_one_call_later():
+    from policies import NonFiniteLossError
+
+    policy = _policy("cudagraph_update")
+    graphed = policy.learn_mode.graphed_updates(_buffer(False, nan_reward=True), 32, 2)
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    graphed.run()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
+    with pytest.raises(NonFiniteLossError, match="not finite"):
+        graphed.run()
+
+
+def test_cartpole_dqn_trains_through_the_captured_update(tmp_path, caplog):
+    from dizoo.classic_control.cartpole.config.cartpole_dqn_config import create_config, main_config
+    from pipelines import serial_pipeline
+
+    main = copy.deepcopy(main_config)
+    main.policy.cuda = True
+    main.policy.compile = "cudagraph_update"
+    main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn"
+    main.log = dict(progress=False)
+    with caplog.at_level(logging.WARNING):
+        summary = serial_pipeline((main, copy.deepcopy(create_config)), max_env_step=4000,
+                                  exp_name=str(tmp_path / "exp"))
+    assert "cannot capture" not in caplog.text, caplog.text
+    assert summary["env_step"] >= 4000
