@@ -11,7 +11,7 @@ one run, each after a warm-up.
 - with EnvPool installed (the ``envpool`` extra), the same for ``env.backend='envpool'``: EnvPool's vector env bare
   (sync) and under the serial collector, beside ale-py's in the same rounds (issue 33, item 2).
 
-Run: ``python bench/atari_pong.py [--envs 8] [--steps 300] [--repeats 3] [--compile none|compile|cudagraph]
+Run: ``python bench/atari_pong.py [--envs 8] [--steps 300] [--repeats 3] [--compile none|compile|cudagraph|cudagraph_update]
 [--amp none|bf16]`` (needs the atari extra; ``--compile``/``--amp`` set ``policy.compile``/``policy.amp``,
 docs/performance.md). The
 policy runs on cuda when there is one (``--device`` to choose); on a machine without CUDA it runs on the CPU,
@@ -172,6 +172,8 @@ def training_run(algo: str, minutes: float, device: str, compile_mode: str, amp:
     main_cfg, create_cfg = copy.deepcopy(module.main_config), copy.deepcopy(module.create_config)
     main_cfg.policy.cuda = device.startswith("cuda")
     main_cfg.policy.compile, main_cfg.policy.amp = compile_mode, amp
+    if compile_mode == "cudagraph_update":  # the captured update draws from a replay on the learner's GPU
+        main_cfg.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn"
     main_cfg.log = dict(progress=False, profile=True)
     pipeline = build_pipeline((main_cfg, create_cfg), seed=0, exp_name=out_dir, force=True)
     budget_s = minutes * 60.0
@@ -228,7 +230,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the best is reported")
     parser.add_argument("--updates", type=int, default=50)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--compile", default="none", choices=["none", "compile", "cudagraph"],
+    parser.add_argument("--compile", default="none", choices=["none", "compile", "cudagraph", "cudagraph_update"],
                         help="policy.compile for the acting forward and the learner")
     parser.add_argument("--amp", default="none", choices=["none", "bf16"], help="policy.amp")
     parser.add_argument("--minutes", type=float, default=0.0,

@@ -319,13 +319,15 @@ class DQNPolicy(QValuePolicy):
     def _graph_update(self, batch: Any, count: torch.Tensor) -> tuple:
         """``_forward_learn`` with nothing read on the host, as the ``count``-th update (``policies.update_graph``:
         ``policy.compile='cudagraph_update'``): ``(statistics, priority, non-finite flag)``."""
-        loss, q, target, priority = self._batch_loss(batch)
+        # rows a frame-stack storage could not rebuild get weight 0 (``GraphedUpdates._redrawn``)
+        loss, q, target, priority = self._batch_loss(batch, batch.valid if "valid" in batch.keys() else None)
         bad = self.optimizer_step.graph_step(loss, self._grad_clip)
         self._graph_target_update(count)
         return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean()}, priority, bad
 
-    def _batch_loss(self, batch: Any) -> tuple:
-        """The batch on the learner's device as the loss takes it, and ``_loss`` of it."""
+    def _batch_loss(self, batch: Any, valid: Optional[torch.Tensor] = None) -> tuple:
+        """The batch on the learner's device as the loss takes it, and ``_loss`` of it: the rows weighed by
+        ``batch.weight`` with importance weights, and by ``valid`` (0 or 1) where given."""
         obs, next_obs = (model_obs(o.to(self.device, non_blocking=True), self.device, self.normalisation,
                                    image=self.model.is_image) for o in (batch.obs, batch.next_obs))
         action = batch.action.to(self.device).long()
@@ -333,6 +335,8 @@ class DQNPolicy(QValuePolicy):
         discount = batch.discount.to(self.device).float()
         not_done = (~batch.terminated.to(self.device)).float() if not self._ignore_done else torch.ones_like(reward)
         weight = batch.weight.to(self.device).float() if self._use_weight else None
+        if valid is not None:
+            weight = valid.float() if weight is None else weight * valid
         return self._loss(obs, next_obs, action, reward, discount, not_done, weight)
 
     @hot_path("learn")

@@ -79,6 +79,10 @@ class FrameStackStorage:
     def fields(self) -> Dict[str, torch.Tensor]:
         return self._rest.fields
 
+    def bound_tensors(self) -> tuple:
+        """The frames, final stacks and stamps (the device memory a captured update binds; a load replaces them)."""
+        return tuple(t for t in (self._frames, self._final, self._stamp) if t is not None)
+
     def bytes_per_transition(self) -> float:
         """Resident bytes per stored transition (frames and every other field), for the report."""
         n = max(len(self), 1)

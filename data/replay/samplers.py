@@ -180,14 +180,16 @@ class PrioritizedSampler(Sampler):
         idx = torch.minimum(self._tree.find_prefix_sum(mass), size - 1)
         return idx, self.importance_weights(idx)
 
-    def write_priority(self, idx: torch.Tensor, priority: torch.Tensor) -> torch.Tensor:
+    def write_priority(self, idx: torch.Tensor, priority: torch.Tensor,
+                       keep: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``update_priority`` off the host path without its check: returns whether any priority was not finite
-        (a 0-d bool tensor; those leaves keep their values). Every write is in place, so a captured update
-        replays it."""
+        (a 0-d bool tensor; those leaves keep their values, as do the rows ``keep`` marks). Every write is in
+        place, so a captured update replays it."""
         p = priority.detach().to(self.device, torch.float64).abs() + self.eps
         bad = ~torch.isfinite(p)
-        self._max_priority_t.copy_(torch.maximum(self._max_priority_t, torch.where(bad, 0.0, p).max()))
-        self._tree.update(idx, torch.where(bad, self._tree[idx], p ** self.alpha))  # a bad one keeps its leaf
+        left = bad if keep is None else bad | keep
+        self._max_priority_t.copy_(torch.maximum(self._max_priority_t, torch.where(left, 0.0, p).max()))
+        self._tree.update(idx, torch.where(left, self._tree[idx], p ** self.alpha))  # a left one keeps its leaf
         return bad.any()
 
     def bound_tensors(self) -> Tuple[torch.Tensor, ...]:

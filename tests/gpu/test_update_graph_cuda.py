@@ -139,3 +139,38 @@ def test_cartpole_dqn_trains_through_the_captured_update(tmp_path, caplog):
                                   exp_name=str(tmp_path / "exp"))
     assert "cannot capture" not in caplog.text, caplog.text
     assert summary["env_step"] >= 4000
+
+
+def test_captured_updates_from_frame_stacks_equal_eager():
+    """Pong's replay (frame stacks on the GPU): the rows the storage cannot rebuild are drawn again inside the
+    graph, and the updates equal eager's on the rows drawn."""
+    from data.batch import make_batch
+    from data.replay import FrameStackStorage, ReplayBuffer
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    envs, steps, capacity = 4, 120, 400
+    g = torch.Generator().manual_seed(2)
+    frames = torch.randint(1, 256, (steps + 4, envs, 84, 84), generator=g, dtype=torch.uint8)
+    stack = lambda t: frames[t:t + 4].transpose(0, 1)  # noqa: E731
+    buffer = ReplayBuffer(capacity, storage=FrameStackStorage(capacity, envs, 4, device=device), device=device)
+    for t in range(0, steps, 4):
+        ts = range(t, t + 4)
+        n = 4 * envs
+        buffer.push(make_batch(dict(
+            obs=torch.cat([stack(u) for u in ts]), next_obs=torch.cat([stack(u + 1) for u in ts]),
+            action=torch.randint(0, ACTIONS, (n,), generator=g), reward=torch.randn(n, generator=g),
+            terminated=torch.zeros(n, dtype=torch.bool), truncated=torch.zeros(n, dtype=torch.bool),
+            discount=torch.full((n,), 0.99), span=torch.ones(n, dtype=torch.int64))))
+    graphed_policy, eager = _policy("cudagraph_update"), _policy("none")
+    eager.load_state_dict(copy.deepcopy(graphed_policy.state_dict()))
+    eager_buffer = copy.deepcopy(buffer)
+    graphed = graphed_policy.learn_mode.graphed_updates(buffer, 32, 4)
+    assert graphed is not None
+    for _ in range(5):
+        out = graphed.run()
+        assert graphed.failed is None, graphed.failed
+        index = out["index"].clone()
+        assert buffer.storage.sampleable(index.flatten()).all()
+        torch.testing.assert_close(out["loss"].clone(), _eager_updates(eager, eager_buffer, index, False),
+                                   rtol=1e-3, atol=1e-5)
+    assert graphed.captures == 1

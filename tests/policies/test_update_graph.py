@@ -29,6 +29,7 @@ import policies.optim
 from data.batch import make_batch
 from data.replay import PrioritizedSampler, ReplayBuffer
 from data.replay.frame_storage import FrameStackStorage
+from data.replay.sequence_storage import SequenceStorage
 from engine.config import deep_merge
 from engine.context import OnlineRLContext
 from middleware import OffPolicyLearner
@@ -119,6 +120,75 @@ def test_program_equals_eager_updates_on_the_same_slots(device_path, case):
         _assert_same(buffer.sampler.state_dict(), eager_buffer.sampler.state_dict())
 
 
+# ---- frame stacks: rows the storage cannot rebuild are drawn again on the device -----------------------------
+FRAMES, ENVS, STACK = (36, 36), 2, 2
+
+
+def _frame_buffer(priority: bool, steps: int = 110, capacity: int = 200) -> ReplayBuffer:
+    """``steps`` vector steps of ``ENVS`` envs pushed as a collector pushes them (time-major, whole steps, n-step 1)
+    into a frame-stack storage smaller than what is pushed: the ring wraps, and the newest steps (no next
+    step yet) and the first ones (no history) cannot be rebuilt."""
+    g = torch.Generator().manual_seed(2)
+    frames = torch.randint(1, 256, (steps + STACK, ENVS, *FRAMES), generator=g, dtype=torch.uint8)
+    stack = lambda t: frames[t:t + STACK].transpose(0, 1)  # noqa: E731  [ENVS, STACK, H, W] at step t
+    storage = FrameStackStorage(capacity, ENVS, STACK)
+    sampler = PrioritizedSampler(capacity) if priority else None
+    buffer = ReplayBuffer(capacity, sampler=sampler, storage=storage)
+    for t in range(0, steps, 3):  # pushes of 3 vector steps
+        ts = range(t, min(t + 3, steps))
+        n = len(ts) * ENVS
+        buffer.push(make_batch(dict(
+            obs=torch.cat([stack(u) for u in ts]), next_obs=torch.cat([stack(u + 1) for u in ts]),
+            action=torch.randint(0, 3, (n,), generator=g), reward=torch.randn(n, generator=g),
+            terminated=torch.zeros(n, dtype=torch.bool), truncated=torch.zeros(n, dtype=torch.bool),
+            discount=torch.full((n,), 0.99), span=torch.ones(n, dtype=torch.int64))))
+    return buffer
+
+
+def _image_policy(**overrides) -> DQNPolicy:
+    torch.manual_seed(0)
+    base = deep_merge(DQNPolicy.default_config(), dict(model=dict(encoder_hidden_size_list=[32]),
+                                                       learn=dict(target_update_freq=2)))
+    return DQNPolicy(EasyDict(deep_merge(base, overrides)), gym.spaces.Box(0, 255, (STACK, *FRAMES), np.uint8), ACT)
+
+
+@pytest.mark.parametrize("priority", [False, True])
+def test_frame_stacks_are_drawn_again_on_the_device_and_equal_eager(device_path, priority):
+    policy = _image_policy(priority=priority)
+    eager = copy.deepcopy(policy)
+    buffer = _frame_buffer(priority)
+    whole = buffer.storage.sampleable(torch.arange(len(buffer)))
+    assert 0 < (~whole).sum() < len(buffer) // 10  # some slots wait for a next step or lack their history
+    eager_buffer = copy.deepcopy(buffer)
+    program = policy.update_program(buffer, batch_size=16, updates=2, priority=priority, capture=False)
+    for _ in range(3):
+        out = program.run()
+        for idx in out["index"]:
+            assert buffer.storage.sampleable(idx).all()  # every row drawn again until whole
+            weight = eager_buffer.sampler.importance_weights(idx) if priority else torch.ones(len(idx))
+            stats = eager.learn_mode.forward(make_batch(dict(eager_buffer.storage.gather(idx), index=idx,
+                                                             weight=weight)))
+            if priority:
+                eager_buffer.update_priority(idx, stats["priority"])
+    _assert_same(_state(policy), _state(eager))
+    if priority:
+        _assert_same(buffer.sampler.state_dict(), eager_buffer.sampler.state_dict())
+
+
+def test_rows_never_whole_move_nothing_and_keep_their_priority(device_path, monkeypatch):
+    """Where the redraws find no whole slot (forced here: none is), every row has weight 0: no gradient reaches
+    the network, and no priority changes."""
+    policy = _image_policy(priority=True)
+    buffer = _frame_buffer(True)
+    monkeypatch.setattr(buffer.storage, "sampleable", lambda idx: torch.zeros(len(idx), dtype=torch.bool))
+    before_tree = buffer.sampler.state_dict()["tree"]["sum"].clone()
+    program = policy.update_program(buffer, batch_size=8, updates=1, priority=True, capture=False)
+    out = program.run()
+    assert float(out["loss"][0]) == 0.0
+    assert torch.equal(buffer.sampler.state_dict()["tree"]["sum"], before_tree)
+    assert all(float(p.grad.abs().sum()) == 0 for p in policy.model.parameters() if p.grad is not None)
+
+
 def test_the_program_reads_nothing_on_the_host(device_path):
     """Every run after the first (which ``run`` itself guards) also passes the guard, priorities and all."""
     policy = _policy(priority=True, priority_IS_weight=True, learn=dict(grad_clip_norm=1.0))
@@ -173,7 +243,8 @@ def test_an_algorithm_without_a_graph_safe_update_says_so_at_start(caplog):
 
 
 @pytest.mark.parametrize("what, setup, named", [
-    ("frame stacks", lambda p, b: setattr(b, "storage", FrameStackStorage(CAPACITY, num_envs=1, frame_stack=2)), "FrameStackStorage"),
+    ("sequences", lambda p, b: setattr(b, "storage", SequenceStorage(CAPACITY, num_envs=1, seq_len=4)),
+     "SequenceStorage"),
     ("obs_norm", lambda p, b: setattr(p.normalisation, "obs_norm", object()), "policy.obs_norm"),
     ("replay off the learner", lambda p, b: setattr(b, "device", torch.device("cpu")), "replay_buffer.device='learn'"),
     ("ddp", lambda p, b: setattr(p.hot_paths, "ddp", True), "DDP"),
