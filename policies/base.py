@@ -146,8 +146,9 @@ class Policy:
         self.hot_paths = HotPaths(type(self).__name__, self.compile_mode, self.amp,
                                   {"learn": self.device, **self.mode_devices}, self.eager_acting)
         self.normalisation = Normalisation.from_config(params, observation_space, type(self), self.device)
-        if self.compile_mode == "cudagraph_update" and getattr(self, "_graph_update", None) is None:
-            fall_back(type(self).__name__ + "'s update", "it has no graph-safe update (DQN and Rainbow have one)")
+        missing = self._graph_update_missing() if self.compile_mode == "cudagraph_update" else None
+        if missing is not None:
+            fall_back(type(self).__name__ + "'s update", missing)
         self.optimizer_step: OptimizerStep  # built by the algorithm over its parameters
         self.model: torch.nn.Module        # built by the algorithm: self.placement.build(factory)
         self._learn_wrapper: Optional[torch.nn.Module] = None  # learn_mode.model's wrapper (DDP), if any
@@ -214,7 +215,7 @@ class Policy:
         if self.compile_mode != "cudagraph_update":
             return None
         name = f"{type(self).__name__}'s update"
-        if getattr(self, "_graph_update", None) is None:
+        if self._graph_update_missing() is not None:
             return None  # said at start (__init__)
         why = capture_refusal(self, buffer)
         if why is not None:
@@ -222,6 +223,20 @@ class Policy:
                 fall_back(name, why)
             return None
         return self.update_program(buffer, batch_size, updates, priority)
+
+    def _graph_update_missing(self) -> Optional[str]:
+        """Why this policy has no graph-safe update (``_graph_update``) for its own ``_forward_learn``, or None.
+        A subclass that writes its own ``_forward_learn`` below the class that wrote ``_graph_update`` changed
+        the update the graph would replay: it is refused rather than trained with its parent's update."""
+        owners = {name: next((c for c in type(self).__mro__ if name in vars(c)), None)
+                  for name in ("_graph_update", "_forward_learn")}
+        if owners["_graph_update"] is None:
+            return "it has no graph-safe update (DQN, Rainbow and SAC have one)"
+        if owners["_forward_learn"] is not owners["_graph_update"] and issubclass(owners["_forward_learn"],
+                                                                                  owners["_graph_update"]):
+            return (f"{owners['_forward_learn'].__name__} writes its own _forward_learn, and its graph-safe "
+                    f"_graph_update is still {owners['_graph_update'].__name__}'s (write one beside it)")
+        return None
 
     def update_program(self, buffer: Any, batch_size: int, updates: int, priority: bool = False,
                        capture: bool = True) -> GraphedUpdates:

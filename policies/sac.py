@@ -185,23 +185,47 @@ class SACPolicy(Policy):
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
+        loss, stats = self._batch_loss(batch)
+        self.optimizer_step.step(loss)
+        self._update_target()
+        return self._learn_stats(loss, stats)
+
+    def _graph_update(self, batch: Any, count: torch.Tensor) -> tuple:
+        """``_forward_learn`` with nothing read on the host (``policies.update_graph``: ``policy.compile=
+        'cudagraph_update'``): ``(statistics, priority, non-finite flag)``. A row a frame-stack storage could not
+        rebuild (``batch.valid`` false, about 1e-13 of them) is left out of the critics' loss."""
+        loss, stats = self._batch_loss(batch, batch.valid if "valid" in batch.keys() else None)
+        bad = self.optimizer_step.graph_step(loss)
+        self._update_target()
+        out = self._learn_stats(loss, stats)
+        return out, out.pop("priority"), bad
+
+    def _update_target(self) -> None:
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self._target_critic.parameters()), list(self.model.critic.parameters()),
+                                 self._theta)
+
+    @staticmethod
+    def _learn_stats(loss: torch.Tensor, stats: Dict[str, torch.Tensor]) -> Dict[str, Any]:
+        q1, q2, target = stats.pop("q1"), stats.pop("q2"), stats.pop("target")
+        return {"loss": loss.detach(), **stats, "q_value": q1.mean(), "target_q": target.mean(),
+                "priority": ((q1 - target).abs() + (q2 - target).abs()) / 2}
+
+    def _batch_loss(self, batch: Any, valid: Optional[torch.Tensor] = None) -> tuple:
+        """The batch on the learner's device as the loss takes it, and ``_loss`` of it: the critics' rows weighed
+        by ``batch.weight`` with importance weights, and by ``valid`` (0 or 1) where given."""
         dev = self.device
+        scale, bias = self._affine(dev)  # kept on the device: a copy from the host each update cannot be captured
         obs = model_obs(batch.obs, dev, self.normalisation)
         next_obs = model_obs(batch.next_obs, dev, self.normalisation)
-        action = (batch.action.to(dev).float() - self._bias.to(dev)) / self._scale.to(dev)
+        action = (batch.action.to(dev).float() - bias) / scale
         reward = batch.reward.to(dev).float()
         discount = batch.discount.to(dev).float()
         terminated = batch.terminated.to(dev)
         weight = batch.weight.to(dev).float() if self._use_weight else None
-
-        loss, stats = self._loss(obs, action, next_obs, reward, discount, terminated, weight)
-        self.optimizer_step.step(loss)
-        with torch.no_grad():
-            torch._foreach_lerp_(list(self._target_critic.parameters()), list(self.model.critic.parameters()),
-                                 self._theta)
-        q1, q2, target = stats.pop("q1"), stats.pop("q2"), stats.pop("target")
-        return {"loss": loss.detach(), **stats, "q_value": q1.mean(), "target_q": target.mean(),
-                "priority": ((q1 - target).abs() + (q2 - target).abs()) / 2}
+        if valid is not None:
+            weight = valid.float() if weight is None else weight * valid
+        return self._loss(obs, action, next_obs, reward, discount, terminated, weight)
 
     @hot_path("learn")
     def _loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,

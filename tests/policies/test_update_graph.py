@@ -234,12 +234,77 @@ def test_off_cuda_a_pipeline_says_so_and_trains_eagerly(tmp_path, caplog):
 
 
 def test_an_algorithm_without_a_graph_safe_update_says_so_at_start(caplog):
+    from policies.td3 import TD3Policy
+
+    cfg = EasyDict(deep_merge(TD3Policy.default_config(), dict(compile="cudagraph_update")))
+    with caplog.at_level(logging.WARNING):
+        TD3Policy(cfg, OBS, gym.spaces.Box(-1, 1, (1,), np.float32))
+    assert "cannot capture TD3Policy's update" in caplog.text and "no graph-safe update" in caplog.text
+
+
+def test_a_subclass_with_its_own_update_is_not_captured_with_its_parents(caplog):
+    class MyDQN(DQNPolicy):
+        def _forward_learn(self, batch):
+            return super()._forward_learn(batch)
+
+    cfg = EasyDict(deep_merge(DQNPolicy.default_config(), dict(compile="cudagraph_update")))
+    with caplog.at_level(logging.WARNING):
+        policy = MyDQN(cfg, OBS, ACT)
+    assert "MyDQN writes its own _forward_learn" in caplog.text
+    assert policy.graphed_updates(_buffer(False), 8, 1) is None
+
+
+# ---- SAC ----------------------------------------------------------------------------------------------------
+def _sac(**overrides):
     from policies import SACPolicy
 
-    cfg = EasyDict(deep_merge(SACPolicy.default_config(), dict(compile="cudagraph_update")))
-    with caplog.at_level(logging.WARNING):
-        SACPolicy(cfg, OBS, gym.spaces.Box(-1, 1, (1,), np.float32))
-    assert "cannot capture SACPolicy's update" in caplog.text and "no graph-safe update" in caplog.text
+    torch.manual_seed(0)
+    base = deep_merge(SACPolicy.default_config(), dict(model=dict(actor_head_hidden_size_list=[16],
+                                                                  critic_head_hidden_size_list=[16])))
+    return SACPolicy(EasyDict(deep_merge(base, overrides)), OBS, gym.spaces.Box(-2, 2, (2,), np.float32))
+
+
+def _continuous_buffer(priority: bool) -> ReplayBuffer:
+    buffer = _buffer(priority)
+    g = torch.Generator().manual_seed(3)
+    buffer.storage.fields["action"] = torch.rand(CAPACITY, 2, generator=g) * 4 - 2
+    return buffer
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(priority=True, priority_IS_weight=True, learn=dict(auto_alpha=False))])
+def test_sac_program_equals_eager_on_the_same_slots(device_path, monkeypatch, overrides):
+    """SAC's actor samples from torch's generator in both paths; the program's draws are kept off that stream
+    (forked) so both see the same noise."""
+    priority = bool(overrides.get("priority"))
+    policy = _sac(**overrides)
+    eager = copy.deepcopy(policy)
+    buffer = _continuous_buffer(priority)
+    eager_buffer = copy.deepcopy(buffer)
+    draw = buffer.sampler.draw
+
+    def forked_draw(*args):
+        with torch.random.fork_rng(devices=[]):
+            return draw(*args)
+
+    monkeypatch.setattr(buffer.sampler, "draw", forked_draw)
+    program = policy.update_program(buffer, batch_size=8, updates=3, priority=priority, capture=False)
+    torch.manual_seed(5)
+    runs = [program.run() for _ in range(2)]
+    torch.manual_seed(5)
+    for out in runs:
+        for j, idx in enumerate(out["index"]):
+            weight = eager_buffer.sampler.importance_weights(idx) if priority else torch.ones(len(idx))
+            stats = eager.learn_mode.forward(make_batch(dict(eager_buffer.storage.gather(idx), index=idx,
+                                                             weight=weight)))
+            if priority:
+                eager_buffer.update_priority(idx, stats["priority"])
+            torch.testing.assert_close(out["loss"][j], stats["loss"].float(), rtol=1e-6, atol=1e-7)
+    state, eager_state = policy.state_dict(), eager.state_dict()
+    _assert_same(state["model"], eager_state["model"])
+    _assert_same(state["target_critic"], eager_state["target_critic"])
+    assert state["updates"] == eager_state["updates"] == 6
+    if priority:
+        _assert_same(buffer.sampler.state_dict(), eager_buffer.sampler.state_dict())
 
 
 @pytest.mark.parametrize("what, setup, named", [
