@@ -231,7 +231,7 @@ class Policy:
         owners = {name: next((c for c in type(self).__mro__ if name in vars(c)), None)
                   for name in ("_graph_update", "_forward_learn")}
         if owners["_graph_update"] is None:
-            return "it has no graph-safe update (DQN, Rainbow and SAC have one)"
+            return "it has no graph-safe update (DQN, Rainbow, SAC, TD3 and DDPG have one)"
         if owners["_forward_learn"] is not owners["_graph_update"] and issubclass(owners["_forward_learn"],
                                                                                   owners["_graph_update"]):
             return (f"{owners['_forward_learn'].__name__} writes its own _forward_learn, and its graph-safe "
@@ -259,7 +259,7 @@ class Policy:
 
         return GraphedUpdates(f"{type(self).__name__}'s update", buffer, batch_size, updates,
                               getattr(self, "_graph_update"), lambda: step.updates, finish, bound, priority, capture,
-                              released)
+                              released, period=getattr(self, "graph_period", 1))
 
     # ---- state -------------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

@@ -316,7 +316,7 @@ class DQNPolicy(QValuePolicy):
         self._step(loss)
         return {"loss": loss.detach(), "q_value": q.mean(), "target_q": target.mean(), "priority": priority}
 
-    def _graph_update(self, batch: Any, count: torch.Tensor) -> tuple:
+    def _graph_update(self, batch: Any, count: torch.Tensor, number: int) -> tuple:
         """``_forward_learn`` with nothing read on the host, as the ``count``-th update (``policies.update_graph``:
         ``policy.compile='cudagraph_update'``): ``(statistics, priority, non-finite flag)``."""
         # rows a frame-stack storage could not rebuild get weight 0 (``GraphedUpdates._redrawn``)

@@ -76,19 +76,24 @@ class OptimizerStep:
         loss.backward()
         if grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self._params, grad_clip)
-        if hold:
-            grads = [p.grad for p in hold]
-            for p in hold:
-                p.grad = None
-            self.optimizer.step()
-            for p, grad in zip(hold, grads):
-                p.grad = grad
-        else:
-            self.optimizer.step()
+        self._held_step(hold)
         self.updates += 1
 
-    def graph_step(self, loss: torch.Tensor, grad_clip: float = 0.0) -> torch.Tensor:
-        """``step`` with nothing read on the host, for a captured update (``policies.update_graph``): a
+    def _held_step(self, hold: Sequence[torch.nn.Parameter]) -> None:
+        """The optimizer's step with ``hold``'s gradients taken off for it and given back after."""
+        if not hold:
+            self.optimizer.step()
+            return
+        grads = [p.grad for p in hold]
+        for p in hold:
+            p.grad = None
+        self.optimizer.step()
+        for p, grad in zip(hold, grads):
+            p.grad = grad
+
+    def graph_step(self, loss: torch.Tensor, grad_clip: float = 0.0,
+                   hold: Sequence[torch.nn.Parameter] = ()) -> torch.Tensor:
+        """``step`` (``hold`` too) with nothing read on the host, for a captured update (``policies.update_graph``): a
         non-finite loss makes a fused Adam skip the step (its ``found_inf``) and is returned as a 0-d bool for
         the caller to report; the update count is the caller's to add after the graph's replay.
 
@@ -106,7 +111,7 @@ class OptimizerStep:
         loss.backward()
         if grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self._params, grad_clip)
-        self.optimizer.step()
+        self._held_step(hold)
         self.optimizer.found_inf = before
         return bad
 

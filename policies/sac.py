@@ -190,7 +190,7 @@ class SACPolicy(Policy):
         self._update_target()
         return self._learn_stats(loss, stats)
 
-    def _graph_update(self, batch: Any, count: torch.Tensor) -> tuple:
+    def _graph_update(self, batch: Any, count: torch.Tensor, number: int) -> tuple:
         """``_forward_learn`` with nothing read on the host (``policies.update_graph``: ``policy.compile=
         'cudagraph_update'``): ``(statistics, priority, non-finite flag)``. A row a frame-stack storage could not
         rebuild (``batch.valid`` false, about 1e-13 of them) is left out of the critics' loss."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -297,24 +297,45 @@ class TD3Policy(Policy):
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
+        actor_step = (self.optimizer_step.updates + 1) % self._actor_every == 0  # updates 2, 4, ... (delay 2)
+        loss, stats = self._batch_loss(batch, self._smoothing_noise, actor_step)
+        # off actor steps the actor's (zero-weighted) gradients are held out of the step: the backward did reach
+        # every parameter (what DDP needs and check-ddp reads), and Adam skips a parameter without a gradient
+        self.optimizer_step.step(loss, hold=() if actor_step else self._actor_params)
+        self._update_target(actor_step)
+        return {"loss": loss.detach(), **stats}
+
+    def _graph_update(self, batch: Any, count: torch.Tensor, number: int) -> tuple:
+        """``_forward_learn`` with nothing read on the host (``policies.update_graph``: ``policy.compile=
+        'cudagraph_update'``), as update ``number`` (exact modulo ``graph_period``: the actor's delay, so each
+        phase is a graph of its own). Its smoothing noise comes from torch's generator on the device
+        (``_graph_noise``). Returns ``(statistics, None, non-finite flag)``: TD3 keeps no priorities."""
+        actor_step = number % self._actor_every == 0
+        loss, stats = self._batch_loss(batch, self._graph_noise, actor_step)
+        bad = self.optimizer_step.graph_step(loss, hold=() if actor_step else self._actor_params)
+        self._update_target(actor_step)
+        return {"loss": loss.detach(), **stats}, None, bad
+
+    @property
+    def graph_period(self) -> int:
+        """Updates after which a captured update's Python side repeats: the actor's delay."""
+        return self._actor_every
+
+    def _batch_loss(self, batch: Any, noise: Callable[[int, int], torch.Tensor], actor_step: bool) -> tuple:
+        """The batch on the learner's device as the loss takes it, the smoothing ``noise(rows, cols)``, and ``_loss``
+        of them (the actor's loss weighed in on an actor step)."""
         dev = self.device
         obs = model_obs(batch.obs, dev, self.normalisation)
         next_obs = model_obs(batch.next_obs, dev, self.normalisation)
         action = ((batch.action.to(dev).float() - self._learn_bias) / self._learn_scale).clamp(-1.0, 1.0)
         reward = batch.reward.to(dev).float()
         bootstrap = self._discount(batch) * (~batch.terminated.to(dev)).float()
-        noise = self._smoothing_noise(*action.shape)
-        actor_step = (self.optimizer_step.updates + 1) % self._actor_every == 0  # updates 2, 4, ... (delay 2)
+        return self._loss(obs, action, next_obs, reward, bootstrap, noise(*action.shape), 1.0 if actor_step else 0.0)
 
-        loss, stats = self._loss(obs, action, next_obs, reward, bootstrap, noise, 1.0 if actor_step else 0.0)
-        # off actor steps the actor's (zero-weighted) gradients are held out of the step: the backward did reach
-        # every parameter (what DDP needs and check-ddp reads), and Adam skips a parameter without a gradient
-        self.optimizer_step.step(loss, hold=() if actor_step else self._actor_params)
+    @torch.no_grad()
+    def _update_target(self, actor_step: bool) -> None:
         if actor_step:
-            with torch.no_grad():
-                torch._foreach_lerp_(list(self._target_model.parameters()), list(self.model.parameters()),
-                                     self._theta)
-        return {"loss": loss.detach(), **stats}
+            torch._foreach_lerp_(list(self._target_model.parameters()), list(self.model.parameters()), self._theta)
 
     def _discount(self, batch: Any) -> torch.Tensor | float:
         """gamma^n of each transition (the collector's n-step returns)."""
@@ -328,6 +349,12 @@ class TD3Policy(Policy):
         self._noise_generator.manual_seed((self._noise_seed * 1_000_003 + self.optimizer_step.updates) % 2**63)
         return smoothing_noise(self._noise_generator, rows, cols, self._policy_noise, self._noise_clip, get_rank(),
                                get_world_size())
+
+    def _graph_noise(self, rows: int, cols: int) -> torch.Tensor:
+        """A captured update's smoothing noise, from torch's generator on the device (each replay advances it):
+        ``_smoothing_noise`` reseeds its own per update, which a graph would replay as one seed."""
+        noise = torch.randn((rows, cols), device=self.device) * self._policy_noise
+        return noise.clamp_(-self._noise_clip, self._noise_clip)
 
     @hot_path("learn")
     def _loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,

@@ -61,9 +61,11 @@ WARMUP_CALLS = 2
 #: rounds of drawing again the rows a frame-stack storage cannot rebuild yet (``GraphedUpdates._redrawn``)
 REDRAWS = 4
 
-#: ``update_fn(batch, count)``: one graph-safe update of the policy on ``batch`` as its ``count``-th (a 0-d int64
-#: tensor, from 1); returns the statistics (0-d tensors), the new priorities (None: none) and the non-finite flag
-UpdateFn = Callable[[Any, torch.Tensor], Tuple[Dict[str, torch.Tensor], Optional[torch.Tensor], torch.Tensor]]
+#: ``update_fn(batch, count, number)``: one graph-safe update of the policy on ``batch`` as its ``count``-th (a 0-d
+#: int64 tensor, from 1; ``number``: the same as a Python int, exact modulo the program's ``period``: what Python
+#: may branch on, e.g. TD3's delayed actor step); returns the statistics (0-d tensors), the new priorities (None:
+#: none) and the non-finite flag
+UpdateFn = Callable[[Any, torch.Tensor, int], Tuple[Dict[str, torch.Tensor], Optional[torch.Tensor], torch.Tensor]]
 
 #: ops that make the host wait for a device value: refused inside a program that is to be captured
 _SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "_unique", "_unique2", "unique_dim",
@@ -139,12 +141,16 @@ class GraphedUpdates:
         priority: write each update's priorities back to the sampler.
         capture: capture a CUDA graph (False: every run eagerly, the same program: the CPU's tests).
         on_failure: called when the capture fails (the policy's learn hot paths go back to ``cudagraph``).
+        period: the updates after which the Python side of an update repeats (TD3's actor delay; 1: every update
+            alike): one graph is captured per phase ``count() % period`` a run starts at, each after warm-up
+            calls of its own (an optimizer's state made lazily at a first actor step is made there, not in a
+            capture, which would leave it unwritten).
     """
 
     def __init__(self, name: str, buffer: Any, batch_size: int, updates: int, update_fn: UpdateFn,
                  count: Callable[[], int], finish: Callable[[int], None],
                  bound: Callable[[], Iterator[torch.Tensor]], priority: bool = False, capture: bool = True,
-                 on_failure: Optional[Callable[[], None]] = None) -> None:
+                 on_failure: Optional[Callable[[], None]] = None, period: int = 1) -> None:
         self.name = name
         self.buffer, self.batch_size, self.updates = buffer, int(batch_size), int(updates)
         self.device = buffer.device
@@ -156,11 +162,12 @@ class GraphedUpdates:
         self._start = torch.zeros((), dtype=torch.int64, device=self.device)     # updates before this run
         self._loss_check = DeferredCheck(self.device, NonFiniteLossError)
         self._priority_check = DeferredCheck(self.device, ValueError)
-        self._graph: Optional[Any] = None
-        self._outputs: Optional[Dict[str, torch.Tensor]] = None
+        self.period = max(1, int(period))
+        self._graphs: Dict[int, Tuple[Any, Dict[str, torch.Tensor]]] = {}   # by phase: the graph and its outputs
+        self._warm: Dict[int, int] = {}                                      # by phase: warm-up calls made
         self._captured_over: Optional[Tuple[int, ...]] = None
         self._redraws = hasattr(buffer.storage, "sampleable")  # frame stacks (``_redrawn``)
-        self._warm = 0
+        self._host_start = 0
         self.failed: Optional[BaseException] = None  # a capture that failed: the caller runs its eager path
         self.captures = 0                            # graphs captured (a second one: the bound tensors moved)
 
@@ -168,17 +175,19 @@ class GraphedUpdates:
         """``updates`` updates; returns their statistics: ``loss`` (one per update) and the last update's others,
         and ``index`` (each update's drawn slots, ``[updates, batch_size]``). Where the capture fails, nothing
         is updated, ``failed`` holds the error (named in a warning) and the caller runs its updates itself."""
+        self._host_start = int(self._count())
         self._size.fill_(len(self.buffer))
-        self._start.fill_(self._count())
+        self._start.fill_(self._host_start)
         if not self.capture:
-            out = self._checked_program() if self._warm == 0 else self._program()
-            self._warm += 1
+            phase = self._host_start % self.period
+            out = self._checked_program() if not self._warm.get(phase) else self._program()
+            self._warm[phase] = self._warm.get(phase, 0) + 1
         else:
             try:
                 out = self._run_graphed()
             except Exception as err:  # what torch refuses to capture: the updates run one by one from now on
                 self.failed = err
-                self._graph = self._outputs = None
+                self._graphs.clear()
                 fall_back(self.name, f"the capture failed ({type(err).__name__}: "
                                      f"{(str(err).strip().splitlines() or [''])[0]})")
                 if self._on_failure is not None:
@@ -206,7 +215,7 @@ class GraphedUpdates:
                 idx, weight, valid = self._redrawn(idx, weight)
                 fields["valid"] = valid
             batch = make_batch(dict(storage.gather(idx), index=idx, weight=weight, **fields))
-            stats, priority, bad = self._update_fn(batch, self._start + (j + 1))
+            stats, priority, bad = self._update_fn(batch, self._start + (j + 1), self._host_start + j + 1)
             if self.priority:
                 priority_bads.append(sampler.write_priority(idx, priority, keep=~fields["valid"] if fields else None))
             losses.append(stats["loss"].detach().float().reshape(()))
@@ -239,28 +248,31 @@ class GraphedUpdates:
             return self._program()
 
     def _run_graphed(self) -> Dict[str, torch.Tensor]:
-        fingerprint = self._fingerprint()
-        if self._graph is not None and fingerprint != self._captured_over:
-            logger.info("%s: the tensors the CUDA graph was captured over moved (a checkpoint was loaded); "
-                        "capturing again", self.name)
-            self._graph, self._outputs, self._warm = None, None, 0
-        if self._graph is None and self._warm < WARMUP_CALLS:
+        if self._graphs and self._fingerprint() != self._captured_over:
+            logger.info("%s: the tensors the CUDA graph was captured over moved (a checkpoint was loaded, or an "
+                        "optimizer made its state); capturing again", self.name)
+            self._graphs.clear()
+            self._warm.clear()
+        phase = self._host_start % self.period
+        warm = self._warm.get(phase, 0)
+        if phase not in self._graphs and warm < WARMUP_CALLS:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                out = self._checked_program() if self._warm == 0 else self._program()
+                out = self._checked_program() if warm == 0 else self._program()
             torch.cuda.current_stream(self.device).wait_stream(side)
-            self._warm += 1
+            self._warm[phase] = warm + 1
             return out
-        if self._graph is None:
+        if phase not in self._graphs:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 outputs = self._program()
-            self._graph, self._outputs, self._captured_over = graph, outputs, self._fingerprint()
+            self._graphs[phase] = (graph, outputs)
+            self._captured_over = self._fingerprint()
             self.captures += 1
-        self._graph.replay()
-        assert self._outputs is not None
-        return self._outputs
+        graph, outputs = self._graphs[phase]
+        graph.replay()
+        return outputs
 
     def _fingerprint(self) -> Tuple[int, ...]:
         tensors: List[torch.Tensor] = [t for field in self.buffer.storage.fields.values() for t in _leaves(field)]

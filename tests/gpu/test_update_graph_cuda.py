@@ -176,25 +176,26 @@ def test_captured_updates_from_frame_stacks_equal_eager():
     assert graphed.captures == 1
 
 
-def test_sac_pendulum_trains_through_the_captured_update(tmp_path, caplog):
-    """SAC's actor samples inside the graph (torch's CUDA generator, advanced at each replay), so its updates
-    are compared with eager's in distribution, not number by number: the run captures once, and learns
-    Pendulum as far as eager SAC does in the same steps (tests/policies/test_update_graph.py compares the
-    program with eager number by number on the CPU)."""
-    from dizoo.classic_control.pendulum.config.pendulum_sac_config import create_config, main_config
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_pendulum_trains_through_the_captured_update(algo, tmp_path, caplog):
+    """SAC's actor and TD3's smoothing noise sample inside the graph (torch's CUDA generator, advanced at each
+    replay), so the updates are checked by what they learn, not number by number: the run captures without a
+    fallback and reaches what eager reaches on the CPU in the same steps (-144 for both at 6,000 env steps,
+    seed 0; random play: about -1,200). tests/policies/test_update_graph.py compares the program with eager
+    number by number on the CPU."""
+    import importlib
+
     from pipelines import serial_pipeline
 
-    returns = {}
-    for mode in ("none", "cudagraph_update"):
-        main = copy.deepcopy(main_config)
-        main.policy.cuda = True
-        main.policy.compile = mode
-        main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn"
-        main.env.stop_value = float("inf")  # env.stop_value=none
-        main.log = dict(progress=False)
-        with caplog.at_level(logging.WARNING):
-            summary = serial_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=12000,
-                                      exp_name=str(tmp_path / mode))
-        returns[mode] = summary["eval_return"]
+    module = importlib.import_module(f"dizoo.classic_control.pendulum.config.pendulum_{algo}_config")
+    main = copy.deepcopy(module.main_config)
+    main.policy.cuda = True
+    main.policy.compile = "cudagraph_update"
+    main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn"
+    main.env.stop_value = float("inf")  # env.stop_value=none
+    main.log = dict(progress=False)
+    with caplog.at_level(logging.WARNING):
+        summary = serial_pipeline((main, copy.deepcopy(module.create_config)), seed=0, max_env_step=6000,
+                                  exp_name=str(tmp_path / algo))
     assert "cannot capture" not in caplog.text, caplog.text
-    assert returns["cudagraph_update"] > -600 and returns["none"] > -600, returns  # random play: about -1,200
+    assert summary["eval_return"] > -400, summary

@@ -234,12 +234,12 @@ def test_off_cuda_a_pipeline_says_so_and_trains_eagerly(tmp_path, caplog):
 
 
 def test_an_algorithm_without_a_graph_safe_update_says_so_at_start(caplog):
-    from policies.td3 import TD3Policy
+    from policies import PPOPolicy
 
-    cfg = EasyDict(deep_merge(TD3Policy.default_config(), dict(compile="cudagraph_update")))
+    cfg = EasyDict(deep_merge(PPOPolicy.default_config(), dict(compile="cudagraph_update")))
     with caplog.at_level(logging.WARNING):
-        TD3Policy(cfg, OBS, gym.spaces.Box(-1, 1, (1,), np.float32))
-    assert "cannot capture TD3Policy's update" in caplog.text and "no graph-safe update" in caplog.text
+        PPOPolicy(cfg, OBS, ACT)
+    assert "cannot capture PPOPolicy's update" in caplog.text and "no graph-safe update" in caplog.text
 
 
 def test_a_subclass_with_its_own_update_is_not_captured_with_its_parents(caplog):
@@ -344,3 +344,41 @@ def _uncaptured(init):
         init(self, *args, **kwargs)
         self.capture = False
     return build
+
+
+# ---- TD3 and DDPG: the delayed actor step, one graph per phase --------------------------------------------------
+@pytest.mark.parametrize("algo", ["td3", "ddpg"])
+def test_td3_program_equals_eager_across_the_actor_delay(device_path, algo):
+    """3 updates a run with the actor every 2nd: the runs start at phases 0 and 1 in turn, and each phase's
+    Python side (which parameters step, whether the targets move) is its own. Without smoothing noise both
+    paths draw nothing else."""
+    from policies.td3 import DDPGPolicy, TD3Policy
+
+    cls = TD3Policy if algo == "td3" else DDPGPolicy
+    torch.manual_seed(0)
+    base = deep_merge(cls.default_config(), dict(model=dict(actor_head_hidden_size_list=[16],
+                                                            critic_head_hidden_size_list=[16])))
+    learn = dict(policy_noise=0.0) if algo == "td3" else {}
+    policy = cls(EasyDict(deep_merge(base, dict(learn=learn))), OBS, gym.spaces.Box(-2, 2, (2,), np.float32))
+    assert policy.graph_period == (2 if algo == "td3" else 1)
+    eager = copy.deepcopy(policy)
+    buffer = _continuous_buffer(False)
+    program = policy.update_program(buffer, batch_size=8, updates=3, capture=False)
+    for _ in range(4):
+        out = program.run()
+        for j, idx in enumerate(out["index"]):
+            stats = eager.learn_mode.forward(make_batch(dict(buffer.storage.gather(idx), index=idx,
+                                                             weight=torch.ones(len(idx)))))
+            torch.testing.assert_close(out["loss"][j], stats["loss"].float(), rtol=1e-6, atol=1e-7)
+    assert sorted(program._warm) == ([0, 1] if algo == "td3" else [0])  # each phase warmed up on its own
+    state, eager_state = policy.state_dict(), eager.state_dict()
+    _assert_same(state, eager_state)
+
+
+def test_td3_graph_noise_is_drawn_on_the_device_and_clipped():
+    from policies.td3 import TD3Policy
+
+    policy = TD3Policy(EasyDict(TD3Policy.default_config()), OBS, gym.spaces.Box(-2, 2, (2,), np.float32))
+    with no_host_sync("the noise"):
+        noise = policy._graph_noise(4096, 2)
+    assert noise.abs().max() <= policy._noise_clip and noise.std() > 0.5 * policy._policy_noise

@@ -1,0 +1,87 @@
+"""SAC and TD3 on HalfCheetah on one GPU, eager against ``policy.compile=cudagraph_update``, side by side.
+
+Issue 33's anchor is LeanRL (torch.compile and CUDA graphs on an H100): SAC 725 and TD3 936 env steps/s at one
+update per env step; its goal is >= 1,000 each with the same returns. Each run here trains
+``dizoo/mujoco/config/halfcheetah_<algo>_config.py`` (CleanRL's settings: one env, one update of 256 per env
+step) on the GPU for ``--seconds`` of wall time, and reports:
+
+- env steps/s while learning (from the first update to the end: the random warm-up's steps, which need no
+  update, are left out), and updates/s over the same span;
+- the last evaluation's return and the env steps it was taken at (the runs are short: the returns say that
+  both modes learn alike, not where HalfCheetah ends);
+- whether the update was captured (the log's warning names why not).
+
+Run: ``python bench/offpolicy_gpu.py [--algos sac,td3] [--modes none,cudagraph_update] [--seconds 120]
+[--seed 0]`` (needs the mujoco extra and CUDA; without CUDA it runs on the CPU, where ``cudagraph_update`` is
+eager, with a warning).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import tempfile
+import time
+from typing import Dict, List
+
+import torch
+
+
+def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool) -> Dict[str, float]:
+    from pipelines import build_pipeline
+
+    module = importlib.import_module(f"dizoo.mujoco.config.halfcheetah_{algo}_config")
+    main, create = copy.deepcopy(module.main_config), copy.deepcopy(module.create_config)
+    main.policy.cuda = cuda
+    main.policy.compile = mode
+    main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn" if cuda else None
+    main.env.stop_value = float("inf")  # env.stop_value=none: the wall clock ends the run
+    main.log = dict(progress=False)
+    out_dir = tempfile.mkdtemp(prefix=f"offpolicy_{algo}_{mode}_")
+    pipeline = build_pipeline((main, create), seed=seed, max_env_step=10**9, exp_name=out_dir, force=True)
+    started = time.perf_counter()
+    learning: Dict[str, float] = {}
+
+    def clock(ctx) -> None:
+        now = time.perf_counter()
+        if not learning and ctx.train_iter > 0:
+            learning.update(t=now, env_step=ctx.env_step, train_iter=ctx.train_iter)
+        if now - started >= seconds:
+            ctx.finish = True
+            learning.update(end=now, end_env_step=ctx.env_step, end_train_iter=ctx.train_iter)
+
+    pipeline.append(clock, name="wall_clock")
+    summary = pipeline.run()
+    span = learning.get("end", time.perf_counter()) - learning.get("t", started)
+    return dict(env_steps_per_s=(learning.get("end_env_step", 0) - learning.get("env_step", 0)) / max(span, 1e-9),
+                updates_per_s=(learning.get("end_train_iter", 0) - learning.get("train_iter", 0)) / max(span, 1e-9),
+                eval_return=float(summary.get("eval_return", float("nan"))), env_step=float(summary["env_step"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algos", default="sac,td3")
+    parser.add_argument("--modes", default="none,cudagraph_update")
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    device = torch.cuda.get_device_name(0) if cuda else "cpu (no CUDA: cudagraph_update runs eagerly)"
+    print(f"device: {device}; torch {torch.__version__}; {args.seconds:g} s per run", flush=True)
+    rows: List[Dict[str, object]] = []
+    for algo in args.algos.split(","):
+        for mode in args.modes.split(","):
+            row = dict(algo=algo, mode=mode, **training_run(algo, mode, args.seconds, args.seed, cuda))
+            rows.append(row)
+            print(f"{algo} {mode}: {row['env_steps_per_s']:.0f} env steps/s, {row['updates_per_s']:.0f} updates/s "
+                  f"while learning; last evaluation {row['eval_return']:.1f} at {row['env_step']:.0f} env steps",
+                  flush=True)
+    for algo in args.algos.split(","):
+        mine = [r for r in rows if r["algo"] == algo]
+        base = mine[0]["env_steps_per_s"] or float("nan")
+        print(f"summary {algo}: " + "; ".join(f"{r['mode']} {r['env_steps_per_s']:.0f}/s "
+                                              f"({r['env_steps_per_s'] / base:.2f}x)" for r in mine))
+
+
+if __name__ == "__main__":
+    main()
