@@ -102,9 +102,10 @@ def replay_rate(policy: DQNPolicy, mode: str, args: argparse.Namespace, device: 
     graphed = policy.learn_mode.graphed_updates(buffer, args.batch_size, per_call) if mode == "cudagraph_update" else None
 
     def call() -> None:
-        if graphed is not None:
+        if graphed is not None and graphed.failed is None:
             graphed.run()
-            return
+            if graphed.failed is None:
+                return  # else (named in a warning) these updates and the rest run one by one, as the learner does
         for _ in range(per_call):
             policy.learn_mode.forward(buffer.sample(args.batch_size))
 

@@ -66,9 +66,9 @@ class OffPolicyLearner:
             if graphed.failed is None:
                 ctx.train_iter += self._updates
                 ctx.train_data = graphed.last_batch(out)
-                stats = {k: float(v) for k, v in out.items() if v.numel() == 1 and v.is_floating_point()}
-                stats["loss"] = float(out["loss"].mean())
-                ctx.train_output = stats
+                names = [k for k, v in out.items() if k != "loss" and v.numel() == 1 and v.is_floating_point()]
+                values = torch.stack([out[k] for k in names] + [out["loss"].mean()]).tolist()  # one read
+                ctx.train_output = dict(zip(names + ["loss"], values))
                 return
             self._graphed = None  # the capture failed (named in a warning): the updates run one by one
         losses = []

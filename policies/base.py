@@ -58,6 +58,9 @@ from .placement import Placement, host_state
 from .spaces import SpaceMismatchError, resolve_shape, space_dims
 from .update_graph import GraphedUpdates, capture_refusal, fall_back
 
+#: methods an eager update calls that a graph-safe ``_graph_update`` does not (``Policy._graph_update_missing``)
+_EAGER_UPDATE_METHODS = ("_forward_learn", "_step", "_smoothing_noise")
+
 __all__ = ["Policy", "LearnMode", "CollectMode", "EvalMode", "NonFiniteLossError", "SpaceMismatchError",
            "DeviceMismatchError", "ObsNormMismatchError", "PolicyParams", "OfflineEvalParams", "OnlineEvalParams",
            "check_finite", "make_adam", "space_dims", "resolve_shape", "OBS_NORM_PREFIX"]
@@ -228,14 +231,17 @@ class Policy:
         """Why this policy has no graph-safe update (``_graph_update``) for its own ``_forward_learn``, or None.
         A subclass that writes its own ``_forward_learn`` below the class that wrote ``_graph_update`` changed
         the update the graph would replay: it is refused rather than trained with its parent's update."""
-        owners = {name: next((c for c in type(self).__mro__ if name in vars(c)), None)
-                  for name in ("_graph_update", "_forward_learn")}
-        if owners["_graph_update"] is None:
+        def owner(name: str) -> Optional[type]:
+            return next((c for c in type(self).__mro__ if name in vars(c)), None)
+
+        graph = owner("_graph_update")
+        if graph is None:
             return "it has no graph-safe update (DQN, Rainbow, SAC, TD3 and DDPG have one)"
-        if owners["_forward_learn"] is not owners["_graph_update"] and issubclass(owners["_forward_learn"],
-                                                                                  owners["_graph_update"]):
-            return (f"{owners['_forward_learn'].__name__} writes its own _forward_learn, and its graph-safe "
-                    f"_graph_update is still {owners['_graph_update'].__name__}'s (write one beside it)")
+        for name in _EAGER_UPDATE_METHODS:  # what only the eager update calls, written again below the graph's
+            mine = owner(name)
+            if mine is not None and mine is not graph and issubclass(mine, graph):
+                return (f"{mine.__name__} writes its own {name}, and its graph-safe _graph_update is still "
+                        f"{graph.__name__}'s (write one beside it)")
         return None
 
     def update_program(self, buffer: Any, batch_size: int, updates: int, priority: bool = False,
@@ -244,13 +250,17 @@ class Policy:
         eagerly, as the CPU tests run it). From here on the learn hot paths compile inside the graph."""
         self.hot_paths.capture_learn()
         step = self.optimizer_step
+        if capture:  # Adam refuses a step inside a capture unless built capturable (the fused one keeps its count
+            step.make_capturable()  # on the device either way)
 
         def finish(done: int) -> None:
             step.updates += done
 
         def bound() -> Any:
             for _, attr in self._checkpointed:
-                yield from getattr(self, attr).state_dict().values()
+                module = getattr(self, attr)
+                yield from module.parameters()
+                yield from module.buffers()
             yield from step.bound_tensors()
 
         def released() -> None:  # the capture failed: the learn hot paths are CUDA-graphed themselves again
@@ -259,7 +269,8 @@ class Policy:
 
         return GraphedUpdates(f"{type(self).__name__}'s update", buffer, batch_size, updates,
                               getattr(self, "_graph_update"), lambda: step.updates, finish, bound, priority, capture,
-                              released, period=getattr(self, "graph_period", 1))
+                              released, period=getattr(self, "graph_period", 1),
+                              refusal=lambda: capture_refusal(self, buffer))
 
     # ---- state -------------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

@@ -260,6 +260,7 @@ class DQNPolicy(QValuePolicy):
 
     pipeline = "off_policy"
     default_env_steps = 500_000
+    graph_masks_rows = True  # its captured update leaves out (weight 0) rows a frame-stack storage cannot rebuild
     Params = DQNParams
     params: DQNParams
 

@@ -29,6 +29,9 @@ from .checks import NonFiniteLossError, check_finite
 
 __all__ = ["OptimizerStep", "make_adam"]
 
+#: an optimizer's group keys that say how it steps, not what: a loaded checkpoint's are not taken
+_IMPLEMENTATION_KEYS = ("fused", "foreach", "capturable", "differentiable")
+
 
 class OptimizerStep:
     """An optimizer, its update count and the loss check before each step (module docstring).
@@ -115,6 +118,13 @@ class OptimizerStep:
         self.optimizer.found_inf = before
         return bad
 
+    def make_capturable(self) -> None:
+        """Let a CUDA graph capture this optimizer's step (``capturable``; a load keeps it). Its note that a
+        capturable step runs uncaptured (the warm-up calls before a capture) is not wanted here."""
+        for group in self.optimizer.param_groups:
+            group["capturable"] = True
+        self.optimizer._warned_capturable_if_run_uncaptured = True
+
     def bound_tensors(self) -> list:
         """The optimizer's state tensors (a captured update binds their memory; a checkpoint's load replaces them)."""
         return [t for state in self.optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
@@ -138,9 +148,12 @@ class OptimizerStep:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """The optimizer's state under the config's settings, and the update count."""
+        # a checkpoint's groups carry how the saving run stepped (fused, foreach, capturable): this run's stay
+        kept = [{k: group.get(k) for k in _IMPLEMENTATION_KEYS} for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state["optimizer"])
-        for group, settings in zip(self.optimizer.param_groups, self.settings):
+        for group, settings, implementation in zip(self.optimizer.param_groups, self.settings, kept):
             group.update(settings)
+            group.update(implementation)
         self.updates = int(state["updates"])
 
 

@@ -192,9 +192,8 @@ class SACPolicy(Policy):
 
     def _graph_update(self, batch: Any, count: torch.Tensor, number: int) -> tuple:
         """``_forward_learn`` with nothing read on the host (``policies.update_graph``: ``policy.compile=
-        'cudagraph_update'``): ``(statistics, priority, non-finite flag)``. A row a frame-stack storage could not
-        rebuild (``batch.valid`` false, about 1e-13 of them) is left out of the critics' loss."""
-        loss, stats = self._batch_loss(batch, batch.valid if "valid" in batch.keys() else None)
+        'cudagraph_update'``): ``(statistics, priority, non-finite flag)``."""
+        loss, stats = self._batch_loss(batch)
         bad = self.optimizer_step.graph_step(loss)
         self._update_target()
         out = self._learn_stats(loss, stats)
@@ -211,9 +210,9 @@ class SACPolicy(Policy):
         return {"loss": loss.detach(), **stats, "q_value": q1.mean(), "target_q": target.mean(),
                 "priority": ((q1 - target).abs() + (q2 - target).abs()) / 2}
 
-    def _batch_loss(self, batch: Any, valid: Optional[torch.Tensor] = None) -> tuple:
-        """The batch on the learner's device as the loss takes it, and ``_loss`` of it: the critics' rows weighed
-        by ``batch.weight`` with importance weights, and by ``valid`` (0 or 1) where given."""
+    def _batch_loss(self, batch: Any) -> tuple:
+        """The batch on the learner's device as the loss takes it, and ``_loss`` of it (the critics' rows weighed
+        by ``batch.weight`` with importance weights)."""
         dev = self.device
         scale, bias = self._affine(dev)  # kept on the device: a copy from the host each update cannot be captured
         obs = model_obs(batch.obs, dev, self.normalisation)
@@ -223,8 +222,6 @@ class SACPolicy(Policy):
         discount = batch.discount.to(dev).float()
         terminated = batch.terminated.to(dev)
         weight = batch.weight.to(dev).float() if self._use_weight else None
-        if valid is not None:
-            weight = valid.float() if weight is None else weight * valid
         return self._loss(obs, action, next_obs, reward, discount, terminated, weight)
 
     @hot_path("learn")

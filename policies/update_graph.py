@@ -35,6 +35,7 @@ fallback follows.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -58,8 +59,9 @@ logger = logging.getLogger(__name__)
 #: compiled kernels are made there, not inside the graph
 WARMUP_CALLS = 2
 
-#: rounds of drawing again the rows a frame-stack storage cannot rebuild yet (``GraphedUpdates._redrawn``)
-REDRAWS = 4
+#: rounds of drawing again the rows a frame-stack storage cannot rebuild yet (``GraphedUpdates._redrawn``); each
+#: is a few small kernels inside the graph
+REDRAWS = 16
 
 #: ``update_fn(batch, count, number)``: one graph-safe update of the policy on ``batch`` as its ``count``-th (a 0-d
 #: int64 tensor, from 1; ``number``: the same as a Python int, exact modulo the program's ``period``: what Python
@@ -72,6 +74,10 @@ _SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "_unique", "_uni
              "unique_consecutive", "repeat_interleave"}
 #: ops whose boolean index sizes their result on the host
 _INDEX_OPS = {"index", "_index_put_impl_"}
+
+
+class _Refused(RuntimeError):
+    """A capture refused before it began (``capture_refusal``'s reason as its message)."""
 
 
 class HostSyncError(RuntimeError):
@@ -87,6 +93,10 @@ class _NoHostSync(TorchDispatchMode):
         name = func.overloadpacket.__name__
         boolean_index = name in _INDEX_OPS and any(  # t[mask]: the result's size is counted on the host
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) or ())
+        if _host_to_device_copy(name, args, kwargs or {}):
+            raise HostSyncError(f"{self.what} copies a host tensor to the device (aten.{name}), which a CUDA graph "
+                                f"replays from the address it was captured with, not from the tensor's current "
+                                f"values: keep the tensor on the device (policies.placement.PerDevice)")
         if boolean_index or (name in _SYNC_OPS and not (name == "repeat_interleave" and (kwargs or {}).get("output_size"))):
             raise HostSyncError(f"{self.what} reads a device value on the host (aten.{name}: .item(), bool() or "
                                 f"int() of a tensor, a boolean mask or nonzero), which a CUDA graph cannot capture: "
@@ -94,9 +104,21 @@ class _NoHostSync(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _host_to_device_copy(name: str, args: Any, kwargs: Any) -> bool:
+    """Whether an op copies a host tensor (more than a scalar) to another device: ``t.to(device)`` of a CPU tensor,
+    or ``device_tensor.copy_(cpu_tensor)``."""
+    if name == "_to_copy" and args and isinstance(args[0], torch.Tensor):
+        target = kwargs.get("device")
+        return args[0].device.type == "cpu" and args[0].dim() > 0 and target is not None and \
+            torch.device(target).type != "cpu"
+    if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
+        return args[1].device.type == "cpu" and args[1].dim() > 0 and args[0].device.type != "cpu"
+    return False
+
+
 def no_host_sync(what: str = "the update") -> TorchDispatchMode:
-    """A context in which an op that reads a device value on the host raises ``HostSyncError`` (on any
-    device: the CPU tests run the GPU's programs under it)."""
+    """A context in which an op that reads a device value on the host, or copies a host tensor to a device,
+    raises ``HostSyncError`` (reads on any device: the CPU tests run the GPU's programs under it)."""
     return _NoHostSync(what)
 
 
@@ -117,11 +139,15 @@ def capture_refusal(policy: Any, buffer: Any) -> Optional[str]:
                 f"policy.other.replay_buffer.device='learn'")
     if not hasattr(buffer.sampler, "draw"):
         return f"the replay's {type(buffer.sampler).__name__} cannot draw on the device"
+    if hasattr(buffer.storage, "sampleable") and not getattr(policy, "graph_masks_rows", False):
+        return (f"{type(policy).__name__}'s update cannot leave out the rows a {type(buffer.storage).__name__} "
+                f"could not rebuild (DQN's can)")
     if policy.normalisation.obs_norm is not None:
         return "policy.obs_norm's running statistics change between updates"
     for group in policy.optimizer_step.optimizer.param_groups:
-        if not (group.get("fused") or group.get("capturable")):
-            return "its optimizer is neither fused nor capturable"
+        if not group.get("fused"):
+            return ("its optimizer is not the fused Adam (the one that skips a non-finite step on the device, "
+                    "and that a CUDA graph can step)")
     return None
 
 
@@ -145,12 +171,15 @@ class GraphedUpdates:
             alike): one graph is captured per phase ``count() % period`` a run starts at, each after warm-up
             calls of its own (an optimizer's state made lazily at a first actor step is made there, not in a
             capture, which would leave it unwritten).
+        refusal: why the updates cannot be captured now (``capture_refusal``), asked again before each capture
+            (a checkpoint's optimizer, loaded since, may not be capture-safe).
     """
 
     def __init__(self, name: str, buffer: Any, batch_size: int, updates: int, update_fn: UpdateFn,
                  count: Callable[[], int], finish: Callable[[int], None],
                  bound: Callable[[], Iterator[torch.Tensor]], priority: bool = False, capture: bool = True,
-                 on_failure: Optional[Callable[[], None]] = None, period: int = 1) -> None:
+                 on_failure: Optional[Callable[[], None]] = None, period: int = 1,
+                 refusal: Optional[Callable[[], Optional[str]]] = None) -> None:
         self.name = name
         self.buffer, self.batch_size, self.updates = buffer, int(batch_size), int(updates)
         self.device = buffer.device
@@ -158,6 +187,8 @@ class GraphedUpdates:
         self.capture = capture
         self._update_fn, self._count, self._finish, self._bound = update_fn, count, finish, bound
         self._on_failure = on_failure
+        self._refusal = refusal
+        self._progress = 0  # updates of the running call done so far (eagerly: a warm-up's, counted on failure)
         self._size = torch.zeros((), dtype=torch.int64, device=self.device)      # the replay's fill
         self._start = torch.zeros((), dtype=torch.int64, device=self.device)     # updates before this run
         self._loss_check = DeferredCheck(self.device, NonFiniteLossError)
@@ -175,6 +206,8 @@ class GraphedUpdates:
         """``updates`` updates; returns their statistics: ``loss`` (one per update) and the last update's others,
         and ``index`` (each update's drawn slots, ``[updates, batch_size]``). Where the capture fails, nothing
         is updated, ``failed`` holds the error (named in a warning) and the caller runs its updates itself."""
+        if self.failed is not None:
+            raise RuntimeError(f"{self.name}: its capture failed ({self.failed!r}); run the updates eagerly")
         self._host_start = int(self._count())
         self._size.fill_(len(self.buffer))
         self._start.fill_(self._host_start)
@@ -186,20 +219,26 @@ class GraphedUpdates:
             try:
                 out = self._run_graphed()
             except Exception as err:  # what torch refuses to capture: the updates run one by one from now on
-                self.failed = err
-                self._graphs.clear()
-                fall_back(self.name, f"the capture failed ({type(err).__name__}: "
-                                     f"{(str(err).strip().splitlines() or [''])[0]})")
-                if self._on_failure is not None:
-                    self._on_failure()
+                self._fail(err)
                 return {}
-        self._report(out)
-        self._finish(self.updates)
+        first = self._host_start + 1
+        self._finish(self.updates)  # counted before a deferred error is raised: the updates were made
+        self._report(out, first)
         return out
 
+    def _fail(self, err: BaseException) -> None:
+        self.failed = err
+        self._graphs.clear()
+        cause = err.args[0] if isinstance(err, _Refused) else (
+            f"the capture failed ({type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]})")
+        fall_back(self.name, cause)
+        if self._on_failure is not None:
+            self._on_failure()
+
     def last_batch(self, out: Dict[str, torch.Tensor]) -> Any:
-        """The run's last batch, gathered again from its slots (``ctx.train_data``)."""
-        idx = out["index"][-1]
+        """The run's last batch, gathered again from its slots (``ctx.train_data``; its own copy: the graph's
+        outputs are overwritten by the next replay)."""
+        idx = out["index"][-1].clone()
         return make_batch(dict(self.buffer.storage.gather(idx), index=idx))
 
     # ---- the program --------------------------------------------------------------------------------
@@ -221,6 +260,7 @@ class GraphedUpdates:
             losses.append(stats["loss"].detach().float().reshape(()))
             indices.append(idx)
             bads.append(bad.reshape(()))
+            self._progress = j + 1
         out = {k: v.detach().float().reshape(()) for k, v in stats.items() if k != "loss"}
         out["loss"] = torch.stack(losses)
         out["index"] = torch.stack(indices)
@@ -232,10 +272,10 @@ class GraphedUpdates:
     def _redrawn(self, idx: torch.Tensor, weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A storage that rebuilds transitions from their neighbours (frame stacks) cannot hand out a slot whose
         neighbours are not written yet or are overwritten: such rows are drawn again ``REDRAWS`` times, in place
-        (``torch.where``: the eager learner's loop until all are whole needs a host read). A row still not whole
-        after that (at a fraction ``f`` of such slots, ``f ** (REDRAWS + 1)`` of the rows: about 1e-13 at
-        ``f = 0.3%``, 24 of 8,000 slots) is marked in ``valid`` for the update to give weight 0, so it moves
-        nothing, and its priority is left."""
+        (``torch.where``; the eager learner loops until all are whole, which needs a host read). A row still not
+        whole after that (at a share ``f`` of such slots, ``f ** (REDRAWS + 1)`` of the rows: 1e-34 at 1%, the
+        share when Pong's DQN starts learning) is marked in ``valid``; the update gives it weight 0 and leaves
+        its priority."""
         sampler, storage = self.buffer.sampler, self.buffer.storage
         for _ in range(REDRAWS):
             whole = storage.sampleable(idx)
@@ -255,33 +295,63 @@ class GraphedUpdates:
             self._warm.clear()
         phase = self._host_start % self.period
         warm = self._warm.get(phase, 0)
-        if phase not in self._graphs and warm < WARMUP_CALLS:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                out = self._checked_program() if warm == 0 else self._program()
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            self._warm[phase] = warm + 1
-            return out
-        if phase not in self._graphs:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                outputs = self._program()
-            self._graphs[phase] = (graph, outputs)
-            self._captured_over = self._fingerprint()
-            self.captures += 1
-        graph, outputs = self._graphs[phase]
-        graph.replay()
+        with torch.cuda.device(self.device):  # capture and replay on the learner's GPU, whichever is current
+            if phase not in self._graphs and warm < WARMUP_CALLS:
+                return self._warm_up(phase, warm)
+            if phase not in self._graphs:
+                self._capture(phase)
+            graph, outputs = self._graphs[phase]
+            graph.replay()
         return outputs
 
-    def _fingerprint(self) -> Tuple[int, ...]:
+    def _warm_up(self, phase: int, warm: int) -> Dict[str, torch.Tensor]:
+        """One eager call of the program on a side stream (torch's recipe before a capture); a failure counts
+        the updates it made before raising, and the caller's stream waits for them either way."""
+        current = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(current)
+        self._progress = 0
+        try:
+            with torch.cuda.stream(side):
+                out = self._checked_program() if warm == 0 else self._program()
+        except Exception:
+            self._finish(self._progress)
+            raise
+        finally:
+            current.wait_stream(side)
+        self._warm[phase] = warm + 1
+        return out
+
+    def _capture(self, phase: int) -> None:
+        """Capture the program for ``phase``, after asking again whether it can be (a loaded checkpoint may have
+        changed the optimizer). A recompile inside the capture is made an error (compiling there fails in CUDA,
+        past Python's reach), and the process's stream is put back if the capture's end fails."""
+        why = self._refusal() if self._refusal is not None else None
+        if why is not None:
+            raise _Refused(why)
+        graph = torch.cuda.CUDAGraph()
+        current = torch.cuda.current_stream(self.device)
+        stance = (torch.compiler.set_stance("fail_on_recompile") if hasattr(torch.compiler, "set_stance")
+                  else contextlib.nullcontext())
+        try:
+            with stance, torch.cuda.graph(graph, stream=torch.cuda.Stream(self.device),
+                                          capture_error_mode="thread_local"):
+                outputs = self._program()
+        except Exception:
+            torch.cuda.set_stream(current)
+            raise
+        self._graphs[phase] = (graph, outputs)
+        self._captured_over = self._fingerprint()
+        self.captures += 1
+
+    def _fingerprint(self) -> Tuple[Any, ...]:
+        """Where and how each tensor the graph binds lies (its address, shape, strides and dtype)."""
         tensors: List[torch.Tensor] = [t for field in self.buffer.storage.fields.values() for t in _leaves(field)]
         tensors += list(getattr(self.buffer.storage, "bound_tensors", tuple)())
         tensors += list(self.buffer.sampler.bound_tensors()) + list(self._bound())
-        return tuple(t.data_ptr() for t in tensors)
+        return tuple((t.data_ptr(), t.shape, t.stride(), t.dtype) for t in tensors)
 
-    def _report(self, out: Dict[str, torch.Tensor]) -> None:
-        first = int(self._count()) + 1
+    def _report(self, out: Dict[str, torch.Tensor], first: int) -> None:
         self._loss_check.report(out["non_finite"], f"{self.name}: the loss is not finite (NaN or inf) in updates "
                                                    f"{first}-{first + self.updates - 1}; those steps were skipped, "
                                                    f"so the parameters are left at their last finite values. "

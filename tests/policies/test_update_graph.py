@@ -382,3 +382,54 @@ def test_td3_graph_noise_is_drawn_on_the_device_and_clipped():
     with no_host_sync("the noise"):
         noise = policy._graph_noise(4096, 2)
     assert noise.abs().max() <= policy._noise_clip and noise.std() > 0.5 * policy._policy_noise
+
+
+# ---- what a capture needs of the optimizer, the tensors it binds, and the guard --------------------------------
+class _CapturingStream:
+    def is_capturing(self):
+        return True
+
+
+def test_a_captured_step_needs_a_capturable_adam_which_a_checkpoint_load_keeps(device_path, monkeypatch):
+    """Adam refuses ``step()`` inside a capture unless its groups are capturable (checked here by faking a
+    capturing CUDA stream around the CPU's fused Adam); ``make_capturable`` sets it, and loading a checkpoint of
+    a run that was not capturable keeps this run's setting (a load takes the saved groups' keys)."""
+    policy = _policy()
+    loss = lambda: policy._batch_loss(make_batch(dict(_buffer(False).storage.gather(torch.arange(8)),  # noqa: E731
+                                                      weight=torch.ones(8))))[0]
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("cuda"))
+    monkeypatch.setattr(torch.accelerator, "current_stream", lambda *a: _CapturingStream())
+    with pytest.raises(RuntimeError, match="capturable is False"):
+        policy.optimizer_step.graph_step(loss())
+    uncapturable = _policy().state_dict()
+    policy.optimizer_step.make_capturable()
+    policy.load_state_dict(uncapturable)
+    assert all(g["capturable"] for g in policy.optimizer_step.optimizer.param_groups)
+    policy.optimizer_step.graph_step(loss())  # no refusal now
+
+
+def test_a_checkpoint_load_moves_what_the_graph_binds(device_path):
+    """Adam's state is new memory after a load: the fingerprint ``_run_graphed`` compares changes, so a GPU run
+    captures again rather than stepping the old state."""
+    policy = _policy()
+    program = policy.update_program(_buffer(False), batch_size=8, updates=2, capture=False)
+    program.run()
+    before = program._fingerprint()
+    assert program._fingerprint() == before
+    policy.load_state_dict(copy.deepcopy(policy.state_dict()))
+    assert program._fingerprint() != before
+
+
+def test_the_guard_names_a_host_tensor_copied_to_a_device():
+    with pytest.raises(HostSyncError, match="copies a host tensor to the device"):
+        with no_host_sync("a copy"):
+            torch.ones(3).to("meta")
+    with no_host_sync("a scalar"):
+        torch.ones(3, device="meta") * torch.tensor(2.0)  # a 0-d host tensor is a scalar argument: allowed
+
+
+def test_frame_stacks_are_refused_for_an_update_that_cannot_leave_rows_out():
+    policy, buffer = _sac(), _buffer(False)
+    policy.device = buffer.device = torch.device("cuda", 0)
+    buffer.storage = FrameStackStorage(CAPACITY, num_envs=1, frame_stack=2)
+    assert "SACPolicy's update cannot leave out the rows" in capture_refusal(policy, buffer)
