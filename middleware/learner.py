@@ -152,16 +152,21 @@ class OnPolicyLearner:
             if end_epoch is not None:
                 end_epoch()
         ctx.train_data = data
-        ctx.train_output = {k: _mean(v) for k, v in totals.items()}
+        ctx.train_output = _means(totals)
 
 
-def _mean(values: list) -> float:
-    """The mean of one statistic over a call's updates, read from the device once."""
-    tensors = [v for v in values if isinstance(v, torch.Tensor)]
-    total = sum(v for v in values if not isinstance(v, torch.Tensor))
-    if tensors:
-        total += float(torch.stack([t.to(tensors[0].device) for t in tensors]).sum())
-    return total / len(values)
+def _means(totals: Dict[str, list]) -> Dict[str, float]:
+    """The mean of each statistic over a call's updates, the device's values read back in one copy (a read per
+    statistic would wait for the device once each)."""
+    sums = {k: sum(v for v in values if not isinstance(v, torch.Tensor)) for k, values in totals.items()}
+    on_device = {k: [v for v in values if isinstance(v, torch.Tensor)] for k, values in totals.items()}
+    keys = [k for k, tensors in on_device.items() if tensors]
+    if keys:
+        device = on_device[keys[0]][0].device
+        read = torch.stack([torch.stack([t.to(device) for t in on_device[k]]).sum() for k in keys]).tolist()
+        for k, value in zip(keys, read):
+            sums[k] += value
+    return {k: sums[k] / len(values) for k, values in totals.items()}
 
 
 def _is_scalar(value: Any) -> bool:

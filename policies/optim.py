@@ -11,7 +11,8 @@ The loss check: on the host, a non-finite loss raises ``NonFiniteLossError`` bef
 (``policies.checks.check_finite``). On a GPU it does not wait for the device (a read of the loss would
 stall every update): the flag stays on the device and tells the fused Adam to skip the step (its
 ``found_inf``, as ``torch.amp.GradScaler`` uses it: parameters, moments and step count unchanged), and the
-error is raised at the next update, when the device has long computed it (``data.replay.device.DeferredCheck``).
+error is raised at a later update, as soon as the host sees the device has computed it, without waiting
+for it (``data.replay.device.DeferredCheck``).
 An optimizer that is not fused is checked at once, with the wait.
 
 The settings (``lr``, ``weight_decay``) are applied again over a checkpoint's when one is loaded, so that a
@@ -72,7 +73,7 @@ class OptimizerStep:
                 taken off for the step and given back after (the backward did reach them, as DDP needs).
 
         Raises:
-            NonFiniteLossError: a non-finite loss (module docstring: on a GPU, one update later).
+            NonFiniteLossError: a non-finite loss (module docstring: on a GPU, at a later update).
         """
         self._check_loss(loss)
         self.optimizer.zero_grad(set_to_none=True)
@@ -137,7 +138,7 @@ class OptimizerStep:
             self._deferred = DeferredCheck(loss.device, NonFiniteLossError)
         bad = ~torch.isfinite(loss.detach())
         self._deferred.report(bad, f"{self.label} loss is not finite (NaN or inf) at update {self.updates}, seen "
-                                   f"one update later on {loss.device}; that update's step was skipped, so the "
+                                   f"on {loss.device} at a later update; that update's step was skipped, so the "
                                    f"parameters are left at their last finite values. Lower "
                                    f"policy.learn.learning_rate or clip gradients")
         self.optimizer.found_inf = bad.float()

@@ -17,7 +17,7 @@ What makes a program capturable, and how each rule is kept:
 
 - no host read of a device value (``.item()``, ``bool(t)``, ``nonzero``): the replay's fill and the update
   count are device tensors the host writes before each replay (``fill_``, no wait); checks are flags read
-  one call later (``data.replay.device.DeferredCheck``). ``no_host_sync`` raises on such an op, on any
+  at a later call (``data.replay.device.DeferredCheck``). ``no_host_sync`` raises on such an op, on any
   device: the first warm-up call runs under it, and the CPU tests run every program under it.
 - Python runs once, at capture: anything that must change per update is a tensor (the count for a hard
   target update is ``(count % freq == 0)`` as a lerp weight, exact at 0 and 1), and host bookkeeping (the

@@ -14,8 +14,9 @@ device memory it compares its bytes with the device's free memory (``ensure_fits
 """
 from __future__ import annotations
 
+import collections
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
@@ -206,15 +207,22 @@ def _can_pin(device: torch.device) -> bool:
 class DeferredCheck:
     """A condition computed on the device and raised on the host without waiting for the device.
 
-    On the CPU ``report`` raises at once. On a GPU the flag is copied to pinned host memory behind an event
-    and read at the next ``report`` (or ``flush``), when the device has long computed it: the error comes one
-    call late, and the caller keeps its data valid meanwhile (e.g. the sum tree ignores bad priorities).
+    On the CPU ``report`` raises at once. On a GPU each flag is copied to pinned host memory behind an event,
+    and a later ``report`` reads the flags whose events the device has passed (``Event.query``: no wait), so
+    the host runs on ahead of the device as far as it can: the error comes at a later call, as soon as the
+    host sees it, and the caller keeps its data valid meanwhile (the fused Adam skips a non-finite step, the
+    sum tree ignores bad priorities). Only past ``MAX_PENDING`` unread flags is the oldest waited for (a
+    device that many calls behind). ``flush`` waits for them all. Where pinning is not available (another
+    device; tests running the device path on CPU tensors) the flag is read at the next ``report``.
     """
+
+    #: flags kept unread while the device works on them; past this, the oldest is waited for
+    MAX_PENDING = 32
 
     def __init__(self, device: str | torch.device, error: type = ValueError) -> None:
         self.device = as_device(device)
         self.error = error  # the exception class raised
-        self._pending: Optional[tuple] = None   # (host flag, event, message)
+        self._pending: Deque[tuple] = collections.deque()   # (host flag, event or None, message), oldest first
 
     def report(self, bad: torch.Tensor, message: str) -> None:
         """``bad``: a 0-d bool tensor on the device; ``message``: the error if it is true."""
@@ -222,23 +230,34 @@ class DeferredCheck:
             if bool(bad):
                 raise self.error(message)
             return
-        self.flush()
+        self._read(wait=False)
         if _can_pin(self.device):
             flag = torch.empty((), dtype=torch.bool, pin_memory=True)
             flag.copy_(bad, non_blocking=True)
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(self.device))
-            self._pending = (flag, event, message)
+            self._pending.append((flag, event, message))
         else:
-            self._pending = (bad, None, message)
+            self._pending.append((bad, None, message))
+        while len(self._pending) > self.MAX_PENDING:
+            self._read_oldest()
 
     def flush(self) -> None:
-        """Raise the pending condition if it held (waits for the device to have computed it)."""
-        if self._pending is None:
-            return
-        flag, event, message = self._pending
-        self._pending = None
+        """Raise the first pending condition that held (waits for the device to have computed them all)."""
+        self._read(wait=True)
+
+    def _read(self, wait: bool) -> None:
+        """Read the pending flags in order: those the device has computed, or (``wait``) all of them."""
+        while self._pending:
+            event = self._pending[0][1]
+            if event is not None and not wait and not event.query():
+                return  # the device is still behind: nothing is waited for
+            self._read_oldest()
+
+    def _read_oldest(self) -> None:
+        flag, event, message = self._pending.popleft()
         if event is not None:
             event.synchronize()
         if bool(flag):
+            self._pending.clear()
             raise self.error(message)

@@ -162,7 +162,7 @@ class PrioritizedSampler(Sampler):
         self._updates += 1
         self._check.report(bad, f"priorities must be finite and non-negative: update_priority call "
                                 f"{self._updates} on {self.device} got NaN or infinite values (left out "
-                                f"of the sum tree; a GPU replay reports this one call late)")
+                                f"of the sum tree; a GPU replay reports this at a later call)")
 
     def draw(self, size: torch.Tensor, batch_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """``sample`` on the device (the same stratified draw, its uniform numbers from the device's default

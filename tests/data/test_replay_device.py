@@ -339,3 +339,32 @@ def test_replay_device_doctests():
 
     for module in (data.replay.device, data.replay.sumtree):
         assert doctest.testmod(module).failed == 0
+
+
+class _Event:
+    """A CUDA event's host side: ``query`` says whether the device passed it, ``synchronize`` waits for it."""
+
+    def __init__(self, done):
+        self.done, self.waited = done, False
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.waited = self.done = True
+
+
+def test_deferred_check_reads_what_the_device_has_computed_and_waits_only_when_far_behind(monkeypatch):
+    """Flags whose events the device has passed are read without a wait; one still being computed stops the
+    reading (the host runs on); past MAX_PENDING unread flags the oldest is waited for."""
+    monkeypatch.setattr(placement, "host_path", lambda device: False)
+    check = DeferredCheck(torch.device("cpu"))
+    done, behind = _Event(True), _Event(False)
+    check._pending.extend([(torch.tensor(False), done, "a"), (torch.tensor(True), behind, "bad, seen later")])
+    check._read(wait=False)
+    assert len(check._pending) == 1 and not behind.waited  # the finished one read, the running one left
+    monkeypatch.setattr(DeferredCheck, "MAX_PENDING", 2)
+    check._pending.append((torch.tensor(False), _Event(False), "c"))
+    with pytest.raises(ValueError, match="bad, seen later"):
+        check.report(torch.tensor(False), "d")  # a 4th flag: past 2 unread, the oldest is waited for
+    assert behind.waited and not check._pending

@@ -369,5 +369,5 @@ def test_a_nan_loss_on_cuda_skips_its_step_and_is_raised_one_update_later():
     policy.learn_mode.forward(make_batch(data))
     torch.cuda.synchronize()
     assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
-    with pytest.raises(NonFiniteLossError, match="seen one update later on cuda"):
+    with pytest.raises(NonFiniteLossError, match="seen on cuda:0 at a later update"):
         policy.learn_mode.forward(make_batch(data))

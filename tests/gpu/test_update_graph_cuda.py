@@ -1,6 +1,6 @@
 """``policy.compile='cudagraph_update'`` on a GPU (``pytest -m gpu``; skipped without CUDA): DQN's whole updates
 captured in one CUDA graph (policies/update_graph.py) give eager's updates on the slots the graph drew, a
-loaded checkpoint is captured again, a NaN loss is skipped on the device and named one call later, and a
+loaded checkpoint is captured again, a NaN loss is skipped on the device and named at a later call, and a
 pipeline trains through the graph. tests/policies/test_update_graph.py runs the same program on the CPU.
 """
 from __future__ import annotations

@@ -66,7 +66,7 @@ def device_path(monkeypatch):
         def counted(self, *args, _original=original, _name=name, **kwargs):
             if counting[0]:
                 caller = sys._getframe(1)
-                if caller.f_code.co_name != "flush":  # the deferred check's pinned flag (module docstring)
+                if caller.f_code.co_name != "_read_oldest":  # the deferred check's pinned flag (module docstring)
                     reads[f"{_name} at {caller.f_code.co_filename}:{caller.f_lineno}"] += 1
             return _original(self, *args, **kwargs)
 
@@ -79,6 +79,7 @@ def device_path(monkeypatch):
         finally:
             counting[0] = False
 
+    update.counting = counting  # a test may count over more than one update (True while counting)
     return reads, update
 
 
@@ -106,5 +107,39 @@ def test_a_non_finite_loss_off_the_host_skips_its_step_and_is_raised_at_the_next
     update(policy, make_batch(transitions))  # no error yet: the device has not been asked
     assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
     assert all(torch.equal(a, s["step"]) for a, s in zip(steps_before, policy.optimizer_step.optimizer.state.values()))
-    with pytest.raises(NonFiniteLossError, match="at update 1, seen one update later"):
+    with pytest.raises(NonFiniteLossError, match="at update 1, seen on cpu at a later update"):
         update(policy, make_batch(transitions))
+
+
+@pytest.mark.parametrize("n_sample", [256, 1024])
+def test_a_ppo_iteration_on_device_envs_reads_three_times_whatever_its_steps_and_minibatches(device_path, n_sample,
+                                                                                          tmp_path):
+    """Issue 33's "no host read per step or per minibatch": one iteration of the standard pipeline on batched
+    torch envs (collect, GAE, 4 epochs of minibatches) reads back three times, at the ends of the collect (the
+    finite check of the chunk, the finished episodes) and of the learner (its statistics, in one copy), for 16
+    or 64 vector steps and 4 or 16 minibatches alike."""
+    import copy
+
+    from dizoo.classic_control.cartpole.config.cartpole_ppo_torch_config import create_config, main_config
+    from pipelines import build_pipeline
+
+    reads, update = device_path
+    main = copy.deepcopy(main_config)
+    main.policy.collect.n_sample = n_sample
+    main.policy.eval.evaluator.eval_freq = 10**9
+    main.log = dict(progress=False)
+    pipeline = build_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=3 * n_sample,
+                              exp_name=str(tmp_path / "run"))
+    calls = [0]
+
+    def start(ctx):
+        calls[0] += 1
+        update.counting[0] = calls[0] == 2  # the second iteration: past every first-time setup
+
+    def stop(ctx):
+        update.counting[0] = False
+
+    pipeline.insert_before("collector", start, name="count")
+    pipeline.insert_after("learner", stop, name="stop_count")
+    pipeline.run()
+    assert calls[0] >= 2 and sum(reads.values()) == 3, dict(reads)
