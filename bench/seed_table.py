@@ -1,0 +1,179 @@
+"""Many seeds of several tasks at once on one machine, and one table of their scores (issue 33, item 4).
+
+Each (task, seed) is an ordinary ``baton train`` run in its own process, ``--jobs`` of them at a time, each
+with one torch thread (``OMP_NUM_THREADS=1``: K processes on K cores, not K x K threads), all sharing the GPU
+where the task's overrides put them there. The runs land in ``ROOT/<task>_seed<N>`` and the table is
+``baton report``'s (``commands.report``: the interquartile mean of the final evaluations over the seeds, with
+its 95% stratified-bootstrap interval), plus each task's mean wall time and how many runs reached their budget
+(or their stop value) before the deadline. It is written to ``ROOT/table.txt`` and ``ROOT/table.json``.
+
+``--deadline-s`` bounds the whole table (one call of the device machine is 10 minutes): a run still going then
+is stopped as a preemption stops it (SIGTERM: it saves a checkpoint and its evaluations so far count, its score
+the last one), and the table says so; a run stopped before its first evaluation has no score and is named.
+
+Plans (``--plan``):
+
+- ``device``: the issue's table for a GPU machine with 16 cores: HalfCheetah SAC and TD3 over 5 seeds with the
+  whole update in one CUDA graph (``policy.compile=cudagraph_update``), and Pong PPO over 3 seeds to its stop
+  value (18), within the deadline;
+- ``cpu``: CartPole DQN and PPO over 3 seeds at the budgets of BENCHMARKS.md's score tables;
+- ``smoke``: two CartPole tasks over 2 seeds at a few hundred steps (what the test runs).
+
+Run: ``python bench/seed_table.py --plan device [--root DIR] [--jobs K] [--deadline-s 540]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT_DIR)
+
+from commands.report import ReportError, format_report, report_runs, run_score  # noqa: E402
+
+#: the replay and the update on the GPU, captured in one CUDA graph
+_CAPTURED = ("policy.cuda=true", "policy.compile=cudagraph_update", "policy.other.replay_buffer.device=learn")
+
+
+@dataclass(frozen=True)
+class Task:
+    """A config trained over ``seeds`` seeds (0 .. seeds-1) for ``max_env_step`` env steps, with overrides."""
+
+    name: str
+    config: str
+    max_env_step: int
+    seeds: int
+    overrides: Tuple[str, ...] = ()
+
+
+PLANS: Dict[str, Tuple[Task, ...]] = {
+    "device": (
+        Task("halfcheetah_sac", "dizoo/mujoco/config/halfcheetah_sac_config.py", 1_000_000, 5,
+             _CAPTURED + ("env.stop_value=none",)),
+        Task("halfcheetah_td3", "dizoo/mujoco/config/halfcheetah_td3_config.py", 1_000_000, 5,
+             _CAPTURED + ("env.stop_value=none",)),
+        Task("pong_ppo", "dizoo/atari/config/serial/pong/pong_ppo_config.py", 10_000_000, 3, ("policy.cuda=true",)),
+    ),
+    "cpu": (
+        Task("cartpole_dqn", "dizoo/classic_control/cartpole/config/cartpole_dqn_config.py", 50_000, 3,
+             ("env.stop_value=none",)),
+        Task("cartpole_ppo", "dizoo/classic_control/cartpole/config/cartpole_ppo_config.py", 100_000, 3,
+             ("env.stop_value=none",)),
+    ),
+    "smoke": (
+        Task("cartpole_dqn", "dizoo/classic_control/cartpole/config/cartpole_dqn_config.py", 400, 2,
+             ("env.stop_value=none", "policy.eval.evaluator.eval_freq=50", "env.n_evaluator_episode=2")),
+        Task("cartpole_ppo", "dizoo/classic_control/cartpole/config/cartpole_ppo_config.py", 512, 2,
+             ("env.stop_value=none", "env.n_evaluator_episode=2")),
+    ),
+}
+
+
+@dataclass
+class Job:
+    task: Task
+    seed: int
+    run_dir: str
+    process: Optional[subprocess.Popen] = None
+    started: float = 0.0
+    wall_s: float = 0.0
+    stopped: bool = False   # stopped at the deadline
+    returncode: Optional[int] = None
+
+
+def command(job: Job) -> List[str]:
+    return [sys.executable, "-m", "commands", "train", "-c", job.task.config, "--seed", str(job.seed),
+            "--max-env-step", str(job.task.max_env_step), "--exp-name", job.run_dir, "--no-progress", "--force",
+            *job.task.overrides]
+
+
+def run_jobs(jobs: Sequence[Job], parallel: int, deadline_s: float, grace_s: float = 60.0) -> None:
+    """Run ``jobs``, ``parallel`` at a time; at ``deadline_s`` stop the running ones (SIGTERM: a checkpoint
+    and an exit, as a preemption) and never start the rest."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=ROOT_DIR)
+    waiting, running = list(jobs), []
+    start = time.monotonic()
+    while waiting or running:
+        late = time.monotonic() - start >= deadline_s
+        while waiting and len(running) < parallel and not late:
+            job = waiting.pop(0)
+            os.makedirs(os.path.dirname(job.run_dir), exist_ok=True)
+            log = open(job.run_dir + ".log", "w")
+            job.process = subprocess.Popen(command(job), cwd=ROOT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+            job.started = time.monotonic()
+            running.append(job)
+        if late:
+            waiting.clear()
+            for job in running:
+                if not job.stopped:
+                    job.stopped = True
+                    job.process.send_signal(signal.SIGTERM)
+        for job in list(running):
+            code = job.process.poll()
+            if code is None and job.stopped and time.monotonic() - start > deadline_s + grace_s:
+                job.process.kill()
+                code = job.process.wait()
+            if code is not None:
+                job.returncode, job.wall_s = code, time.monotonic() - job.started
+                running.remove(job)
+        time.sleep(0.2)
+
+
+def table(jobs: Sequence[Job]) -> Tuple[str, List[Dict[str, object]]]:
+    """``baton report``'s rows over the runs that have a score, with each task's mean wall time, runs stopped
+    at the deadline and runs without a score."""
+    scored = []
+    unscored: Dict[str, List[str]] = {}
+    for job in jobs:
+        try:
+            run_score(job.run_dir, "final")
+            scored.append(job)
+        except (ReportError, OSError):
+            unscored.setdefault(job.task.name, []).append(os.path.basename(job.run_dir))
+    rows = report_runs([job.run_dir for job in scored], "final") if scored else []
+    for row in rows:
+        mine = [job for job in scored if job.task.name == row["label"]]
+        row["wall_s_mean"] = sum(job.wall_s for job in mine) / len(mine)
+        row["stopped_at_deadline"] = sum(job.stopped for job in mine)
+        row["failed"] = sum(job.returncode not in (0, None) and not job.stopped for job in mine)
+    lines = [format_report(rows)] if rows else []
+    lines += [f"{row['label']}: mean wall {row['wall_s_mean']:.0f} s; {row['stopped_at_deadline']} of "
+              f"{row['seeds']} stopped at the deadline (scored by their last evaluation); {row['failed']} failed"
+              for row in rows]
+    lines += [f"{name}: no evaluation before the end, no score: {', '.join(runs)}" for name, runs in unscored.items()]
+    return "\n".join(lines), rows
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plan", choices=sorted(PLANS), default="cpu")
+    parser.add_argument("--root", default="seed_table", help="where the runs and the table go")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs at a time (default: the cores)")
+    parser.add_argument("--deadline-s", type=float, default=540.0, help="stop every run still going after this")
+    args = parser.parse_args(argv)
+    root = os.path.abspath(args.root)
+    jobs = [Job(task, seed, os.path.join(root, f"{task.name}_seed{seed}"))
+            for task in PLANS[args.plan] for seed in range(task.seeds)]
+    print(f"seed table '{args.plan}': {len(jobs)} runs, {args.jobs} at a time, deadline {args.deadline_s:g} s; "
+          f"runs in {root}", flush=True)
+    started = time.monotonic()
+    run_jobs(jobs, max(1, args.jobs), args.deadline_s)
+    text, rows = table(jobs)
+    text += f"\nall runs: {time.monotonic() - started:.0f} s"
+    print(text)
+    with open(os.path.join(root, "table.txt"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(root, "table.json"), "w") as f:
+        json.dump(rows, f, indent=1, default=str)
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
