@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Issue 33's GPU figures in two calls of the device machine (under 10 minutes each), after ../shared/device's
+# setup (bash .whl/device-setup.sh, or gpu-acceptance.sh's setup step). Run in the project root there:
+#
+#   bash bench/device_checks.sh updates   # pytest of the captured update, the DQN learner's updates/s per
+#                                         # policy.compile mode, HalfCheetah SAC/TD3 env steps/s eager vs captured
+#   bash bench/device_checks.sh seeds     # the seed table: HalfCheetah SAC/TD3 x 5 seeds, Pong PPO x 3 (IQM)
+#
+# Logs and a summary go to $OUT (the device tool's folder that comes back), else ./device-logs. Each step has
+# its own time limit, so one hang cannot eat the call; the summary's lines say what passed and each figure.
+set -u
+part=${1:-updates}
+out=${OUT:-device-logs}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+summary="$out/summary.txt"
+
+step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, add its last lines to the summary
+  local name=$1 limit=$2 start rc
+  shift 2
+  start=$(date +%s)
+  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  { echo "$name: rc $rc in $(( $(date +%s) - start )) s"; grep -E "summary|^== |IQM|stopped at|passed|failed" \
+      "$out/$name.log" | tail -n 8 | cut -c1-300; } | tee -a "$summary"
+}
+
+{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1; nproc; } | tee "$summary"
+case "$part" in
+  updates)
+    step update-graph-tests 150 python3 -m pytest -q -m gpu -n 0 --timeout 120 tests/gpu/test_update_graph_cuda.py
+    step learner-updates 150 python3 bench/learner_hot_path.py --modes none,cudagraph,cudagraph_update --updates 600
+    step halfcheetah 270 python3 bench/offpolicy_gpu.py --seconds 60
+    ;;
+  seeds)
+    step seed-table 580 python3 bench/seed_table.py --plan device --root "$out/seed_table" --deadline-s 520
+    ;;
+  *)
+    echo "device_checks: unknown part '$part' (updates | seeds)"; exit 2 ;;
+esac
+nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader >>"$summary" 2>&1
+echo "logs: $out"
