@@ -26,12 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import IO, Dict, List, Optional, Sequence, Tuple
 
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT_DIR)
@@ -82,10 +83,18 @@ class Job:
     seed: int
     run_dir: str
     process: Optional[subprocess.Popen] = None
+    log: Optional[IO[str]] = None
     started: float = 0.0
     wall_s: float = 0.0
     stopped: bool = False   # stopped at the deadline
     returncode: Optional[int] = None
+
+    @property
+    def failed(self) -> bool:
+        """It ran and ended otherwise than by finishing or by the deadline's SIGTERM (143; -15 before the run
+        set its handler)."""
+        ok = (0, 143, -signal.SIGTERM) if self.stopped else (0,)
+        return self.returncode is not None and self.returncode not in ok
 
 
 def command(job: Job) -> List[str]:
@@ -94,60 +103,89 @@ def command(job: Job) -> List[str]:
             *job.task.overrides]
 
 
-def run_jobs(jobs: Sequence[Job], parallel: int, deadline_s: float, grace_s: float = 60.0) -> None:
+def run_jobs(jobs: Sequence[Job], parallel: int, deadline_s: float, grace_s: float = 25.0) -> None:
     """Run ``jobs``, ``parallel`` at a time; at ``deadline_s`` stop the running ones (SIGTERM: a checkpoint
-    and an exit, as a preemption) and never start the rest."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=ROOT_DIR)
+    and an exit, as a preemption; killed ``grace_s`` later) and never start the rest. However this ends (an
+    error, Ctrl-C), no run is left behind."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TORCHINDUCTOR_COMPILE_THREADS="1",
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT_DIR, os.environ.get("PYTHONPATH")) if p))
     waiting, running = list(jobs), []
     start = time.monotonic()
-    while waiting or running:
-        late = time.monotonic() - start >= deadline_s
-        while waiting and len(running) < parallel and not late:
-            job = waiting.pop(0)
-            os.makedirs(os.path.dirname(job.run_dir), exist_ok=True)
-            log = open(job.run_dir + ".log", "w")
-            job.process = subprocess.Popen(command(job), cwd=ROOT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
-            job.started = time.monotonic()
-            running.append(job)
-        if late:
-            waiting.clear()
-            for job in running:
-                if not job.stopped:
-                    job.stopped = True
-                    job.process.send_signal(signal.SIGTERM)
-        for job in list(running):
-            code = job.process.poll()
-            if code is None and job.stopped and time.monotonic() - start > deadline_s + grace_s:
+    try:
+        while waiting or running:
+            late = time.monotonic() - start >= deadline_s
+            while waiting and len(running) < parallel and not late:
+                running.append(_start(waiting.pop(0), env))
+            if late:
+                waiting.clear()
+                for job in running:
+                    if not job.stopped and job.process.poll() is None:
+                        job.stopped = True
+                        job.process.send_signal(signal.SIGTERM)
+            for job in list(running):
+                code = job.process.poll()
+                if code is None and job.stopped and time.monotonic() - start > deadline_s + grace_s:
+                    job.process.kill()
+                    code = job.process.wait()
+                if code is not None:
+                    _reap(job, code)
+                    running.remove(job)
+            time.sleep(0.2)
+    finally:
+        for job in running:  # only after an error: stop what still runs, as the deadline would
+            if job.process.poll() is None:
+                job.stopped = True
+                job.process.send_signal(signal.SIGTERM)
+        for job in running:
+            try:
+                code = job.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
                 job.process.kill()
                 code = job.process.wait()
-            if code is not None:
-                job.returncode, job.wall_s = code, time.monotonic() - job.started
-                running.remove(job)
-        time.sleep(0.2)
+            _reap(job, code)
+
+
+def _start(job: Job, env: Dict[str, str]) -> Job:
+    shutil.rmtree(job.run_dir, ignore_errors=True)  # no earlier table's run is scored as this one
+    os.makedirs(os.path.dirname(job.run_dir), exist_ok=True)
+    job.log = open(job.run_dir + ".log", "w")
+    job.process = subprocess.Popen(command(job), cwd=ROOT_DIR, env=env, stdout=job.log, stderr=subprocess.STDOUT)
+    job.started = time.monotonic()
+    return job
+
+
+def _reap(job: Job, code: int) -> None:
+    job.returncode, job.wall_s = code, time.monotonic() - job.started
+    if job.log is not None:
+        job.log.close()
 
 
 def table(jobs: Sequence[Job]) -> Tuple[str, List[Dict[str, object]]]:
-    """``baton report``'s rows over the runs that have a score, with each task's mean wall time, runs stopped
-    at the deadline and runs without a score."""
-    scored = []
-    unscored: Dict[str, List[str]] = {}
+    """``baton report``'s rows over the runs that ended well and have a score, with each task's mean wall time
+    and runs stopped at the deadline; then each run without a score or that failed, named with its log."""
+    scored, left_out = [], []
     for job in jobs:
-        try:
-            run_score(job.run_dir, "final")
-            scored.append(job)
-        except (ReportError, OSError):
-            unscored.setdefault(job.task.name, []).append(os.path.basename(job.run_dir))
+        if job.process is None:
+            left_out.append(f"{job.task.name} seed {job.seed}: not started before the deadline")
+        elif job.failed:
+            left_out.append(f"{job.task.name} seed {job.seed}: failed (exit {job.returncode}), see {job.run_dir}.log")
+        else:
+            try:
+                run_score(job.run_dir, "final")
+                scored.append(job)
+            except (ReportError, OSError):
+                left_out.append(f"{job.task.name} seed {job.seed}: no evaluation before it ended "
+                                f"({'stopped at the deadline' if job.stopped else f'exit {job.returncode}'}), "
+                                f"see {job.run_dir}.log")
     rows = report_runs([job.run_dir for job in scored], "final") if scored else []
     for row in rows:
         mine = [job for job in scored if job.task.name == row["label"]]
         row["wall_s_mean"] = sum(job.wall_s for job in mine) / len(mine)
         row["stopped_at_deadline"] = sum(job.stopped for job in mine)
-        row["failed"] = sum(job.returncode not in (0, None) and not job.stopped for job in mine)
     lines = [format_report(rows)] if rows else []
-    lines += [f"{row['label']}: mean wall {row['wall_s_mean']:.0f} s; {row['stopped_at_deadline']} of "
-              f"{row['seeds']} stopped at the deadline (scored by their last evaluation); {row['failed']} failed"
-              for row in rows]
-    lines += [f"{name}: no evaluation before the end, no score: {', '.join(runs)}" for name, runs in unscored.items()]
+    lines += [f"{row['label']}: mean wall {row['wall_s_mean']:.0f} s; {row['stopped_at_deadline']} of the "
+              f"{row['seeds']} scored runs stopped at the deadline (scored by their last evaluation)" for row in rows]
+    lines += [f"left out: {line}" for line in left_out]
     return "\n".join(lines), rows
 
 
@@ -155,7 +193,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--plan", choices=sorted(PLANS), default="cpu")
     parser.add_argument("--root", default="seed_table", help="where the runs and the table go")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs at a time (default: the cores)")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                        help="runs at a time (default: the cores this process may use)")
     parser.add_argument("--deadline-s", type=float, default=540.0, help="stop every run still going after this")
     args = parser.parse_args(argv)
     root = os.path.abspath(args.root)
@@ -172,7 +211,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f.write(text + "\n")
     with open(os.path.join(root, "table.json"), "w") as f:
         json.dump(rows, f, indent=1, default=str)
-    return 0 if rows else 1
+    return 0 if rows and not any(job.failed or job.process is None for job in jobs) else 1
 
 
 if __name__ == "__main__":

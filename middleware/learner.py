@@ -70,6 +70,7 @@ class OffPolicyLearner:
                 values = torch.stack([out[k] for k in names] + [out["loss"].mean()]).tolist()  # one read
                 ctx.train_output = dict(zip(names + ["loss"], values))
                 return
+            ctx.train_iter += graphed.made  # a warm-up's updates made before it failed
             self._graphed = None  # the capture failed (named in a warning): the updates run one by one
         losses = []
         out: Dict[str, Any] = {}

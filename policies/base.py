@@ -237,9 +237,10 @@ class Policy:
         graph = owner("_graph_update")
         if graph is None:
             return "it has no graph-safe update (DQN, Rainbow, SAC, TD3 and DDPG have one)"
-        for name in _EAGER_UPDATE_METHODS:  # what only the eager update calls, written again below the graph's
+        mro = type(self).__mro__
+        for name in _EAGER_UPDATE_METHODS:  # what only the eager update calls, found before the graph's (a subclass, a mixin)
             mine = owner(name)
-            if mine is not None and mine is not graph and issubclass(mine, graph):
+            if mine is not None and mro.index(mine) < mro.index(graph):
                 return (f"{mine.__name__} writes its own {name}, and its graph-safe _graph_update is still "
                         f"{graph.__name__}'s (write one beside it)")
         return None
@@ -267,10 +268,12 @@ class Policy:
             self.hot_paths.captured = False
             self.hot_paths.drop("learn", self.hot_paths.ddp)
 
-        return GraphedUpdates(f"{type(self).__name__}'s update", buffer, batch_size, updates,
-                              getattr(self, "_graph_update"), lambda: step.updates, finish, bound, priority, capture,
-                              released, period=getattr(self, "graph_period", 1),
-                              refusal=lambda: capture_refusal(self, buffer))
+        program = GraphedUpdates(f"{type(self).__name__}'s update", buffer, batch_size, updates,
+                                 getattr(self, "_graph_update"), lambda: step.updates, finish, bound, priority,
+                                 capture, released, period=getattr(self, "graph_period", 1),
+                                 refusal=lambda: capture_refusal(self, buffer))
+        step.watch(program.flush)  # a checkpoint says what the device flagged first
+        return program
 
     # ---- state -------------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

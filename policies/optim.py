@@ -20,7 +20,7 @@ resume runs with the config in force (a changed learning rate takes effect).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import torch
 
@@ -55,6 +55,7 @@ class OptimizerStep:
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         self._deferred: Optional[DeferredCheck] = None  # the loss check off the host
         self._found_inf: Optional[torch.Tensor] = None   # graph_step's skip flag, one tensor for every replay
+        self._flushers: List[Callable[[], None]] = []     # deferred checks of captured updates (``watch``)
 
     @classmethod
     def adam(cls, groups: Sequence[Iterable[torch.nn.Parameter]], settings: Sequence[Mapping[str, float]], label: str,
@@ -143,8 +144,17 @@ class OptimizerStep:
                                    f"policy.learn.learning_rate or clip gradients")
         self.optimizer.found_inf = bad.float()
 
+    def watch(self, flush: Callable[[], None]) -> None:
+        """Call ``flush`` (a captured update's deferred checks) before each ``state_dict``."""
+        self._flushers.append(flush)
+
     def state_dict(self) -> Dict[str, Any]:
-        """``optimizer`` and ``updates``, the keys of a policy's state."""
+        """``optimizer`` and ``updates``, the keys of a policy's state. A non-finite loss the device flagged and
+        the host has not read yet is raised first (a checkpoint is written after every update it holds)."""
+        if self._deferred is not None:
+            self._deferred.flush()
+        for flush in self._flushers:
+            flush()
         return dict(optimizer=self.optimizer.state_dict(), updates=self.updates)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -155,7 +165,19 @@ class OptimizerStep:
         for group, settings, implementation in zip(self.optimizer.param_groups, self.settings, kept):
             group.update(settings)
             group.update(implementation)
+            _place_steps(self.optimizer, group)
         self.updates = int(state["updates"])
+
+
+def _place_steps(optimizer: torch.optim.Optimizer, group: Dict[str, Any]) -> None:
+    """Each parameter's ``step`` where ``group``'s implementation keeps it: on the parameter's device for a fused
+    or capturable Adam, else on the host (torch places it by the checkpoint's groups, which may be another's)."""
+    on_device = bool(group.get("fused") or group.get("capturable"))
+    for p in group["params"]:
+        state = optimizer.state.get(p)
+        step = state.get("step") if state else None
+        if isinstance(step, torch.Tensor):
+            state["step"] = step.to(p.device if on_device else "cpu", torch.float32)
 
 
 def make_adam(params: Any, **kwargs: Any) -> torch.optim.Optimizer:

@@ -56,7 +56,9 @@ __all__ = ["GraphedUpdates", "HostSyncError", "no_host_sync", "capture_refusal",
 logger = logging.getLogger(__name__)
 
 #: calls run eagerly (on a side stream) before the capture: the fused Adam's state, cuBLAS's workspaces and
-#: compiled kernels are made there, not inside the graph
+#: compiled kernels are made there, not inside the graph. The first runs under ``no_host_sync`` (a dispatch mode,
+#: under which dynamo does not compile), so the second is where the learn hot path compiles: the capture, which
+#: refuses any compile (``fail_on_recompile``), must come after both
 WARMUP_CALLS = 2
 
 #: rounds of drawing again the rows a frame-stack storage cannot rebuild yet (``GraphedUpdates._redrawn``); each
@@ -73,7 +75,7 @@ UpdateFn = Callable[[Any, torch.Tensor, int], Tuple[Dict[str, torch.Tensor], Opt
 _SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "_unique", "_unique2", "unique_dim",
              "unique_consecutive", "repeat_interleave"}
 #: ops whose boolean index sizes their result on the host
-_INDEX_OPS = {"index", "_index_put_impl_"}
+_INDEX_OPS = {"index", "index_put", "index_put_", "_index_put_impl_"}
 
 
 class _Refused(RuntimeError):
@@ -94,9 +96,10 @@ class _NoHostSync(TorchDispatchMode):
         boolean_index = name in _INDEX_OPS and any(  # t[mask]: the result's size is counted on the host
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) or ())
         if _host_to_device_copy(name, args, kwargs or {}):
-            raise HostSyncError(f"{self.what} copies a host tensor to the device (aten.{name}), which a CUDA graph "
-                                f"replays from the address it was captured with, not from the tensor's current "
-                                f"values: keep the tensor on the device (policies.placement.PerDevice)")
+            raise HostSyncError(f"{self.what} copies between the host and the device (aten.{name}), which a CUDA "
+                                f"graph cannot capture (from the host: replayed from the address it was captured "
+                                f"with; to the host: a wait): keep the tensor on the device "
+                                f"(policies.placement.PerDevice)")
         if boolean_index or (name in _SYNC_OPS and not (name == "repeat_interleave" and (kwargs or {}).get("output_size"))):
             raise HostSyncError(f"{self.what} reads a device value on the host (aten.{name}: .item(), bool() or "
                                 f"int() of a tensor, a boolean mask or nonzero), which a CUDA graph cannot capture: "
@@ -105,14 +108,18 @@ class _NoHostSync(TorchDispatchMode):
 
 
 def _host_to_device_copy(name: str, args: Any, kwargs: Any) -> bool:
-    """Whether an op copies a host tensor (more than a scalar) to another device: ``t.to(device)`` of a CPU tensor,
-    or ``device_tensor.copy_(cpu_tensor)``."""
+    """Whether an op copies between the host and a device: a host tensor (more than a scalar) to a device
+    (``t.to(device)`` of a CPU tensor, ``device_tensor.copy_(cpu_tensor)``), or a device tensor to the host
+    (``.cpu()``, ``.tolist()``: a wait for the device)."""
     if name == "_to_copy" and args and isinstance(args[0], torch.Tensor):
         target = kwargs.get("device")
-        return args[0].device.type == "cpu" and args[0].dim() > 0 and target is not None and \
-            torch.device(target).type != "cpu"
+        if target is None:
+            return False
+        source, target = args[0].device.type, torch.device(target).type
+        return (source == "cpu" and args[0].dim() > 0 and target != "cpu") or (source != "cpu" and target == "cpu")
     if name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
-        return args[1].device.type == "cpu" and args[1].dim() > 0 and args[0].device.type != "cpu"
+        source, target = args[1].device.type, args[0].device.type
+        return (source == "cpu" and args[1].dim() > 0 and target != "cpu") or (source != "cpu" and target == "cpu")
     return False
 
 
@@ -189,6 +196,7 @@ class GraphedUpdates:
         self._on_failure = on_failure
         self._refusal = refusal
         self._progress = 0  # updates of the running call done so far (eagerly: a warm-up's, counted on failure)
+        self.made = 0       # updates the last ``run()`` made (``updates``; on a failure, what a warm-up made first)
         self._size = torch.zeros((), dtype=torch.int64, device=self.device)      # the replay's fill
         self._start = torch.zeros((), dtype=torch.int64, device=self.device)     # updates before this run
         self._loss_check = DeferredCheck(self.device, NonFiniteLossError)
@@ -208,6 +216,7 @@ class GraphedUpdates:
         is updated, ``failed`` holds the error (named in a warning) and the caller runs its updates itself."""
         if self.failed is not None:
             raise RuntimeError(f"{self.name}: its capture failed ({self.failed!r}); run the updates eagerly")
+        self.made = 0
         self._host_start = int(self._count())
         self._size.fill_(len(self.buffer))
         self._start.fill_(self._host_start)
@@ -221,19 +230,28 @@ class GraphedUpdates:
             except Exception as err:  # what torch refuses to capture: the updates run one by one from now on
                 self._fail(err)
                 return {}
-        first = self._host_start + 1
+        self.made = self.updates
         self._finish(self.updates)  # counted before a deferred error is raised: the updates were made
-        self._report(out, first)
+        self._report(out, self._host_start)
         return out
+
+    def flush(self) -> None:
+        """Raise a non-finite loss or priority the device has flagged and the host has not read yet (waits for
+        the device: before a checkpoint is written)."""
+        self._loss_check.flush()
+        self._priority_check.flush()
 
     def _fail(self, err: BaseException) -> None:
         self.failed = err
         self._graphs.clear()
+        # inside a capture the body's error surfaces as capture_end's "a previous error during capture": name the body's
+        root = err.__context__ if err.__context__ is not None and not isinstance(err, _Refused) else err
         cause = err.args[0] if isinstance(err, _Refused) else (
-            f"the capture failed ({type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]})")
+            f"the capture failed ({type(root).__name__}: {(str(root).strip().splitlines() or [''])[0]})")
         fall_back(self.name, cause)
         if self._on_failure is not None:
             self._on_failure()
+        self.flush()  # what the warm-ups flagged is said now, not lost with this object
 
     def last_batch(self, out: Dict[str, torch.Tensor]) -> Any:
         """The run's last batch, gathered again from its slots (``ctx.train_data``; its own copy: the graph's
@@ -255,12 +273,12 @@ class GraphedUpdates:
                 fields["valid"] = valid
             batch = make_batch(dict(storage.gather(idx), index=idx, weight=weight, **fields))
             stats, priority, bad = self._update_fn(batch, self._start + (j + 1), self._host_start + j + 1)
+            self._progress = j + 1  # the step is made (eagerly; at capture, recorded)
             if self.priority:
                 priority_bads.append(sampler.write_priority(idx, priority, keep=~fields["valid"] if fields else None))
             losses.append(stats["loss"].detach().float().reshape(()))
             indices.append(idx)
             bads.append(bad.reshape(()))
-            self._progress = j + 1
         out = {k: v.detach().float().reshape(()) for k, v in stats.items() if k != "loss"}
         out["loss"] = torch.stack(losses)
         out["index"] = torch.stack(indices)
@@ -315,6 +333,7 @@ class GraphedUpdates:
             with torch.cuda.stream(side):
                 out = self._checked_program() if warm == 0 else self._program()
         except Exception:
+            self.made = self._progress
             self._finish(self._progress)
             raise
         finally:
