@@ -17,8 +17,9 @@ What makes a program capturable, and how each rule is kept:
 
 - no host read of a device value (``.item()``, ``bool(t)``, ``nonzero``): the replay's fill and the update
   count are device tensors the host writes before each replay (``fill_``, no wait); checks are flags read
-  at a later call (``data.replay.device.DeferredCheck``). ``no_host_sync`` raises on such an op, on any
-  device: the first warm-up call runs under it, and the CPU tests run every program under it.
+  at a later call (``data.replay.device.DeferredCheck``). On a GPU the second warm-up call runs with CUDA's
+  synchronizing calls made errors; on the CPU, where there are none, the tests run the program under
+  ``no_host_sync``, which raises on such an op (and on a copy between the host and a device) on any device.
 - Python runs once, at capture: anything that must change per update is a tensor (the count for a hard
   target update is ``(count % freq == 0)`` as a lerp weight, exact at 0 and 1), and host bookkeeping (the
   update count) happens after each replay (``finish``).
@@ -56,9 +57,10 @@ __all__ = ["GraphedUpdates", "HostSyncError", "no_host_sync", "capture_refusal",
 logger = logging.getLogger(__name__)
 
 #: calls run eagerly (on a side stream) before the capture: the fused Adam's state, cuBLAS's workspaces and
-#: compiled kernels are made there, not inside the graph. The first runs under ``no_host_sync`` (a dispatch mode,
-#: under which dynamo does not compile), so the second is where the learn hot path compiles: the capture, which
-#: refuses any compile (``fail_on_recompile``), must come after both
+#: compiled kernels are made there, not inside the graph. The first compiles the learn hot path; the second runs
+#: with CUDA's synchronizing calls made errors (``torch.cuda.set_sync_debug_mode``: a host read names itself
+#: there, before the capture). Not ``no_host_sync``: a function dynamo first meets under a dispatch mode is never
+#: compiled, and inductor's compile itself synchronizes. The capture refuses any compile (``fail_on_recompile``)
 WARMUP_CALLS = 2
 
 #: rounds of drawing again the rows a frame-stack storage cannot rebuild yet (``GraphedUpdates._redrawn``); each
@@ -330,8 +332,8 @@ class GraphedUpdates:
         side.wait_stream(current)
         self._progress = 0
         try:
-            with torch.cuda.stream(side):
-                out = self._checked_program() if warm == 0 else self._program()
+            with torch.cuda.stream(side), (_sync_errors() if warm == WARMUP_CALLS - 1 else contextlib.nullcontext()):
+                out = self._program()
         except Exception:
             self.made = self._progress
             self._finish(self._progress)
@@ -379,6 +381,17 @@ class GraphedUpdates:
             self._priority_check.report(out["bad_priority"], f"{self.name}: priorities must be finite: updates "
                                                              f"{first}-{first + self.updates - 1} gave NaN or "
                                                              f"infinite ones (left out of the sum tree)")
+
+
+@contextlib.contextmanager
+def _sync_errors() -> Iterator[None]:
+    """CUDA's synchronizing calls (a host read of a device value, a copy to pageable host memory) raise inside."""
+    before = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(before)
 
 
 def _leaves(field: Any) -> Iterator[torch.Tensor]:
