@@ -1,12 +1,12 @@
 """``policy.compile='cudagraph_update'`` on a GPU (``pytest -m gpu``; skipped without CUDA): DQN's whole updates
 captured in one CUDA graph (policies/update_graph.py) give eager's updates on the slots the graph drew, a
 loaded checkpoint is captured again, a NaN loss is skipped on the device and named at a later call, and a
-pipeline trains through the graph. tests/policies/test_update_graph.py runs the same program on the CPU.
+the rows a frame-stack storage cannot rebuild are drawn again inside the graph. tests/policies/test_update_graph.py
+runs the same program on the CPU; tests/gpu/test_update_graph_training.py trains through the graph.
 """
 from __future__ import annotations
 
 import copy
-import logging
 
 import pytest
 import torch
@@ -125,22 +125,6 @@ def test_a_nan_loss_is_skipped_in_the_graph_and_named_one_call_later():
         graphed.run()
 
 
-def test_cartpole_dqn_trains_through_the_captured_update(tmp_path, caplog):
-    from dizoo.classic_control.cartpole.config.cartpole_dqn_config import create_config, main_config
-    from pipelines import serial_pipeline
-
-    main = copy.deepcopy(main_config)
-    main.policy.cuda = True
-    main.policy.compile = "cudagraph_update"
-    main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn"
-    main.log = dict(progress=False)
-    with caplog.at_level(logging.WARNING):
-        summary = serial_pipeline((main, copy.deepcopy(create_config)), max_env_step=4000,
-                                  exp_name=str(tmp_path / "exp"))
-    assert "cannot capture" not in caplog.text, caplog.text
-    assert summary["env_step"] >= 4000
-
-
 def test_captured_updates_from_frame_stacks_equal_eager():
     """Pong's replay (frame stacks on the GPU): the rows the storage cannot rebuild are drawn again inside the
     graph, and the updates equal eager's on the rows drawn."""
@@ -174,28 +158,3 @@ def test_captured_updates_from_frame_stacks_equal_eager():
         torch.testing.assert_close(out["loss"].clone(), _eager_updates(eager, eager_buffer, index, False),
                                    rtol=1e-3, atol=1e-5)
     assert graphed.captures == 1
-
-
-@pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_pendulum_trains_through_the_captured_update(algo, tmp_path, caplog):
-    """SAC's actor and TD3's smoothing noise sample inside the graph (torch's CUDA generator, advanced at each
-    replay), so the updates are checked by what they learn, not number by number: the run captures without a
-    fallback and reaches what eager reaches on the CPU in the same steps (-144 for both at 6,000 env steps,
-    seed 0; random play: about -1,200). tests/policies/test_update_graph.py compares the program with eager
-    number by number on the CPU."""
-    import importlib
-
-    from pipelines import serial_pipeline
-
-    module = importlib.import_module(f"dizoo.classic_control.pendulum.config.pendulum_{algo}_config")
-    main = copy.deepcopy(module.main_config)
-    main.policy.cuda = True
-    main.policy.compile = "cudagraph_update"
-    main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn"
-    main.env.stop_value = float("inf")  # env.stop_value=none
-    main.log = dict(progress=False)
-    with caplog.at_level(logging.WARNING):
-        summary = serial_pipeline((main, copy.deepcopy(module.create_config)), seed=0, max_env_step=6000,
-                                  exp_name=str(tmp_path / algo))
-    assert "cannot capture" not in caplog.text, caplog.text
-    assert summary["eval_return"] > -400, summary
