@@ -6,6 +6,8 @@
 #   bash bench/device_checks.sh updates   # pytest of the captured update, the DQN learner's updates/s per
 #                                         # policy.compile mode, HalfCheetah SAC/TD3 env steps/s eager vs captured
 #   bash bench/device_checks.sh seeds     # the seed table: HalfCheetah SAC/TD3 x 5 seeds, Pong PPO x 3 (IQM)
+#   bash bench/device_checks.sh loop      # PPO's whole loop on 4,096 torch envs to 475 (env steps/s, seconds),
+#                                         # and the torch envs' and collector's rates against gymnasium's
 #
 # Logs and a summary go to $OUT (the device tool's folder that comes back), else ./device-logs. Each step has
 # its own time limit, so one hang cannot eat the call; the summary's lines say what passed and each figure.
@@ -22,7 +24,7 @@ step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, add its l
   start=$(date +%s)
   timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
   rc=$?
-  { echo "$name: rc $rc in $(( $(date +%s) - start )) s"; grep -E "summary|^== |IQM|stopped at|passed|failed" \
+  { echo "$name: rc $rc in $(( $(date +%s) - start )) s"; grep -E "summary|^== |IQM|stopped at|passed|failed|seed [0-9]|^ +[0-9]+ " \
       "$out/$name.log" | tail -n 8 | cut -c1-300; } | tee -a "$summary"
 }
 
@@ -34,11 +36,15 @@ case "$part" in
     step learner-updates 100 python3 bench/learner_hot_path.py --modes none,cudagraph,cudagraph_update --updates 300
     step halfcheetah 170 python3 bench/offpolicy_gpu.py --seconds 25
     ;;
+  loop)
+    step ppo-at-scale 300 python3 bench/device_env.py --device cuda --scale
+    step env-rates 200 python3 bench/device_env.py --device cuda --skip-ppo --envs 1024 16384
+    ;;
   seeds)
     step seed-table 580 python3 bench/seed_table.py --plan device --root "$out/seed_table" --deadline-s 520
     ;;
   *)
-    echo "device_checks: unknown part '$part' (updates | seeds)"; exit 2 ;;
+    echo "device_checks: unknown part '$part' (updates | seeds | loop)"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader >>"$summary" 2>&1
 echo "logs: $out"

@@ -11,8 +11,11 @@
    settings (16 envs; the env is the only difference from the next row), and on torch envs with
    cartpole_ppo_torch_config.py.
 
+4. With ``--scale`` (alone): PPO's whole loop at scale, cartpole_ppo_torch_scale_config.py (4,096 torch envs) to its
+   stop value: seconds, and env steps/s over the whole loop (issue 33's >= 1M on a GPU).
+
 Run (one thread, as BENCHMARKS.md's figures): ``OMP_NUM_THREADS=1 python bench/device_env.py``
-(``--device cuda`` steps the torch envs on a GPU; ``--skip-ppo`` for the env rates alone).
+(``--device cuda`` steps the torch envs on a GPU; ``--skip-ppo`` for the env rates alone; ``--scale``).
 """
 from __future__ import annotations
 
@@ -122,6 +125,24 @@ def ppo_time_to_solve(module: str, env_type: str | None, seed: int, workdir: str
             "solved": summary.get("stop_reason") == "stop_value"}
 
 
+SCALE_MODULE = "dizoo.classic_control.cartpole.config.cartpole_ppo_torch_scale_config"
+
+
+def ppo_at_scale(seed: int, workdir: str, device: str) -> Dict[str, float]:
+    """cartpole_ppo_torch_scale_config.py (4,096 torch envs) trained to its stop value: the training seconds and
+    the whole loop's env steps/s (collect, GAE, updates and evaluations over the run's wall time)."""
+    from pipelines import serial_pipeline
+
+    config = importlib.import_module(SCALE_MODULE)
+    main, create = copy.deepcopy(config.main_config), copy.deepcopy(config.create_config)
+    main.log = dict(progress=False, tensorboard=False, csv=False)
+    main.policy.cuda = device.startswith("cuda")
+    summary = serial_pipeline((main, create), seed=seed, max_env_step=20_000_000,
+                              exp_name=os.path.join(workdir, f"scale_{seed}"))
+    return {"seconds": summary.get("time_to_stop_value_s") or float("nan"), "env_step": summary["env_step"],
+            "rate": summary["env_step"] / summary["wall_time_s"], "solved": summary.get("stop_reason") == "stop_value"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", type=int, nargs="+", default=[1024, 16384])
@@ -129,9 +150,19 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=2.0, help="timing per measurement")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--skip-ppo", action="store_true")
+    parser.add_argument("--scale", action="store_true",
+                        help="only the whole loop at scale: cartpole_ppo_torch_scale_config.py (4,096 envs) to 475")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, gymnasium {gym.__version__}, {torch.get_num_threads()} torch thread(s), "
           f"torch envs on {args.device}")
+    if args.scale:
+        print(f"PPO's whole loop at scale (4,096 torch envs on {args.device}) to its stop value; seeds {args.seeds}")
+        with tempfile.TemporaryDirectory() as workdir:
+            for seed in args.seeds:
+                r = ppo_at_scale(seed, workdir, args.device)
+                print(f"  seed {seed}: {r['seconds']:.1f} s to the stop value at {r['env_step']:,} env steps, "
+                      f"{r['rate']:,.0f} env steps/s over the whole loop (solved: {r['solved']})", flush=True)
+        return
     print(f"{'envs':>6}  {'torch CartPole':>16}  {'gym SyncVectorEnv':>18}  {'gym numpy-vector':>17}  "
           f"{'torch / sync':>12}")
     for num_envs in args.envs:
