@@ -18,7 +18,6 @@ import data.replay.device
 import policies.base
 import policies.optim
 from data.batch import make_batch
-from policies import update_graph
 from policies.update_graph import GraphedUpdates
 
 from test_update_graph import OBS, _assert_same, _buffer, _continuous_buffer, _policy, _state
