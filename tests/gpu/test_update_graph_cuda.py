@@ -70,6 +70,9 @@ def _eager_updates(policy, buffer, index, priority):
 
 @pytest.mark.parametrize("priority", [False, True])
 def test_captured_dqn_updates_equal_eager_on_the_slots_the_graph_drew(priority):
+    from torch._dynamo.utils import counters
+
+    graphs_before = counters["stats"]["unique_graphs"]
     graphed_policy = _policy("cudagraph_update", priority=priority, priority_IS_weight=priority)
     eager = _policy("none", priority=priority, priority_IS_weight=priority)
     eager.load_state_dict(copy.deepcopy(graphed_policy.state_dict()))
@@ -86,7 +89,10 @@ def test_captured_dqn_updates_equal_eager_on_the_slots_the_graph_drew(priority):
         torch.testing.assert_close(losses, eager_losses, rtol=1e-3, atol=1e-5)
     torch.cuda.synchronize()
     assert graphed.captures == 1
-    assert graphed_policy.hot_paths[("learn", "loss")].mode == "compile"
+    loss_path = graphed_policy.hot_paths[("learn", "loss")]
+    assert loss_path.mode == "compile" and loss_path.fallback_error is None, loss_path  # compiled inside the graph
+    assert counters["stats"]["unique_graphs"] > graphs_before  # dynamo compiled it (not skipped as it would be
+    # when first met under a dispatch mode: policies.update_graph.WARMUP_CALLS)
     assert graphed_policy.optimizer_step.updates == eager.optimizer_step.updates == 24
     for key, value in graphed_policy.model.state_dict().items():
         moved = (eager.model.state_dict()[key] - initial[key]).norm()
