@@ -365,12 +365,15 @@ class GraphedUpdates:
         self._captured_over = self._fingerprint()
         self.captures += 1
 
-    def _fingerprint(self) -> Tuple[Any, ...]:
-        """Where and how each tensor the graph binds lies (its address, shape, strides and dtype)."""
+    def bound_tensors(self) -> List[torch.Tensor]:
+        """The tensors the graph reads and writes in place: the replay's storage and sampler, and ``bound``'s."""
         tensors: List[torch.Tensor] = [t for field in self.buffer.storage.fields.values() for t in _leaves(field)]
         tensors += list(getattr(self.buffer.storage, "bound_tensors", tuple)())
-        tensors += list(self.buffer.sampler.bound_tensors()) + list(self._bound())
-        return tuple((t.data_ptr(), t.shape, t.stride(), t.dtype) for t in tensors)
+        return tensors + list(self.buffer.sampler.bound_tensors()) + list(self._bound())
+
+    def _fingerprint(self) -> Tuple[Any, ...]:
+        """Where and how each tensor the graph binds lies (its address, shape, strides and dtype)."""
+        return tuple((t.data_ptr(), t.shape, t.stride(), t.dtype) for t in self.bound_tensors())
 
     def _report(self, out: Dict[str, torch.Tensor], first: int) -> None:
         self._loss_check.report(out["non_finite"], f"{self.name}: the loss is not finite (NaN or inf) in updates "

@@ -58,7 +58,7 @@ def fake_cuda(monkeypatch):
     original = GraphedUpdates._capture
 
     def capture(self, phase):
-        bound = _bound_tensors(self)
+        bound = self.bound_tensors()
         saved = [t.detach().clone() for t in bound]
         with torch.random.fork_rng(devices=[]):
             original(self, phase)  # runs the program: what it changed is put back, as a real capture changes nothing
@@ -68,12 +68,6 @@ def fake_cuda(monkeypatch):
         graph.rerun, graph.outputs = self._program, outputs
 
     monkeypatch.setattr(GraphedUpdates, "_capture", capture)
-
-
-def _bound_tensors(program):
-    storage, sampler = program.buffer.storage, program.buffer.sampler
-    return ([t for t in storage.fields.values() if isinstance(t, torch.Tensor)] + list(sampler.bound_tensors())
-            + list(program._bound()))
 
 
 def _eager_on(eager, buffer, index, priority=False):
