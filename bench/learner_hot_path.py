@@ -151,9 +151,13 @@ def profile(policy: DQNPolicy, batch: object, device: torch.device) -> str:
 def run_mode(cfg, mode: str, args: argparse.Namespace, device: torch.device) -> Dict[str, object]:
     cfg = copy.deepcopy(cfg)
     cfg.policy.compile, cfg.policy.amp = mode, args.amp
-    torch.manual_seed(0)
-    obs_space = gym.spaces.Box(0, 255, OBS_SHAPE, np.uint8)
-    policy = DQNPolicy(cfg.policy, obs_space, gym.spaces.Discrete(ACTIONS), device=device)
+
+    def fresh_policy() -> DQNPolicy:
+        torch.manual_seed(0)
+        obs_space = gym.spaces.Box(0, 255, OBS_SHAPE, np.uint8)
+        return DQNPolicy(cfg.policy, obs_space, gym.spaces.Discrete(ACTIONS), device=device)
+
+    policy = fresh_policy()
     on_device = random_batch(args.batch_size, device, pin=False)
     on_host = random_batch(args.batch_size, torch.device("cpu"), pin=args.pin)
     start = time.perf_counter()
@@ -164,7 +168,10 @@ def run_mode(cfg, mode: str, args: argparse.Namespace, device: torch.device) -> 
     before = _counters()
     device_rate = timed_updates(policy, on_device, args.updates, device)
     host_rate = timed_updates(policy, on_host, args.updates, device)
-    replay = replay_rate(policy, mode, args, device)
+    # the captured program starts from a policy no eager update has touched, as the learner's does: the eager
+    # loop's autograd nodes, kept alive by the compiled ``cudagraph`` forward, belong to the default stream and
+    # would end the capture (CUDA: "operation would make the legacy stream depend on a capturing blocking stream")
+    replay = replay_rate(fresh_policy() if mode == "cudagraph_update" else policy, mode, args, device)
     after = _counters()
     changed = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
     row: Dict[str, object] = dict(mode=mode, warmup_s=warmup_s, device_rate=device_rate, host_rate=host_rate,

@@ -5,10 +5,11 @@ update per env step; its goal is >= 1,000 each with the same returns. Each run h
 ``dizoo/mujoco/config/halfcheetah_<algo>_config.py`` (CleanRL's settings: one env, one update of 256 per env
 step) on the GPU for ``--seconds`` of wall time, and reports:
 
-- env steps/s while learning (from the first update to the end: the random warm-up's steps, which need no
+- env steps/s while learning (from the 20th update to the end: the random warm-up's steps, which need no
   update, are left out), and updates/s over the same span;
-- the last evaluation's return and the env steps it was taken at (the runs are short: the returns say that
-  both modes learn alike, not where HalfCheetah ends);
+- the seconds from the first update to the 20th (the compiles, the warm-up calls and the capture), which the
+  rate leaves out; evaluation runs once, at the start (a short run's returns say nothing yet: the seed table's
+  runs, ``bench/seed_table.py``, say where the returns end);
 - whether the update was captured (the log's warning names why not).
 
 Run: ``python bench/offpolicy_gpu.py [--algos sac,td3] [--modes none,cudagraph_update] [--seconds 120]
@@ -27,6 +28,10 @@ from typing import Dict, List
 import torch
 
 
+#: the update the rate is timed from: past the compiles, the two warm-up calls and the capture
+SETTLED_ITER = 20
+
+
 def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool) -> Dict[str, float]:
     from pipelines import build_pipeline
 
@@ -36,6 +41,9 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool) ->
     main.policy.compile = mode
     main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn" if cuda else None
     main.env.stop_value = float("inf")  # env.stop_value=none: the wall clock ends the run
+    # one evaluation, at the start (5 HalfCheetah episodes take seconds): a short run's rate is the update's and
+    # the env's, and its returns say nothing yet (the seed table's runs say where the returns end)
+    main.policy.setdefault("eval", {}).setdefault("evaluator", {})["eval_freq"] = 10**9
     main.log = dict(progress=False)
     out_dir = tempfile.mkdtemp(prefix=f"offpolicy_{algo}_{mode}_")
     pipeline = build_pipeline((main, create), seed=seed, max_env_step=10**9, exp_name=out_dir, force=True)
@@ -44,7 +52,9 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool) ->
 
     def clock(ctx) -> None:
         now = time.perf_counter()
-        if not learning and ctx.train_iter > 0:
+        if "first" not in learning and ctx.train_iter > 0:
+            learning.update(first=now)
+        if "t" not in learning and ctx.train_iter >= SETTLED_ITER:
             learning.update(t=now, env_step=ctx.env_step, train_iter=ctx.train_iter)
         if now - started >= seconds:
             ctx.finish = True
@@ -52,10 +62,16 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool) ->
 
     pipeline.append(clock, name="wall_clock")
     summary = pipeline.run()
-    span = learning.get("end", time.perf_counter()) - learning.get("t", started)
-    return dict(env_steps_per_s=(learning.get("end_env_step", 0) - learning.get("env_step", 0)) / max(span, 1e-9),
-                updates_per_s=(learning.get("end_train_iter", 0) - learning.get("train_iter", 0)) / max(span, 1e-9),
-                eval_return=float(summary.get("eval_return", float("nan"))), env_step=float(summary["env_step"]))
+    if "t" not in learning:
+        return dict(env_steps_per_s=0.0, updates_per_s=0.0, settle_s=float("nan"), eval_return=float("nan"),
+                    env_step=float(learning.get("end_env_step", 0)))
+    span = learning["end"] - learning["t"]
+    eval_return = summary.get("eval_return")
+    return dict(env_steps_per_s=(learning["end_env_step"] - learning["env_step"]) / max(span, 1e-9),
+                updates_per_s=(learning["end_train_iter"] - learning["train_iter"]) / max(span, 1e-9),
+                settle_s=learning["t"] - learning["first"],
+                eval_return=float("nan") if eval_return is None else float(eval_return),
+                env_step=float(learning["end_env_step"]))
 
 
 def main() -> None:
@@ -74,7 +90,8 @@ def main() -> None:
             row = dict(algo=algo, mode=mode, **training_run(algo, mode, args.seconds, args.seed, cuda))
             rows.append(row)
             print(f"{algo} {mode}: {row['env_steps_per_s']:.0f} env steps/s, {row['updates_per_s']:.0f} updates/s "
-                  f"while learning; last evaluation {row['eval_return']:.1f} at {row['env_step']:.0f} env steps",
+                  f"from update {SETTLED_ITER} on ({row['settle_s']:.1f} s to get there from the first); "
+                  f"{row['env_step']:.0f} env steps in all",
                   flush=True)
     for algo in args.algos.split(","):
         mine = [r for r in rows if r["algo"] == algo]

@@ -246,6 +246,14 @@ class DeferredCheck:
         """Raise the first pending condition that held (waits for the device to have computed them all)."""
         self._read(wait=True)
 
+    def __getstate__(self) -> Dict[str, Any]:
+        """A copy (``copy.deepcopy`` of a replay, a pickle) is taken after the pending flags are read: CUDA
+        events cannot be copied, and a flag left unread in the original would be raised twice or never."""
+        self.flush()
+        state = dict(self.__dict__)
+        state["_pending"] = collections.deque()
+        return state
+
     def _read(self, wait: bool) -> None:
         """Read the pending flags in order: those the device has computed, or (``wait``) all of them."""
         while self._pending:

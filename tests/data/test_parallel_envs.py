@@ -7,10 +7,10 @@ import functools
 import gymnasium as gym
 import numpy as np
 import pytest
-from pettingzoo import ParallelEnv
 
 from data.parallel_envs import AgentSpaceError, ParallelEnvBatch
 
+ParallelEnv = pytest.importorskip("pettingzoo").ParallelEnv  # the multi-agent extra
 simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
 
 

@@ -8,6 +8,8 @@ tests/gpu/test_cuda.py.
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -368,3 +370,23 @@ def test_deferred_check_reads_what_the_device_has_computed_and_waits_only_when_f
     with pytest.raises(ValueError, match="bad, seen later"):
         check.report(torch.tensor(False), "d")  # a 4th flag: past 2 unread, the oldest is waited for
     assert behind.waited and not check._pending
+
+
+class _UncopyableEvent(_Event):
+    """Like torch.cuda.Event: neither pickled nor deep-copied."""
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("cannot pickle 'Event' object")
+
+
+def test_a_deferred_check_is_copied_after_its_pending_flags_are_read(monkeypatch):
+    """A replay is deep-copied (a test's eager twin, a user's snapshot) with its checks' flags read first: the
+    copy holds none (events cannot be copied), and a flag that held is raised at the copy, not lost."""
+    monkeypatch.setattr(placement, "host_path", lambda device: False)
+    check = DeferredCheck(torch.device("cpu"))
+    check._pending.append((torch.tensor(False), _UncopyableEvent(False), "fine"))
+    twin = copy.deepcopy(check)
+    assert not twin._pending and not check._pending and twin.device == check.device
+    check._pending.append((torch.tensor(True), _UncopyableEvent(False), "held at update 3"))
+    with pytest.raises(ValueError, match="held at update 3"):
+        copy.deepcopy(check)
