@@ -8,6 +8,8 @@
 #   bash bench/device_checks.sh seeds     # the seed table: HalfCheetah SAC/TD3 x 5 seeds, Pong PPO x 3 (IQM)
 #   bash bench/device_checks.sh loop      # PPO's whole loop on 4,096 torch envs to 475 (env steps/s, seconds),
 #                                         # and the torch envs' and collector's rates against gymnasium's
+#   bash bench/device_checks.sh envpool   # bare and collected Pong, ale-py against EnvPool, at 16 and 64 envs
+#                                         # (EnvPool from .whl/envpool_slim: bench/envpool_slim.py says how)
 #
 # Logs and a summary go to $OUT (the device tool's folder that comes back), else ./device-logs. Each step has
 # its own time limit, so one hang cannot eat the call; the summary's lines say what passed and each figure.
@@ -40,11 +42,19 @@ case "$part" in
     step ppo-at-scale 300 python3 bench/device_env.py --device cuda --scale
     step env-rates 200 python3 bench/device_env.py --device cuda --skip-ppo --envs 1024 16384
     ;;
+  envpool)
+    slim="$PWD/.whl/envpool_slim"
+    [ -d "$slim/envpool" ] || { echo "device_checks: no $slim (build it with bench/envpool_slim.py)" | tee -a "$summary"; exit 2; }
+    for n in 16 64; do
+      step "pong-backends-$n" 200 env PYTHONPATH="$slim${PYTHONPATH:+:$PYTHONPATH}" \
+        python3 bench/atari_pong.py --envs "$n" --steps 300 --repeats 3 --updates 5
+    done
+    ;;
   seeds)
     step seed-table 580 python3 bench/seed_table.py --plan device --root "$out/seed_table" --deadline-s 520
     ;;
   *)
-    echo "device_checks: unknown part '$part' (updates | seeds | loop)"; exit 2 ;;
+    echo "device_checks: unknown part '$part' (updates | seeds | loop | envpool)"; exit 2 ;;
 esac
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader >>"$summary" 2>&1
 echo "logs: $out"

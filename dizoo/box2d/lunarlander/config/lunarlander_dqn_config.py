@@ -18,10 +18,10 @@ main_config = EasyDict(dict(
     policy=dict(
         model=dict(encoder_hidden_size_list=[512, 64]),
         nstep=3,
-        learn=dict(update_per_collect=10),
+        learn=dict(update_per_collect=32, batch_size=128),
         collect=dict(n_sample=64),
         eval=dict(evaluator=dict(eval_freq=1000)),
-        other=dict(eps=dict(end=0.1, decay=50000)),
+        other=dict(eps=dict(end=0.1, decay=12000)),
     ),
 ))
 create_config = EasyDict(dict(
