@@ -6,7 +6,8 @@
 #   bash bench/device_checks.sh updates   # pytest of the captured update, the DQN learner's updates/s per
 #                                         # policy.compile mode, HalfCheetah SAC/TD3 env steps/s eager vs captured
 #   bash bench/device_checks.sh seeds     # the seed table: HalfCheetah SAC/TD3 x 5 seeds, Pong PPO x 3 (IQM)
-#   bash bench/device_checks.sh loop      # PPO's whole loop on 4,096 torch envs to 475 (env steps/s, seconds),
+#   bash bench/device_checks.sh loop      # PPO's whole loop on 4,096 torch envs to 475 (env steps/s, seconds;
+#                                         # eager and cudagraph),
 #                                         # and the torch envs' and collector's rates against gymnasium's
 #   bash bench/device_checks.sh envpool   # bare and collected Pong, ale-py against EnvPool, at 16 and 64 envs
 #                                         # (EnvPool from .whl/envpool_slim: bench/envpool_slim.py says how)
@@ -39,8 +40,8 @@ case "$part" in
     step halfcheetah 170 python3 bench/offpolicy_gpu.py --seconds 25
     ;;
   loop)
-    step ppo-at-scale 300 python3 bench/device_env.py --device cuda --scale
-    step env-rates 200 python3 bench/device_env.py --device cuda --skip-ppo --envs 1024 16384
+    step ppo-at-scale 360 python3 bench/device_env.py --device cuda --scale --compile none cudagraph
+    step env-rates 150 python3 bench/device_env.py --device cuda --skip-ppo --envs 1024 16384
     ;;
   envpool)
     slim="$PWD/.whl/envpool_slim"

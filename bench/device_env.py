@@ -12,7 +12,9 @@
    cartpole_ppo_torch_config.py.
 
 4. With ``--scale`` (alone): PPO's whole loop at scale, cartpole_ppo_torch_scale_config.py (4,096 torch envs) to its
-   stop value: seconds, and env steps/s over the whole loop (issue 33's >= 1M on a GPU).
+   stop value: seconds, and env steps/s over the whole loop (issue 33's >= 1M on a GPU); with ``--compile none
+   cudagraph`` each seed once per ``policy.compile`` mode, one after the other (whether compiling pays: a cold
+   compile's seconds count in the run's, as a user's first run pays them).
 
 Run (one thread, as BENCHMARKS.md's figures): ``OMP_NUM_THREADS=1 python bench/device_env.py``
 (``--device cuda`` steps the torch envs on a GPU; ``--skip-ppo`` for the env rates alone; ``--scale``).
@@ -128,7 +130,7 @@ def ppo_time_to_solve(module: str, env_type: str | None, seed: int, workdir: str
 SCALE_MODULE = "dizoo.classic_control.cartpole.config.cartpole_ppo_torch_scale_config"
 
 
-def ppo_at_scale(seed: int, workdir: str, device: str) -> Dict[str, float]:
+def ppo_at_scale(seed: int, workdir: str, device: str, compile_mode: str = "none") -> Dict[str, float]:
     """cartpole_ppo_torch_scale_config.py (4,096 torch envs) trained to its stop value: the training seconds and
     the whole loop's env steps/s (collect, GAE, updates and evaluations over the run's wall time)."""
     from pipelines import serial_pipeline
@@ -137,8 +139,9 @@ def ppo_at_scale(seed: int, workdir: str, device: str) -> Dict[str, float]:
     main, create = copy.deepcopy(config.main_config), copy.deepcopy(config.create_config)
     main.log = dict(progress=False, tensorboard=False, csv=False)
     main.policy.cuda = device.startswith("cuda")
+    main.policy.compile = compile_mode
     summary = serial_pipeline((main, create), seed=seed, max_env_step=20_000_000,
-                              exp_name=os.path.join(workdir, f"scale_{seed}"))
+                              exp_name=os.path.join(workdir, f"scale_{seed}_{compile_mode}"))
     return {"seconds": summary.get("time_to_stop_value_s") or float("nan"), "env_step": summary["env_step"],
             "rate": summary["env_step"] / summary["wall_time_s"], "solved": summary.get("stop_reason") == "stop_value"}
 
@@ -152,6 +155,8 @@ def main() -> None:
     parser.add_argument("--skip-ppo", action="store_true")
     parser.add_argument("--scale", action="store_true",
                         help="only the whole loop at scale: cartpole_ppo_torch_scale_config.py (4,096 envs) to 475")
+    parser.add_argument("--compile", nargs="+", default=["none"], choices=["none", "compile", "cudagraph"],
+                        help="with --scale: policy.compile modes, each run on every seed (default none)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, gymnasium {gym.__version__}, {torch.get_num_threads()} torch thread(s), "
           f"torch envs on {args.device}")
@@ -159,9 +164,11 @@ def main() -> None:
         print(f"PPO's whole loop at scale (4,096 torch envs on {args.device}) to its stop value; seeds {args.seeds}")
         with tempfile.TemporaryDirectory() as workdir:
             for seed in args.seeds:
-                r = ppo_at_scale(seed, workdir, args.device)
-                print(f"  seed {seed}: {r['seconds']:.1f} s to the stop value at {r['env_step']:,} env steps, "
-                      f"{r['rate']:,.0f} env steps/s over the whole loop (solved: {r['solved']})", flush=True)
+                for mode in args.compile:
+                    r = ppo_at_scale(seed, workdir, args.device, mode)
+                    print(f"  seed {seed}, policy.compile={mode}: {r['seconds']:.1f} s to the stop value at "
+                          f"{r['env_step']:,} env steps, {r['rate']:,.0f} env steps/s over the whole loop "
+                          f"(solved: {r['solved']})", flush=True)
         return
     print(f"{'envs':>6}  {'torch CartPole':>16}  {'gym SyncVectorEnv':>18}  {'gym numpy-vector':>17}  "
           f"{'torch / sync':>12}")
