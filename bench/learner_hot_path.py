@@ -168,9 +168,9 @@ def run_mode(cfg, mode: str, args: argparse.Namespace, device: torch.device) -> 
     before = _counters()
     device_rate = timed_updates(policy, on_device, args.updates, device)
     host_rate = timed_updates(policy, on_host, args.updates, device)
-    # the captured program starts from a policy no eager update has touched, as the learner's does: the eager
-    # loop's autograd nodes, kept alive by the compiled ``cudagraph`` forward, belong to the default stream and
-    # would end the capture (CUDA: "operation would make the legacy stream depend on a capturing blocking stream")
+    # the captured program starts from a policy no eager update has touched, as the learner's does: on an H200 the
+    # eager loop's autograd nodes of the parameters, made on the default stream and still alive, ended the capture
+    # (CUDA: "operation would make the legacy stream depend on a capturing blocking stream"; docs/performance.md)
     replay = replay_rate(fresh_policy() if mode == "cudagraph_update" else policy, mode, args, device)
     after = _counters()
     changed = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
