@@ -21,7 +21,7 @@ main_config = EasyDict(dict(
             epoch_per_collect=4,
             entropy_weight=0.01,
         ),
-        collect=dict(n_sample=1024, gae_lambda=0.98),
+        collect=dict(n_sample=4096, gae_lambda=0.98),
         eval=dict(evaluator=dict(eval_freq=500)),
     ),
 ))
