@@ -174,6 +174,16 @@ class PinnedStaging:
             self._copied[turn].record(torch.cuda.current_stream(self.device))
         return out
 
+    def __getstate__(self) -> Dict[str, Any]:
+        """A copy (``copy.deepcopy`` of a replay, a pickle) is taken once the staged copies are done: CUDA events
+        cannot be copied, and the copy's buffers are free to reuse."""
+        for event in self._copied:
+            if event is not None:
+                event.synchronize()
+        state = dict(self.__dict__)
+        state["_copied"] = [None] * len(self._copied)
+        return state
+
     def _stage(self, buffers: Dict[_Key, torch.Tensor], key: _Key, value: torch.Tensor) -> torch.Tensor:
         """One tensor on the device: a host one through its staging buffer (unless larger than
         ``PINNED_LIMIT_BYTES``), a device one as it is (or moved device to device)."""

@@ -390,3 +390,13 @@ def test_a_deferred_check_is_copied_after_its_pending_flags_are_read(monkeypatch
     check._pending.append((torch.tensor(True), _UncopyableEvent(False), "held at update 3"))
     with pytest.raises(ValueError, match="held at update 3"):
         copy.deepcopy(check)
+
+
+def test_a_staging_is_copied_after_its_copies_are_done(monkeypatch):
+    """PinnedStaging's events (the device has read buffer set i) are waited for before a copy and not copied."""
+    monkeypatch.setattr(placement, "host_path", lambda device: False)
+    staging = PinnedStaging(torch.device("cpu"))
+    pending = _UncopyableEvent(False)
+    staging._copied[0] = pending
+    twin = copy.deepcopy(staging)
+    assert pending.waited and twin._copied == [None, None] and twin.staged == staging.staged
