@@ -5,8 +5,9 @@ dizoo/classic_control/cartpole/config/cartpole_ppo_torch_scale_config.py [--seed
 cartpole_ppo_torch_config.py's algorithm at the scale of Isaac Lab's and PureJaxRL's CartPole: 16 vector steps of
 4,096 envs per collect (65,536 transitions), 4 epochs of 4 minibatches of 16,384, an evaluation after each collect.
 No step or minibatch reads anything back from the device (tests/policies/test_host_sync.py). On one CPU thread
-(2026-11-28, the 2-core development machine) it reaches the stop value on seeds 0, 1 and 2 in 15.6, 9.5 and 9.2 s
-of training at about 100,000 env steps/s, the evaluations included (BENCHMARKS.md); the GPU figure is
+(2026-11-28, the 2-core development machine) it reaches the stop value on seeds 0, 1 and 2 in 17.4, 8.7 and 9.7 s
+of training at 90,000-105,000 env steps/s, the evaluations included (``OMP_NUM_THREADS=1 python bench/device_env.py
+--scale``; BENCHMARKS.md); the GPU figure is
 ``python bench/device_env.py --device cuda --scale`` on a device machine.
 """
 import copy
