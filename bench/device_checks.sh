@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 33's GPU figures in two calls of the device machine, after ../shared/device's setup in the same call
-# (bash .whl/device-setup.sh && bash bench/device_checks.sh updates: about 120 s of setup and 470 s of steps, the
-# call's 600 s). Run in the project root there:
+# Issue 33's GPU figures, one call of the device machine per part, after ../shared/device's setup in the same call
+# (bash .whl/device-setup.sh && bash bench/device_checks.sh updates: up to 120 s of setup and 470 s of steps, the
+# call's 600 s; loop's steps 510 s, envpool's 400 s, seeds' 580 s). Run in the project root there:
 #
 #   bash bench/device_checks.sh updates   # pytest of the captured update, the DQN learner's updates/s per
 #                                         # policy.compile mode, HalfCheetah SAC/TD3 env steps/s eager vs captured

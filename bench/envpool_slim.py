@@ -39,7 +39,7 @@ def keep_envpool(name: str) -> bool:
         return True
     if name.endswith((".py", ".pyi", "py.typed")):
         return True
-    return name.startswith(f"envpool/{FAMILY}/") and not name.endswith("/")
+    return name.startswith(f"envpool/{FAMILY}/")
 
 
 def keep_assets(name: str) -> bool:
