@@ -324,21 +324,23 @@ def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: An
 
 def lr_annealing(policy: Policy, max_env_step: Optional[int]) -> Optional[Callable[[Any], None]]:
     """The stage of ``policy.learn.lr_schedule='linear'`` (None for any other policy or schedule): before the
-    iteration's updates, the learning rate for the env steps done out of the budget. ``ctx.env_step`` is the
-    global count under DDP (the same on every rank), and a resumed run's, so nothing is saved for it.
+    iteration's updates, the learning rate for the env steps done out of ``policy.learn.lr_anneal_env_steps``, or
+    out of the budget where the config states none. ``ctx.env_step`` is the global count under DDP (the same on
+    every rank), and a resumed run's, so nothing is saved for it.
 
     Raises:
-        engine.config.ConfigError: the schedule asked for with no ``--max-env-step`` to anneal over.
+        engine.config.ConfigError: the schedule asked for with no span and no ``--max-env-step`` to anneal over.
     """
     if not getattr(policy, "anneals_learning_rate", False):
         return None
-    if max_env_step is None:
+    span = policy.lr_anneal_env_steps or max_env_step
+    if span is None:
         raise ConfigError("policy.learn.lr_schedule='linear' anneals the learning rate to 0 over the run's env steps, "
-                          "and this run has no --max-env-step: give --max-env-step N, or "
-                          "policy.learn.lr_schedule=constant")
+                          "and this run has no --max-env-step: give --max-env-step N, "
+                          "policy.learn.lr_anneal_env_steps=N, or policy.learn.lr_schedule=constant")
 
     def lr_annealing(ctx: Any) -> None:
-        policy.anneal_learning_rate(ctx.env_step / max_env_step)
+        policy.anneal_learning_rate(ctx.env_step / span)
 
     return lr_annealing
 

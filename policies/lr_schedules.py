@@ -13,8 +13,8 @@ the 1e-2 ceiling within five collects and the network stopped learning (entropy 
 Pong config learns with CleanRL's constant 2.5e-4 and more, smaller minibatches instead (BENCHMARKS.md).
 
 ``'linear'`` (SB3's ``lin_`` schedules, CleanRL's ``anneal_lr``): the rate falls from ``learning_rate`` to 0 at the
-run's ``--max-env-step``, set before each iteration's updates from the env steps done
-(``pipelines.stages.lr_annealing``). Nothing is saved for it: a resume, and every DDP rank, read the same global
+run's ``--max-env-step`` (or at ``policy.learn.lr_anneal_env_steps``, where a config states its own span, and stays
+at 0 after it), set before each iteration's updates from the env steps done (``pipelines.stages.lr_annealing``). Nothing is saved for it: a resume, and every DDP rank, read the same global
 env-step count. Why: a constant rate keeps moving a policy that has solved its task; CartPole with its velocities
 hidden (``ppo_lstm``, 100k env steps) ended seeds 1 and 2 at 190 and 140 with the constant rate after reaching
 500, and at 350 and 500 with the linear one (BENCHMARKS.md, "Scores that hold").

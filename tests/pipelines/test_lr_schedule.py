@@ -49,6 +49,19 @@ def test_the_rate_falls_linearly_with_the_env_steps_and_a_resume_continues_the_l
 def test_a_linear_schedule_without_a_budget_is_refused_before_the_run_directory(tmp_path):
     main, create = _config(tmp_path)
     with pytest.raises(ConfigError, match=r"lr_schedule='linear' anneals the learning rate to 0 over the run's env "
-                                          r"steps, and this run has no --max-env-step: give --max-env-step N"):
+                                          r"steps, and this run has no --max-env-step: give --max-env-step N, "
+                                          r"policy.learn.lr_anneal_env_steps=N"):
         build_pipeline((main, create), exp_name=main.exp_name)
     assert not os.path.exists(main.exp_name)
+
+
+def test_a_config_that_states_its_span_anneals_over_it_whatever_the_budget(tmp_path):
+    main, create = _config(tmp_path)
+    main.policy.learn.lr_anneal_env_steps = 128
+    rate = main.policy.learn.learning_rate
+    _, rates = _train(main, create, 256)  # the budget is twice the span: the rate stays at 0 after it
+    assert rates == [(done, pytest.approx(rate * max(0.0, 1 - done / 128))) for done in (0, 64, 128, 192)]
+    main.exp_name = str(tmp_path / "unbudgeted")
+    main.policy.learn.lr_anneal_env_steps = 256
+    _, rates = _train(main, create, None, max_train_iter=2)  # no env-step budget: the span alone
+    assert rates == [(done, pytest.approx(rate * (1 - done / 256))) for done in (0, 64)]
