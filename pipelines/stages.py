@@ -333,7 +333,7 @@ def lr_annealing(policy: Policy, max_env_step: Optional[int]) -> Optional[Callab
     """
     if not getattr(policy, "anneals_learning_rate", False):
         return None
-    span = policy.lr_anneal_env_steps or max_env_step
+    span = policy.params.learn.lr_anneal_env_steps or max_env_step
     if span is None:
         raise ConfigError("policy.learn.lr_schedule='linear' anneals the learning rate to 0 over the run's env steps, "
                           "and this run has no --max-env-step: give --max-env-step N, "

@@ -123,8 +123,7 @@ class PPOLearnParams(Params):
     ``lin_`` schedules, CleanRL's ``anneal_lr``), set each iteration from the env steps done, so a resume or a DDP
     rank needs no state of its own (``pipelines.stages.lr_annealing``; a run without a budget is refused)."""
     lr_anneal_env_steps: Optional[int] = param(None, rule="at_least_one")
-    """``lr_schedule='linear'``: the env steps over which the rate falls to 0 (and stays there); none: the run's
-    ``--max-env-step``. A config that anneals without being given a budget states its own here."""
+    """``lr_schedule='linear'``: the env steps it falls to 0 over (then stays), in place of ``--max-env-step``."""
     kl_threshold: float = param(0.008, rule="positive")
     """``lr_schedule='adaptive'``: the mean approximate KL per epoch aimed at (rl_games' default; its configs use
     0.008 to 0.016)."""
@@ -309,11 +308,6 @@ class PPOPolicy(Policy):
     def anneals_learning_rate(self) -> bool:
         """Whether ``policy.learn.lr_schedule`` is 'linear': the pipeline then calls ``anneal_learning_rate``."""
         return self._linear_lr
-
-    @property
-    def lr_anneal_env_steps(self) -> Optional[int]:
-        """``policy.learn.lr_anneal_env_steps``: the env steps the linear schedule spans; None: the run's budget."""
-        return self.params.learn.lr_anneal_env_steps
 
     def anneal_learning_rate(self, fraction: float) -> None:
         """``lr_schedule='linear'``: the rate at ``fraction`` of the run's budget done, ``learning_rate * (1 -
