@@ -46,8 +46,7 @@ bitflip-dqn-her: the HER paper's 15-bit flipping at 150k, DQN with hindsight rep
 ``HerReplayBuffer``; ``dizoo/goal/envs.py``);
 cartpole_masked-ppo_lstm: CartPole-v1 with its velocities hidden (``dizoo``'s ``VelocityMasked`` wrapper on both
 sides; rl-baselines3-zoo's CartPoleNoVel-v1) at 100k, recurrent PPO against SB3-contrib's RecurrentPPO (the
-``bench`` extra installs it), with the wall time and env steps to 195 (CartPole-v0's level, which masked CartPole
-is measured at) per seed;
+``bench`` extra installs it), with the wall time and env steps to 475 (CartPole-v1's threshold) per seed;
 taxi-ppo-masked: Taxi-v4 at 300k with its legal-action mask against sb3-contrib's MaskablePPO (both on PPO's
 defaults, no zoo entry: ``dizoo/toy_text``), each action checked against the mask on both sides
 (``env.action_mask_check``), and taxi-ppo-unmasked: the same without it (baton ``env.action_mask_key=``, SB3's PPO),
@@ -105,6 +104,7 @@ TASKS: Dict[str, Task] = {
     "hopper-sac": Task("Hopper-v5", "sac", 100_000, "dizoo/mujoco/config/hopper_sac_config.py"),
     "hopper-td3": Task("Hopper-v5", "td3", 100_000, "dizoo/mujoco/config/hopper_td3_config.py"),
     "halfcheetah-sac": Task("HalfCheetah-v5", "sac", 100_000, "dizoo/mujoco/config/halfcheetah_sac_config.py"),
+    # baton's HalfCheetah TD3 keeps CleanRL's settings (LeanRL's, the GPU bench's anchor) where SB3 runs the zoo's
     "halfcheetah-td3": Task("HalfCheetah-v5", "td3", 100_000, "dizoo/mujoco/config/halfcheetah_td3_config.py"),
     # the HER paper's 15-bit flipping (dizoo/goal/envs.py), DQN with hindsight replay on both sides; SB3 makes the
     # env from gymnasium's "module:id"

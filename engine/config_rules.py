@@ -7,6 +7,7 @@ The mechanism is here, so that every rule is worded alike.
 from __future__ import annotations
 
 import difflib
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Tuple
 
@@ -68,7 +69,13 @@ class ValueRules:
                           {**self.choices, **other.choices})
 
     def check(self, cfg: Mapping[str, Any]) -> None:
-        """Raises ``engine.config.ConfigError`` naming the first key that breaks its rule and the fix."""
+        """Raises ``engine.config.ConfigError`` naming the first key that breaks its rule and the fix; a key of a
+        numeric rule must hold a number (a key whose default is None takes any type in the merge: ``100k`` from
+        the command line would reach the comparison as a string)."""
+        for path in self.at_least_one + self.positive + self.not_negative + self.unit_interval:
+            value = lookup(cfg, path)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise ConfigError(f"config key {path!r} is {value!r}: it must be a number (write {path}=N)")
         for path in self.at_least_one:
             value = lookup(cfg, path)
             if value is not None and value < 1:

@@ -183,7 +183,7 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
         resources.callback(evaluator_env.close)
     run.policy = policy = _build_policy(policy_cls, cfg, observation_space, action_space, ddp_ctx)
     buffer = shape.prepare(run)
-    annealing = stages.lr_annealing(policy, request.max_env_step)  # refused without a budget: before the run dir
+    annealing = stages.lr_annealing(policy, request.max_env_step, run.main)  # refused before the run dir exists
     saved_buffer = buffer if shape.saves_buffer else None
 
     # the inputs are checked: only now the run directory (a failed start leaves none, pipelines.run_dir)

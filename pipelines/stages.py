@@ -322,11 +322,12 @@ def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: An
     return PreemptionStop(guard)
 
 
-def lr_annealing(policy: Policy, max_env_step: Optional[int]) -> Optional[Callable[[Any], None]]:
+def lr_annealing(policy: Policy, max_env_step: Optional[int], main: bool = True) -> Optional[Callable[[Any], None]]:
     """The stage of ``policy.learn.lr_schedule='linear'`` (None for any other policy or schedule): before the
     iteration's updates, the learning rate for the env steps done out of ``policy.learn.lr_anneal_env_steps``, or
     out of the budget where the config states none. ``ctx.env_step`` is the global count under DDP (the same on
-    every rank), and a resumed run's, so nothing is saved for it.
+    every rank), and a resumed run's, so nothing is saved for it. Rank 0 (``main``) says, in one line, when the
+    budget outlasts the span: the env steps after it train at a rate of 0.
 
     Raises:
         engine.config.ConfigError: the schedule asked for with no span and no ``--max-env-step`` to anneal over.
@@ -338,6 +339,10 @@ def lr_annealing(policy: Policy, max_env_step: Optional[int]) -> Optional[Callab
         raise ConfigError("policy.learn.lr_schedule='linear' anneals the learning rate to 0 over the run's env steps, "
                           "and this run has no --max-env-step: give --max-env-step N, "
                           "policy.learn.lr_anneal_env_steps=N, or policy.learn.lr_schedule=constant")
+    if main and max_env_step is not None and span < max_env_step:
+        logger_.warning("policy.learn.lr_anneal_env_steps=%s: the learning rate is 0 from env step %s to the budget, "
+                        "--max-env-step %s (set policy.learn.lr_anneal_env_steps=%s to anneal over the whole run)",
+                        span, span, max_env_step, max_env_step)
 
     def lr_annealing(ctx: Any) -> None:
         policy.anneal_learning_rate(ctx.env_step / span)

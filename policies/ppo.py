@@ -119,9 +119,9 @@ class PPOLearnParams(Params):
     """The largest gradient norm an update applies (all parameters together); 0 disables clipping."""
     lr_schedule: str = param("constant", choices=LR_SCHEDULES)
     """"constant"; "adaptive": steer the rate by each epoch's mean approximate KL (module docstring: how, and
-    how it failed on Pong); "linear": from ``learning_rate`` down to 0 at the run's ``--max-env-step`` (SB3's
-    ``lin_`` schedules, CleanRL's ``anneal_lr``), set each iteration from the env steps done, so a resume or a DDP
-    rank needs no state of its own (``pipelines.stages.lr_annealing``; a run without a budget is refused)."""
+    how it failed on Pong); "linear": from ``learning_rate`` down to 0 at ``lr_anneal_env_steps``, else at the run's
+    ``--max-env-step`` (SB3's ``lin_`` schedules, CleanRL's ``anneal_lr``), set each iteration from the env steps done,
+    so a resume or a DDP rank needs no state of its own (``pipelines.stages.lr_annealing``; refused without either)."""
     lr_anneal_env_steps: Optional[int] = param(None, rule="at_least_one")
     """``lr_schedule='linear'``: the env steps it falls to 0 over (then stays), in place of ``--max-env-step``."""
     kl_threshold: float = param(0.008, rule="positive")
@@ -310,8 +310,8 @@ class PPOPolicy(Policy):
         return self._linear_lr
 
     def anneal_learning_rate(self, fraction: float) -> None:
-        """``lr_schedule='linear'``: the rate at ``fraction`` of the run's budget done, ``learning_rate * (1 -
-        fraction)`` (0 from the end of the budget on)."""
+        """``lr_schedule='linear'``: the rate at ``fraction`` of the schedule's span done, ``learning_rate * (1 -
+        fraction)`` (0 from the end of the span on)."""
         rate = linear_lr(self._base_lr, fraction)
         for group in self.optimizer_step.optimizer.param_groups:
             group["lr"] = rate

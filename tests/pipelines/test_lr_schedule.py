@@ -65,3 +65,25 @@ def test_a_config_that_states_its_span_anneals_over_it_whatever_the_budget(tmp_p
     main.policy.learn.lr_anneal_env_steps = 256
     _, rates = _train(main, create, None, max_train_iter=2)  # no env-step budget: the span alone
     assert rates == [(done, pytest.approx(rate * (1 - done / 256))) for done in (0, 64)]
+
+
+def test_the_span_wins_over_a_longer_budget_and_says_so(tmp_path, caplog):
+    main, create = _config(tmp_path)
+    main.policy.learn.lr_anneal_env_steps = 512
+    rate = main.policy.learn.learning_rate
+    with caplog.at_level("WARNING", logger="pipelines.stages"):
+        _, rates = _train(main, create, 256)  # the span, not the shorter budget, sets the line
+    assert rates == [(done, pytest.approx(rate * (1 - done / 512))) for done in (0, 64, 128, 192)]
+    assert not [r for r in caplog.records if "lr_anneal_env_steps" in r.getMessage()]
+    main.exp_name = str(tmp_path / "longer")
+    with caplog.at_level("WARNING", logger="pipelines.stages"):
+        _train(main, create, 640)
+    assert [r for r in caplog.records if "the learning rate is 0 from env step 512 to the budget, --max-env-step 640"
+            in r.getMessage()]
+
+
+def test_a_span_that_is_not_a_number_is_named(tmp_path):
+    main, create = _config(tmp_path)
+    main.policy.learn.lr_anneal_env_steps = "100k"  # as the command line passes text it cannot read as a number
+    with pytest.raises(ConfigError, match=r"'policy.learn.lr_anneal_env_steps' is '100k': it must be a number"):
+        build_pipeline((main, create), exp_name=main.exp_name, max_env_step=256)

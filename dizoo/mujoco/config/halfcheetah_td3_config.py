@@ -1,7 +1,7 @@
 """TD3 on HalfCheetah-v5: ``python dizoo/mujoco/config/halfcheetah_td3_config.py [--seed N] [--max-env-step N]``.
 
 Needs the mujoco extra: ``pip install "baton-rl[mujoco]"``. Settings of CleanRL's ``td3_continuous_action.py``
-(Huang et al., 2022; its MuJoCo benchmark), which are the TD3 paper's and LeanRL's, the anchor of
+(Huang et al., 2022; its MuJoCo benchmark), the TD3 authors' later defaults and LeanRL's, the anchor of
 ``bench/offpolicy_gpu.py``: one env, one update of 256 transitions per env step, networks of 256x256, learning
 rate 3e-4, the actor and targets every 2nd update, target smoothing 0.2 clipped at 0.5, exploration noise 0.1,
 Polyak 0.005, a replay of 1M, 25,000 uniformly random env steps before learning (the policy's defaults but the
