@@ -16,9 +16,9 @@ def test_ppo_lstm_holds_masked_cartpole_solved_to_its_budget_where_feed_forward_
     """cartpole_masked_ppo_lstm_config.py ends 100,000 env steps at or above CartPole-v1's threshold, 475: seeds
     0-7 ended at 500, 481.3, 500, 489.4, 500, 500, 500 and 500 (BENCHMARKS.md, "Scores that hold"), where the
     constant rate without reward normalisation fell back to 190 and 140 after reaching 500 on seeds 1 and 2 (seed
-    2 runs here). The final evaluation is asserted, not the best: a recurrent PPO that stops learning, or forgets after solving, fails
-    here. Feed-forward PPO (cartpole_masked_ppo_config.py), which sees one observation without the velocities,
-    stays far below (best 56 in 100,000 env steps; 30,000 here)."""
+    2 runs here). The final evaluation is asserted, not the best: a recurrent PPO that stops learning, or forgets
+    after solving, fails here. Feed-forward PPO (cartpole_masked_ppo_config.py), which sees one observation
+    without the velocities, stays far below (best 56 in 100,000 env steps; 30,000 here)."""
     from dizoo.classic_control.cartpole.config import cartpole_masked_ppo_config as feed_forward
     from dizoo.classic_control.cartpole.config import cartpole_masked_ppo_lstm_config as recurrent
 
