@@ -5,7 +5,11 @@ Run: ``python bench/peers.py [--tasks cartpole-dqn,pendulum-sac] [--seeds 0,1,2]
 
 For each task and seed, SB3 and then baton train on the task's env for its budget, alternating (SB3 seed 0,
 baton seed 0, SB3 seed 1, ...), each in a fresh subprocess with one torch thread (``OMP_NUM_THREADS=1``),
-one at a time. Per task it prints, for each framework, the mean over seeds and each seed's value of:
+``--jobs`` at a time (default 1). With ``--jobs 2`` a seed's two sides run together, each on its own core under
+the same load; more start the next seeds and tasks as cores free up, in the same order. Each run is printed as
+it ends, each task's table after its last run, and ``--json`` is rewritten after every run (a command stopped
+early keeps what finished). Per task it prints, for each framework, the mean over seeds and
+each seed's value of:
 
 - final return: the mean return of the last evaluation (within one evaluation interval of the budget);
 - best return: the highest evaluation of the run;
@@ -61,6 +65,8 @@ The full 1M-step MuJoCo runs (the published tables' budget)::
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import functools
 import json
 import math
 import os
@@ -69,7 +75,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # baton's packages, when this file runs as a script
@@ -77,6 +83,7 @@ from commands.iqm import iqm_with_ci  # noqa: E402  (numpy only: no torch in the
 
 SB3_WORKER = os.path.join(ROOT, "bench", "peers_sb3.py")
 RETURN_COLUMN = "eval/episode_return_mean"
+T = TypeVar("T")
 
 
 class Task(NamedTuple):
@@ -334,6 +341,12 @@ def _task_list(text: str) -> List[str]:
     return names
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of runs at once, at least 1, got {text!r}")
+    return int(text)
+
+
 def _seed_list(text: str) -> List[int]:
     try:
         return [int(s) for s in text.split(",") if s.strip()]
@@ -352,6 +365,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                                                       f"the budget / {EVALS_PER_RUN})")
     parser.add_argument("--eval-episodes", type=int, default=10, help="greedy episodes per evaluation (default 10)")
     parser.add_argument("--json", metavar="OUT", help="write every run (curves included) and the summaries here")
+    parser.add_argument("--jobs", type=_positive, default=1, help="runs at once, each on one core (default 1; 2: "
+                                                                "a seed's two sides together)")
     parser.add_argument("--keep", metavar="DIR", help="keep the runs under DIR instead of a temporary directory")
     args = parser.parse_args(argv)
     from peers_sb3 import ZOO  # bench/ is on sys.path when this file runs; imports no SB3
@@ -360,6 +375,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = os.path.abspath(args.keep) if args.keep else tmp
         os.makedirs(workdir, exist_ok=True)
+        work: List[Callable[[], Dict[str, Any]]] = []
+        labels: List[Tuple[str, str, int]] = []  # (task, framework, seed) of each entry of work
         for name in args.tasks:
             task = TASKS[name]
             steps = args.budget if args.budget is not None else int(task.budget * args.budget_scale)
@@ -377,26 +394,49 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                   f"wall times are training time, evaluations included", flush=True)
             print(f"  sb3    {zoo.algo}, rl-baselines3-zoo {zoo.zoo_entry}\n  baton  {setup.source}"
                   f"{''.join(' ' + o for o in task.overrides)}", flush=True)
-            runs: Dict[str, List[Dict[str, Any]]] = dict(sb3=[], baton=[])
-            for seed in args.seeds:  # alternating, one process at a time
-                runs["sb3"].append(run_sb3(name, task, seed, steps, eval_every, args.eval_episodes,
-                                           setup.evaluator_env_num, workdir))
-                runs["baton"].append(run_baton(name, setup, seed, steps, args.eval_episodes, workdir, task.overrides))
-                for framework in runs:
-                    r = runs[framework][-1]
-                    print(f"  {framework} seed {seed}: final {_score(r['curve'][-1][2] if r['curve'] else None)}, "
-                          f"{r['env_step']} env steps, {r['train_iter']} updates in {r['wall_time_s']:.1f} s",
-                          flush=True)
-            finals = {f: summarise(runs[f], None)["final"] for f in runs}
-            summaries = {f: summarise(runs[f], finals["baton" if f == "sb3" else "sb3"], task.solve_at) for f in runs}
-            print("\n".join(format_rows(summaries)), flush=True)
             results["tasks"][name] = dict(env_id=task.env_id, budget=steps, eval_every=eval_every,
                                           sb3=dict(algo=zoo.algo, zoo_entry=zoo.zoo_entry),
                                           baton=dict(source=setup.source, eval_freq=setup.eval_freq,
-                                                     eval_env_steps=setup.eval_env_steps),
-                                          runs=runs, summary=summaries)
-            _write_json(args.json, results)  # after every task, so a long run keeps what it measured
+                                                     eval_env_steps=setup.eval_env_steps), runs=dict(sb3=[], baton=[]))
+            for seed in args.seeds:  # alternating: SB3 seed 0, baton seed 0, SB3 seed 1, ...
+                work.append(functools.partial(run_sb3, name, task, seed, steps, eval_every, args.eval_episodes,
+                                              setup.evaluator_env_num, workdir))
+                work.append(functools.partial(run_baton, name, setup, seed, steps, args.eval_episodes, workdir,
+                                              task.overrides))
+                labels += [(name, "sb3", seed), (name, "baton", seed)]
+
+        def record(index: int, run: Dict[str, Any]) -> None:
+            name, framework, seed = labels[index]
+            entry = results["tasks"][name]
+            runs = entry["runs"]
+            runs[framework] = sorted(runs[framework] + [run], key=lambda r: args.seeds.index(r["seed"]))
+            print(f"  {name} {framework} seed {seed}: final {_score(run['curve'][-1][2] if run['curve'] else None)}, "
+                  f"{run['env_step']} env steps, {run['train_iter']} updates in {run['wall_time_s']:.1f} s", flush=True)
+            if all(len(runs[f]) == len(args.seeds) for f in runs):  # the task's last run: its table
+                finals = {f: summarise(runs[f], None)["final"] for f in runs}
+                entry["summary"] = {f: summarise(runs[f], finals["baton" if f == "sb3" else "sb3"],
+                                                 TASKS[name].solve_at) for f in runs}
+                print(f"\n{name} ({entry['env_id']}, {entry['budget']:,} env steps):\n"
+                      + "\n".join(format_rows(entry["summary"])), flush=True)
+            _write_json(args.json, results)  # after every run, so a long command stopped early keeps what it measured
+
+        run_in_order(work, args.jobs, record)
     _write_json(args.json, results)
+
+
+def run_in_order(work: Sequence[Callable[[], T]], jobs: int, on_done: Callable[[int, T], None]) -> None:
+    """Call each of ``work`` in a thread, at most ``jobs`` at once, started in ``work``'s order; ``on_done(i,
+    result)`` runs in the caller's thread as each ends. The first error starts nothing more and is raised once
+    the calls already running have returned (each is a subprocess that no thread can stop halfway)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(call): i for i, call in enumerate(work)}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                on_done(futures[future], future.result())
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
 
 
 def _write_json(path: Optional[str], results: Mapping[str, Any]) -> None:

@@ -1,5 +1,5 @@
 """bench/peers.py without training: baton's progress.csv read into a curve, the time to a score, the
-eval_freq that matches an env-step interval, the summary of seeds, and the skip of a task baton cannot run."""
+eval_freq that matches an env-step interval, the summary of seeds, the skip of a task baton cannot run, and --jobs's runs at once."""
 from __future__ import annotations
 
 import importlib.util
@@ -103,3 +103,67 @@ def test_every_task_has_sb3_settings_and_bad_task_names_are_named(capsys):
     with pytest.raises(SystemExit):
         peers.main(["--tasks", "cartpole-dqn,nosuchtask"])
     assert "unknown task nosuchtask; choose from cartpole-dqn" in capsys.readouterr().err
+
+
+def test_run_in_order_starts_in_order_and_never_runs_more_than_jobs_at_once():
+    import threading
+    import time
+
+    lock, running, most, started, done = threading.Lock(), [0], [0], [], []
+
+    def call(i):
+        def run():
+            with lock:
+                started.append(i)
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.02 * (3 - i % 3))  # later calls end first: on_done follows the ends, not the order
+            with lock:
+                running[0] -= 1
+            return i * 10
+        return run
+
+    peers.run_in_order([call(i) for i in range(6)], 2, lambda i, result: done.append((i, result)))
+    assert started[:2] == [0, 1] and sorted(started) == list(range(6)) and most[0] == 2
+    assert sorted(done) == [(i, i * 10) for i in range(6)]
+
+
+def test_run_in_order_raises_the_first_failure_and_starts_nothing_after_it():
+    started = []
+
+    def call(i):
+        def run():
+            started.append(i)
+            if i == 0:
+                raise RuntimeError("SB3 cartpole-dqn seed 0 failed (exit 1)")
+            return i
+        return run
+
+    with pytest.raises(RuntimeError, match="seed 0 failed"):
+        peers.run_in_order([call(i) for i in range(5)], 1, lambda i, result: None)
+    assert started == [0]
+
+
+def test_jobs_run_both_sides_and_write_each_task_in_seed_order(tmp_path, monkeypatch, capsys):
+    def fake(framework):
+        def run(name, *args, **kwargs):
+            seed = args[1]
+            final = 100.0 + seed if framework == "baton" else 50.0
+            return dict(framework=framework, task=name, seed=seed, env_step=1000, train_iter=500, wall_time_s=2.0,
+                        process_s=3.0, curve=[[500, 1.0, final / 2], [1000, 2.0, final]])
+        return run
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))  # where the script's own directory puts it
+    monkeypatch.setattr(peers, "run_sb3", fake("sb3"))
+    monkeypatch.setattr(peers, "run_baton", fake("baton"))
+    out = tmp_path / "peers.json"
+    peers.main(["--tasks", "cartpole-dqn", "--seeds", "2,0,1", "--jobs", "2", "--json", str(out)])
+    import json
+
+    task = json.loads(out.read_text())["tasks"]["cartpole-dqn"]
+    assert [r["seed"] for r in task["runs"]["baton"]] == [2, 0, 1]
+    assert task["summary"]["baton"]["finals"] == [102.0, 100.0, 101.0]
+    assert task["summary"]["sb3"]["final"] == 50.0
+    assert "cartpole-dqn baton seed 1: final 101.0" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        peers.main(["--tasks", "cartpole-dqn", "--jobs", "0"])
