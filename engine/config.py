@@ -4,7 +4,7 @@
 ``type`` fields, deep-merges the defaults of every section under ``main_config``, and rejects what it does not
 know: a misspelt key names its full path and the closest valid key; a value of the wrong type names the
 field and both types; a value out of its range names the rule. A default dict that is empty (``{}``) accepts
-any keys; a default of ``None`` accepts any value.
+any keys; a key whose default is ``None`` accepts None or a value of its declared type (``Optional[int]``).
 
 Each section's defaults and rules are declared once, by the code that reads it, as an ``engine.params.Params``
 dataclass: the run's own keys here (``RunParams``), the other sections through ``CONFIG_SECTIONS`` (``log``:

@@ -2,16 +2,19 @@
 
 A key's rule is declared on its field (``engine.params.param(64, rule="at_least_one")``); ``Params.rules``
 gathers them into ``ValueRules`` at the keys' dotted paths, which ``compile_config`` and ``Params.of`` check.
-The mechanism is here, so that every rule is worded alike.
+The mechanism is here, so that every rule is worded alike. So is the type check of a key whose default is None
+(``Optional[int] = param(None)``): the merge checks a value against its default's type, and None has none, so
+the field's declared type is checked here.
 """
 from __future__ import annotations
 
 import difflib
 import numbers
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Tuple
+from typing import Any, Mapping, Tuple, Union
 
-__all__ = ["ConfigError", "ValueRules", "lookup", "not_one_of"]
+__all__ = ["ConfigError", "ValueRules", "lookup", "not_one_of", "fits", "type_name"]
 
 
 class ConfigError(ValueError):
@@ -49,6 +52,8 @@ class ValueRules:
         not_negative: values where 0 turns a feature off.
         unit_interval: fractions in [0, 1].
         choices: the words each key takes.
+        types: the declared type of each key whose default is None (``Optional[int]``): a value other than None
+            must be of it.
 
     Examples:
         >>> ValueRules(at_least_one=("policy.nstep",)).check({"policy": {"nstep": 0}})
@@ -62,16 +67,22 @@ class ValueRules:
     not_negative: Tuple[str, ...] = ()
     unit_interval: Tuple[str, ...] = ()
     choices: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    types: Mapping[str, Any] = field(default_factory=dict)
 
     def __add__(self, other: "ValueRules") -> "ValueRules":
         return ValueRules(self.at_least_one + other.at_least_one, self.positive + other.positive,
                           self.not_negative + other.not_negative, self.unit_interval + other.unit_interval,
-                          {**self.choices, **other.choices})
+                          {**self.choices, **other.choices}, {**self.types, **other.types})
 
     def check(self, cfg: Mapping[str, Any]) -> None:
         """Raises ``engine.config.ConfigError`` naming the first key that breaks its rule and the fix; a key of a
-        numeric rule must hold a number (a key whose default is None takes any type in the merge: ``100k`` from
-        the command line would reach the comparison as a string)."""
+        numeric rule must hold a number, and a key with a declared type a value of it (a key whose default is None
+        takes any type in the merge: ``100k`` from the command line would reach the comparison as a string)."""
+        for path, hint in self.types.items():
+            value = lookup(cfg, path)
+            if value is not None and not fits(hint, value):
+                raise ConfigError(f"config key {path!r} expects {type_name(hint)} (default None), got "
+                                  f"{type(value).__name__}: {value!r}")
         for path in self.at_least_one + self.positive + self.not_negative + self.unit_interval:
             value = lookup(cfg, path)
             if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
@@ -99,3 +110,42 @@ class ValueRules:
             value = lookup(cfg, path)
             if value is not None and value not in words:
                 raise ConfigError(not_one_of(path, value, words))
+
+
+def fits(hint: Any, value: Any) -> bool:
+    """Whether ``value`` (a plain config value: numbers, strings, lists, dicts) is of the declared type ``hint``;
+    a hint this does not read (a class of the user's) is left to the code that reads the key.
+
+    Examples:
+        >>> fits(typing.Optional[int], 3), fits(typing.Optional[int], "100k"), fits(float, 1), fits(int, True)
+        (True, False, True, False)
+        >>> fits(typing.Union[int, typing.List[int]], [4, 84, 84])
+        True
+    """
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin is Union:
+        return any(fits(arg, value) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if hint in (list, tuple) or origin in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if hint is dict or origin is dict:
+        return isinstance(value, Mapping)
+    return True
+
+
+def type_name(hint: Any) -> str:
+    """``int``, ``Optional[str]``, ``List[int]``: a type hint as a reader would write it."""
+    if isinstance(hint, type) and not typing.get_args(hint):
+        return hint.__name__
+    return str(hint).replace("typing.", "").replace("NoneType", "None")

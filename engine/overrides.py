@@ -13,8 +13,10 @@ because ``64`` from a shell is a string and the config is typed:
   that field's own word, and the config's check refuses a word the field does not take
 - list: a Python literal, ``[64,64]``; a free-form dict (default ``{}``): ``{'render_mode':'rgb_array'}``
   (a section with keys of its own is set key by key, so the file's other keys in it stay)
-- a field whose default is None (any value), or a key under a free-form section (default ``{}``): a
-  Python literal when the text is one, else the text; ``none``/``null`` give None
+- a field whose default is None (its declared type, ``Optional[int]``, is checked when the config compiles),
+  or a key under a free-form section (default ``{}``): ``true``/``false`` (any case) as the bool, a Python
+  literal when the text is one (an integral float written with an exponent, ``1e5``, as the int), else the
+  text; ``none``/``null`` give None
 
 ``env.stop_value=none`` turns the stop value off: stop_value is typed float and the evaluator's "never"
 is ``inf``, so ``none`` stands for ``inf`` there. ``policy.type`` and ``env.type`` cannot be overridden:
@@ -110,7 +112,12 @@ def parse_value(key: str, text: str, default: Any) -> Any:
     """
     word = text.strip().lower()
     if default is None or default is _ANY:
-        return None if word in _NONE else _literal(text, fallback=text)
+        if word in ("true", "false"):  # a shell's bool (Optional[bool], a free-form key); Python's True parses too
+            return word == "true"
+        value = None if word in _NONE else _literal(text, fallback=text)
+        if isinstance(value, float) and value.is_integer() and "e" in word:  # 1e5 for an Optional[int] count
+            return int(value)  # (a float key takes an int too: engine.config_rules.fits)
+        return value
     if word in _NONE:
         if key in _NONE_MEANS:
             return _NONE_MEANS[key]

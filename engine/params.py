@@ -32,7 +32,7 @@ import typing
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from .config_merge import deep_merge, plain
-from .config_rules import ValueRules
+from .config_rules import ValueRules, type_name
 
 __all__ = ["Params", "FieldInfo", "param", "section", "RULES"]
 
@@ -129,6 +129,8 @@ class Params:
         (e.g. ``"policy"``)."""
         found: Dict[str, list] = {rule: [] for rule in RULES}
         choices: Dict[str, Tuple[str, ...]] = {}
+        types: Dict[str, Any] = {}  # a None default has no type for the merge to check against: the declared one
+        hints = typing.get_type_hints(cls)
         for field in dataclasses.fields(cls):
             path = f"{prefix}.{field.name}" if prefix else field.name
             sub = _sections(cls)[field.name]
@@ -137,12 +139,15 @@ class Params:
                 for rule in RULES:
                     found[rule].extend(getattr(nested, rule))
                 choices.update(nested.choices)
+                types.update(nested.types)
                 continue
+            if field.default is None:
+                types[path] = hints[field.name]
             if "rule" in field.metadata:
                 found[field.metadata["rule"]].append(path)
             if "choices" in field.metadata:
                 choices[path] = field.metadata["choices"]
-        return ValueRules(**{rule: tuple(paths) for rule, paths in found.items()}, choices=choices)
+        return ValueRules(**{rule: tuple(paths) for rule, paths in found.items()}, choices=choices, types=types)
 
     @classmethod
     def fields_info(cls, prefix: str = "") -> List[FieldInfo]:
@@ -154,13 +159,6 @@ class Params:
     def field_docs(cls, prefix: str = "") -> Dict[str, str]:
         """Each key's docstring at its dotted path, nested sections included; a key without one maps to ""."""
         return {info.path: info.doc for info in cls.fields_info(prefix)}
-
-
-def _type_name(hint: Any) -> str:
-    """``int``, ``Optional[str]``, ``List[int]``: a type hint as a reader would write it."""
-    if inspect.isclass(hint) and not typing.get_args(hint):
-        return hint.__name__
-    return str(hint).replace("typing.", "").replace("NoneType", "None")
 
 
 def _sections(cls: type) -> Dict[str, Optional[Type[Params]]]:
@@ -191,7 +189,7 @@ def _fields_info(cls: Type[Params], prefix: str, instance: Params) -> List[Field
         words = [RULE_WORDS[field.metadata["rule"]]] if "rule" in field.metadata else []
         if "choices" in field.metadata:
             words.append("one of " + ", ".join(map(repr, field.metadata["choices"])))
-        found.append(FieldInfo(path, _type_name(hints[field.name]), copy.deepcopy(value), "; ".join(words),
+        found.append(FieldInfo(path, type_name(hints[field.name]), copy.deepcopy(value), "; ".join(words),
                                docs.get(field.name, "")))
     return found
 

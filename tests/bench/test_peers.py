@@ -1,5 +1,6 @@
 """bench/peers.py without training: baton's progress.csv read into a curve, the time to a score, the
-eval_freq that matches an env-step interval, the summary of seeds, the skip of a task baton cannot run, and --jobs's runs at once."""
+eval_freq that matches an env-step interval, the summary of seeds, the skip of a task baton cannot run, and --jobs's
+runs at once."""
 from __future__ import annotations
 
 import importlib.util

@@ -1,6 +1,8 @@
 """engine.params: a config section declared once, as a dataclass beside its reader (issue 30, part 5)."""
 from __future__ import annotations
 
+import copy
+import re
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -30,7 +32,7 @@ class Outer(Params):
     sizes: List[int] = param([64, 64])
     """Widths."""
     device: Optional[str] = param(None)
-    """Anything, or None."""
+    """A device's name, or None."""
     inner: Inner = section(Inner, width=32)
     """The nested section, narrower here."""
 
@@ -60,6 +62,29 @@ def test_of_refuses_an_unknown_key_a_wrong_type_and_a_broken_rule_naming_the_pat
         Outer.of({"inner": {"width": 0}}, "policy.learn")
     with pytest.raises(ConfigError, match=r"learn.inner.kind='rnn' is not one of 'mlp', 'cnn'"):
         Outer.of({"inner": {"kind": "rnn"}}, "learn")
+
+
+def test_a_key_whose_default_is_none_takes_none_or_its_declared_type():
+    assert Outer.of({"device": "cuda:1"}).device == "cuda:1" and Outer.of({"device": None}).device is None
+    assert Derived.rules("policy").types == {"policy.device": Optional[str]}
+    with pytest.raises(ConfigError, match=r"'learn.device' expects Optional\[str\] \(default None\), got int: 1"):
+        Outer.of({"device": 1}, "learn")
+
+
+def test_a_whole_config_checks_the_declared_type_of_a_none_default(tmp_path):
+    """Through compile_config: values that used to pass the merge and fail deep in a run (``target_entropy='auto'``
+    reached the temperature's loss as a string)."""
+    from dizoo.classic_control.pendulum.config.pendulum_sac_config import create_config, main_config
+
+    for value in ("auto", True, [1.0]):
+        user = copy.deepcopy(main_config)
+        user.policy.learn.target_entropy = value
+        with pytest.raises(ConfigError, match=rf"'policy.learn.target_entropy' expects Optional\[float\] \(default "
+                                              rf"None\), got {type(value).__name__}: {re.escape(repr(value))}"):
+            compile_config(user, create_config, save=False)
+    user = copy.deepcopy(main_config)
+    user.policy.learn.target_entropy = -1  # an int where a float is declared: a number is a number
+    assert compile_config(user, create_config, save=False).policy.learn.target_entropy == -1
 
 
 def test_rules_and_docs_come_from_the_fields_inherited_ones_included():

@@ -35,6 +35,8 @@ def cartpole():
     ("mse", "huber", "mse"), ("'a b'", "x", "a b"),
     ("[64,64]", [128], [64, 64]), ("(32,)", [128], [32]),
     ("none", None, None), ("cuda:0", None, "cuda:0"), ("[4]", None, [4]),
+    ("1e5", None, 100000), ("2.5", None, 2.5), ("-1.0", None, -1.0),  # Optional[int] counts in exponent form
+    ("false", None, False), ("True", None, True), ("yes", None, "yes"),  # Optional[bool]; its check refuses "yes"
     ("none", "cudagraph", "none"), ("None", "compile", "None"),  # a str field's own word (policy.compile=none)
 ])
 def test_parse_value_follows_the_default_type(text, default, expected):
@@ -85,6 +87,8 @@ def test_overrides_set_typed_values_in_new_dicts(cartpole):
     ("policy.learn.batch_size.x=1", r"'policy.learn.batch_size' is a value"),
     ("policy.type=ppo", r"policy type comes from create_config"),
     ("env_manager.type=async", r"write env.manager.type=async"),
+    ("env.max_episode_steps=1.5", r"'env.max_episode_steps' expects Optional\[int\] \(default None\), got float: 1.5"),
+    ("env.max_episode_steps=100k", r"'env.max_episode_steps' expects Optional\[int\].*got str: '100k'"),
     ("batch_size", r"write KEY=VALUE"),
 ])
 def test_bad_override_is_named(cartpole, override, message):
