@@ -3,6 +3,7 @@ eval_freq that matches an env-step interval, the summary of seeds, the skip of a
 runs at once."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 
@@ -168,3 +169,22 @@ def test_jobs_run_both_sides_and_write_each_task_in_seed_order(tmp_path, monkeyp
     assert "cartpole-dqn baton seed 1: final 101.0" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         peers.main(["--tasks", "cartpole-dqn", "--jobs", "0"])
+
+
+@pytest.mark.parametrize("name", [name for name, task in peers.TASKS.items() if task.overrides])
+def test_each_task_s_overrides_are_keys_its_config_takes(name):
+    from commands.config_file import load_config_file
+    from engine.overrides import apply_overrides
+
+    task = peers.TASKS[name]
+    main, _ = apply_overrides(*load_config_file(os.path.join(ROOT, task.config)), task.overrides)
+    for item in task.overrides:
+        key, text = item.split("=", 1)
+        node = main
+        for part in key.split("."):
+            node = node[part]
+        try:
+            expected = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            expected = text
+        assert node == expected, item
