@@ -78,11 +78,6 @@ class ValueRules:
         """Raises ``engine.config.ConfigError`` naming the first key that breaks its rule and the fix; a key of a
         numeric rule must hold a number, and a key with a declared type a value of it (a key whose default is None
         takes any type in the merge: ``100k`` from the command line would reach the comparison as a string)."""
-        for path, hint in self.types.items():
-            value = lookup(cfg, path)
-            if value is not None and not fits(hint, value):
-                raise ConfigError(f"config key {path!r} expects {type_name(hint)} (default None), got "
-                                  f"{type(value).__name__}: {value!r}")
         for path in self.at_least_one + self.positive + self.not_negative + self.unit_interval:
             value = lookup(cfg, path)
             if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
@@ -110,6 +105,11 @@ class ValueRules:
             value = lookup(cfg, path)
             if value is not None and value not in words:
                 raise ConfigError(not_one_of(path, value, words))
+        for path, hint in self.types.items():
+            value = lookup(cfg, path)
+            if value is not None and not fits(hint, value):
+                raise ConfigError(f"config key {path!r} expects {type_name(hint)} (default None), got "
+                                  f"{type(value).__name__}: {value!r}")
 
 
 def fits(hint: Any, value: Any) -> bool:
