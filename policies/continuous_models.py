@@ -6,15 +6,19 @@ Every model returns fp32 outputs, also under bf16 autocast (``policy.amp``), as 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import torch
 from torch import nn
 
+from engine.params import Params, param
+
 from .models import mlp
 
-__all__ = ["ObsInput", "SquashedGaussianActor", "DeterministicActor", "TwinQ", "SingleQ"]
+__all__ = ["ObsInput", "SquashedGaussianActor", "DeterministicActor", "TwinQ", "SingleQ", "ActorCriticModelParams",
+           "EncodedActorCriticModelParams"]
 
 
 #: what the SAC/TD3 models take for their input: a flat observation's size, or a Dict/Tuple observation space
@@ -132,3 +136,32 @@ class SingleQ(nn.Module):
 
     def forward(self, obs: Any, action: torch.Tensor, encoded: bool = False):
         return (self.q1(torch.cat([obs if encoded else self.encode(obs), action], dim=-1)).squeeze(-1).float(),)
+
+
+@dataclass
+class ActorCriticModelParams(Params):
+    """``policy.model`` of an MLP actor and MLP critics of flat observations: the base of
+    ``EncodedActorCriticModelParams``, which every actor-critic policy's model is."""
+
+    obs_shape: Optional[Union[int, List[int]]] = param(None)
+    """None: taken from the env's observation space (and recorded in the run's config); given: checked
+    against it at start."""
+    action_shape: Optional[Union[int, List[int]]] = param(None)
+    """None: taken from the env's action space (its dimension); given: checked against it at start."""
+    actor_head_hidden_size_list: List[int] = param([256, 256])
+    """Widths of the actor's hidden layers (observation in; per action dimension out, the action before its
+    ``tanh`` (TD3) or the mean and log-std of the Gaussian it samples (SAC))."""
+    critic_head_hidden_size_list: List[int] = param([256, 256])
+    """Widths of each critic's hidden layers (observation and action in, their Q value out)."""
+
+
+@dataclass
+class EncodedActorCriticModelParams(ActorCriticModelParams):
+    """``policy.model`` of SAC, TD3 and DDPG: ``ActorCriticModelParams`` and the encoders of a Dict or Tuple
+    observation."""
+
+    encoders: Dict[str, Any] = param({})
+    """Per-key encoder settings of a Dict or Tuple observation (``policies.encoders.EncoderParams`` under
+    each key, nested keys as nested mappings, e.g. ``{"image": {"type": "cnn"}}``); a key not named gets
+    "auto". The actor and the critics each build their encoders from them, before their hidden layers. Unused
+    for a Box observation."""

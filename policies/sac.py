@@ -42,7 +42,8 @@ from .continuous_models import ObsInput, SquashedGaussianActor, TwinQ
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
 from .normalisation import model_obs
-from .td3 import EncodedActorCriticModelParams, model_input
+from .continuous_models import EncodedActorCriticModelParams
+from .td3 import model_input
 
 __all__ = ["SACPolicy", "SACModel", "sac_target", "SACParams", "SACLearnParams", "SACOtherParams"]
 

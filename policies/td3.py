@@ -17,12 +17,14 @@ DDPG is ``model.twin_critic=False``, ``learn.actor_update_freq=1``, ``learn.poli
 ``ddpg`` with those defaults. TD3+BC (``policies.td3bc``) is this update with another actor loss.
 
 DDP: one forward of the learn model, ONE backward and ONE optimizer step per update (the ddp middleware wraps
-actor and critics together). The actor loss is computed on every update and weighted 0 off actor steps,
-because DDP (without ``find_unused_parameters``) waits for a gradient of every parameter in every backward.
-Its gradients are then kept out of the optimizer step on those updates (Adam moves a parameter whose gradient
-is zero, by its momentum, but skips one without a gradient), so the actor and its Adam moments change on actor
-steps only, as with TD3's separate actor optimizer. Every rank counts the same updates, so all agree on the
-actor steps.
+actor and critics together). Under DDP the actor loss is computed on every update and weighted 0 off actor
+steps, because DDP (without ``find_unused_parameters``) waits for a gradient of every parameter in every
+backward; in one process an update off an actor step has no actor pass at all (the actor and ``Q1(s, pi(s))``
+forward and backward: about a third of the update's arithmetic at Hopper's sizes), which changes no number.
+The actor's gradients are kept out of the optimizer step on those updates (Adam moves a parameter whose
+gradient is zero, by its momentum, but skips one without a gradient), so the actor and its Adam moments change
+on actor steps only, as with TD3's separate actor optimizer. Every rank counts the same updates, so all agree
+on the actor steps.
 
 The smoothing noise is drawn for the global batch (every rank's rows, in rank order) from a generator seeded
 by ``noise_seed`` (part of the learn state, so every rank has rank 0's and a resume continues the stream) and
@@ -38,7 +40,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -57,7 +59,8 @@ from .accel import hot_path
 from .base import Policy, SpaceMismatchError, resolve_shape, space_dims
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor
-from .continuous_models import DeterministicActor, ObsInput, SingleQ, TwinQ
+from .continuous_models import (ActorCriticModelParams, DeterministicActor, EncodedActorCriticModelParams,  # noqa: F401
+                                ObsInput, SingleQ, TwinQ)
 from .normalisation import model_obs
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
@@ -80,12 +83,15 @@ class TD3Model(nn.Module):
         self.actor = DeterministicActor(obs, action_dim, actor_hidden, encoders)
         self.critic = (TwinQ if twin_critic else SingleQ)(obs, action_dim, critic_hidden, encoders)
 
-    def forward(self, obs: Obs, action: torch.Tensor) -> Tuple[Tuple[torch.Tensor, ...], torch.Tensor, torch.Tensor]:
+    def forward(self, obs: Obs, action: torch.Tensor, actor: bool = True) -> Tuple[Tuple[torch.Tensor, ...], Any, Any]:
         """``(Q_i(s, a) for each critic)``, ``pi(s)`` and ``Q1(s, pi(s))`` through the first critic's parameters
-        detached (so the actor loss moves the actor only). The critic encodes ``obs`` once: ``Q1(s, pi(s))``
-        takes those features detached, which is exact (they do not depend on the actor)."""
+        detached (so the actor loss moves the actor only); ``actor=False``: the critics' values and two Nones. The
+        critic encodes ``obs`` once: ``Q1(s, pi(s))`` takes those features detached, which is exact (they do not
+        depend on the actor)."""
         features = self.critic.encode(obs)
         qs = self.critic(features, action, encoded=True)
+        if not actor:
+            return qs, None, None
         pi = self.actor(obs)
         frozen = {name: p.detach() for name, p in self.critic.q1.named_parameters()}
         q_pi = functional_call(self.critic.q1, frozen, (torch.cat([features.detach(), pi], dim=-1),))
@@ -124,35 +130,6 @@ def model_input(cfg: Mapping[str, Any], observation_space: gym.Space, action_spa
     obs_in: ObsInput = observation_space if obs_shape is None else int(obs_shape[0])
     resolve_shape(cfg["model"], "action_shape", action_dim, algo, f"action space {action_space}")
     return obs_in, action_dim
-
-
-@dataclass
-class ActorCriticModelParams(Params):
-    """``policy.model`` of an MLP actor and MLP critics of flat observations: the base of
-    ``EncodedActorCriticModelParams``, which every actor-critic policy's model is."""
-
-    obs_shape: Optional[Union[int, List[int]]] = param(None)
-    """None: taken from the env's observation space (and recorded in the run's config); given: checked
-    against it at start."""
-    action_shape: Optional[Union[int, List[int]]] = param(None)
-    """None: taken from the env's action space (its dimension); given: checked against it at start."""
-    actor_head_hidden_size_list: List[int] = param([256, 256])
-    """Widths of the actor's hidden layers (observation in; per action dimension out, the action before its
-    ``tanh`` (TD3) or the mean and log-std of the Gaussian it samples (SAC))."""
-    critic_head_hidden_size_list: List[int] = param([256, 256])
-    """Widths of each critic's hidden layers (observation and action in, their Q value out)."""
-
-
-@dataclass
-class EncodedActorCriticModelParams(ActorCriticModelParams):
-    """``policy.model`` of SAC, TD3 and DDPG: ``ActorCriticModelParams`` and the encoders of a Dict or Tuple
-    observation."""
-
-    encoders: Dict[str, Any] = param({})
-    """Per-key encoder settings of a Dict or Tuple observation (``policies.encoders.EncoderParams`` under
-    each key, nested keys as nested mappings, e.g. ``{"image": {"type": "cnn"}}``); a key not named gets
-    "auto". The actor and the critics each build their encoders from them, before their hidden layers. Unused
-    for a Box observation."""
 
 
 @dataclass
@@ -291,6 +268,7 @@ class TD3Policy(Policy):
         self._affine = PerDevice.copies(self._scale, self._bias)
         self._noise_seed = int(torch.randint(0, 2**31 - 1, ()).item())
         self._noise_generator = torch.Generator(device=self.device)
+        self._last_actor_stats: Dict[str, torch.Tensor] = {}  # reported by an update without an actor pass
 
     def _check_action_space(self, action_space: gym.Space) -> None:
         """A subclass's own refusal of an action space, before the generic one of ``space_dims``."""
@@ -299,11 +277,11 @@ class TD3Policy(Policy):
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         actor_step = (self.optimizer_step.updates + 1) % self._actor_every == 0  # updates 2, 4, ... (delay 2)
         loss, stats = self._batch_loss(batch, self._smoothing_noise, actor_step)
-        # off actor steps the actor's (zero-weighted) gradients are held out of the step: the backward did reach
-        # every parameter (what DDP needs and check-ddp reads), and Adam skips a parameter without a gradient
+        # off actor steps the actor's gradients (none, or DDP's zero-weighted ones: its backward reaches every
+        # parameter, and check-ddp reads them) are held out of the step: Adam skips a parameter without one
         self.optimizer_step.step(loss, hold=() if actor_step else self._actor_params)
         self._update_target(actor_step)
-        return {"loss": loss.detach(), **stats}
+        return {"loss": loss.detach(), **self._actor_stats(stats, actor_step)}
 
     def _graph_update(self, batch: Any, count: torch.Tensor, number: int) -> tuple:
         """``_forward_learn`` with nothing read on the host (``policies.update_graph``: ``policy.compile=
@@ -314,7 +292,14 @@ class TD3Policy(Policy):
         loss, stats = self._batch_loss(batch, self._graph_noise, actor_step)
         bad = self.optimizer_step.graph_step(loss, hold=() if actor_step else self._actor_params)
         self._update_target(actor_step)
-        return {"loss": loss.detach(), **stats}, None, bad
+        return {"loss": loss.detach(), **self._actor_stats(stats, actor_step)}, None, bad
+
+    def _actor_stats(self, stats: Dict[str, torch.Tensor], actor_step: bool) -> Dict[str, torch.Tensor]:
+        """``stats`` with the actor's of the last actor step where this update had no actor pass (kept, so every
+        update reports the same keys; a captured graph's outputs are its own: they hold its latest replay's)."""
+        if "actor_loss" in stats:
+            self._last_actor_stats = {k: v for k, v in stats.items() if k not in ("q_loss", "q_value", "target_q")}
+        return {**self._last_actor_stats, **stats}
 
     @property
     def graph_period(self) -> int:
@@ -367,13 +352,15 @@ class TD3Policy(Policy):
             next_action = (self._target_model.actor(next_obs) + noise).clamp(-1.0, 1.0)
             q_next = functools.reduce(torch.minimum, self._target_model.critic(next_obs, next_action))
             target = reward + bootstrap * q_next
-        # one forward of the learn model: the critics on the batch's actions, the actor and its value
-        qs, pi, q_pi = self.learn_model(obs, action)
+        # one forward of the learn model: the critics on the batch's actions, the actor and its value; off an actor
+        # step in one process without the actor (DDP's backward waits for every parameter's gradient: weighted 0)
+        qs, pi, q_pi = self.learn_model(obs, action, actor_weight > 0 or self.learn_model is not self.model)
         q_loss = sum(F.mse_loss(q, target) for q in qs)
+        stats = {"q_loss": q_loss.detach(), "q_value": qs[0].detach().mean(), "target_q": target.mean()}
+        if pi is None:
+            return q_loss, stats
         actor_loss, actor_stats = self._actor_loss(q_pi, pi, action)
-        loss = q_loss + actor_weight * actor_loss
-        return loss, {"q_loss": q_loss.detach(), "actor_loss": actor_loss.detach(), **actor_stats,
-                      "q_value": qs[0].detach().mean(), "target_q": target.mean()}
+        return q_loss + actor_weight * actor_loss, {**stats, "actor_loss": actor_loss.detach(), **actor_stats}
 
     def _actor_loss(self, q_pi: torch.Tensor, pi: torch.Tensor,
                     action: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:

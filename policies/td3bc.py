@@ -31,7 +31,8 @@ from engine.registry import POLICY_REGISTRY
 
 from .base import SpaceMismatchError
 from .defaults import OfflineEvalParams, PolicyParams
-from .td3 import EncodedActorCriticModelParams, TD3Policy, TD3UpdateParams
+from .continuous_models import EncodedActorCriticModelParams
+from .td3 import TD3Policy, TD3UpdateParams
 
 __all__ = ["TD3BCPolicy", "TD3BCParams", "TD3BCLearnParams", "td3bc_actor_loss"]
 

@@ -74,13 +74,14 @@ def test_td3_and_ddpg_losses_match_independent_computation(cls):
         actor_loss = -model.critic(batch.obs, model.actor(batch.obs))[0].mean()
     if cls is TD3Policy:
         assert 0 < noise.abs().max() <= 0.1 + 1e-7  # smoothing noise of std 0.3, clipped at 0.1
-        assert out["loss"].item() == pytest.approx(q_loss.item(), rel=1e-5)  # actor weighted 0
+        assert out["loss"].item() == pytest.approx(q_loss.item(), rel=1e-5)  # no actor pass: the critics' loss
+        assert "actor_loss" not in out and all(p.grad is None for p in policy.model.actor.parameters())
     else:
         assert torch.equal(noise, torch.zeros(6, 2)) and len(q_next) == 1  # no smoothing, one critic
         assert out["loss"].item() == pytest.approx((q_loss + actor_loss).item(), rel=1e-5)
+        assert out["actor_loss"].item() == pytest.approx(actor_loss.item(), rel=1e-5, abs=1e-6)
     assert out["target_q"].item() == pytest.approx(y.mean().item(), rel=1e-5)
     assert out["q_loss"].item() == pytest.approx(q_loss.item(), rel=1e-5)
-    assert out["actor_loss"].item() == pytest.approx(actor_loss.item(), rel=1e-5, abs=1e-6)
 
 
 def test_target_smoothing_clips_the_noise_and_the_smoothed_action():
@@ -118,21 +119,26 @@ def test_the_smoothing_noise_of_each_rank_is_its_rows_of_the_joined_batchs():
 @pytest.mark.parametrize("delay", [1, 3])
 def test_the_actor_and_targets_move_every_delay_th_update_only(delay):
     """Updates delay, 2 * delay, ... move the actor and the targets; the critics move every update. An update
-    after an actor step would still move the actor by Adam's momentum with a zero gradient: its gradients are
-    kept out of the step (and given back, so the backward reached every parameter, as DDP needs)."""
+    after an actor step would still move the actor by Adam's momentum with a zero gradient: in one process the
+    updates between have no actor pass (no gradient: Adam skips the actor), and report the last actor step's
+    actor loss."""
     policy = _policy(actor_update_freq=delay)
-    moved = []
+    moved, actor_losses = [], []
     for update in range(1, 7):
         actor, critic, target = _state(policy.model.actor), _state(policy.model.critic), _state(policy._target_model)
         out = policy.learn_mode.forward(_batch(seed=update))
         moved.append((not _same(actor, policy.model.actor.state_dict()),
                       not _same(critic, policy.model.critic.state_dict()),
                       not _same(target, policy._target_model.state_dict())))
-        assert all(p.grad is not None for p in policy.model.parameters())
         actor_step = update % delay == 0
-        assert out["loss"].item() == pytest.approx(out["q_loss"].item() + actor_step * out["actor_loss"].item(),
+        assert all(p.grad is not None for p in policy.model.critic.parameters())
+        assert all((p.grad is not None) == actor_step for p in policy.model.actor.parameters())
+        assert out["loss"].item() == pytest.approx(out["q_loss"].item() + actor_step * float(out.get("actor_loss", 0.0)),
                                                    rel=1e-5)
+        actor_losses.append(float(out["actor_loss"]) if "actor_loss" in out else None)
     assert moved == [(u % delay == 0, True, u % delay == 0) for u in range(1, 7)]
+    # the actor's loss is new on actor steps, the last one's in between (none before the first)
+    assert actor_losses == [actor_losses[(u // delay) * delay - 1] if u >= delay else None for u in range(1, 7)]
 
 
 def test_td3_actions_lie_within_the_box_bounds():
