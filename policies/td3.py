@@ -281,7 +281,7 @@ class TD3Policy(Policy):
         # parameter, and check-ddp reads them) are held out of the step: Adam skips a parameter without one
         self.optimizer_step.step(loss, hold=() if actor_step else self._actor_params)
         self._update_target(actor_step)
-        return {"loss": loss.detach(), **self._actor_stats(stats, actor_step)}
+        return {"loss": loss.detach(), **self._actor_stats(stats)}
 
     def _graph_update(self, batch: Any, count: torch.Tensor, number: int) -> tuple:
         """``_forward_learn`` with nothing read on the host (``policies.update_graph``: ``policy.compile=
@@ -292,9 +292,9 @@ class TD3Policy(Policy):
         loss, stats = self._batch_loss(batch, self._graph_noise, actor_step)
         bad = self.optimizer_step.graph_step(loss, hold=() if actor_step else self._actor_params)
         self._update_target(actor_step)
-        return {"loss": loss.detach(), **self._actor_stats(stats, actor_step)}, None, bad
+        return {"loss": loss.detach(), **self._actor_stats(stats)}, None, bad
 
-    def _actor_stats(self, stats: Dict[str, torch.Tensor], actor_step: bool) -> Dict[str, torch.Tensor]:
+    def _actor_stats(self, stats: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """``stats`` with the actor's of the last actor step where this update had no actor pass (kept, so every
         update reports the same keys; a captured graph's outputs are its own: they hold its latest replay's)."""
         if "actor_loss" in stats:
