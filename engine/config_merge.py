@@ -8,7 +8,7 @@ import difflib
 import math
 from typing import Any, Dict, List, Mapping, Optional
 
-from .config_rules import ConfigError
+from .config_rules import ConfigError, fits
 
 __all__ = ["deep_merge", "plain", "check_type", "unknown_key_message"]
 
@@ -57,21 +57,12 @@ def _type_label(value: Any) -> str:
 
 
 def check_type(key_path: str, default: Any, value: Any) -> None:
+    """``value`` must be of ``default``'s type (``engine.config_rules.fits``: a bool is no int, an int is a
+    float, a tuple a list); a default of None takes anything here (its declared type is ``ValueRules.types``')."""
     if default is None:
         return
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif isinstance(default, (list, tuple)):
-        ok = isinstance(value, (list, tuple))
-    elif isinstance(default, str):
-        ok = isinstance(value, str)
-    else:
-        ok = isinstance(value, type(default))
-    if not ok:
+    base = next((kind for kind in (bool, int, float, str, list, tuple) if isinstance(default, kind)), None)
+    if not (fits(base, value) if base is not None else isinstance(value, type(default))):
         raise ConfigError(f"config key {key_path!r} expects {_type_label(default)} "
                           f"(default {default!r}), got {_type_label(value)}: {value!r}")
     if isinstance(default, float) and isinstance(value, float) and math.isnan(value):

@@ -134,7 +134,7 @@ def fits(hint: Any, value: Any) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is str:
         return isinstance(value, str)
     if hint in (list, tuple) or origin in (list, tuple):
