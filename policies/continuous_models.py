@@ -15,10 +15,12 @@ from torch import nn
 
 from engine.params import Params, param
 
+from .base import resolve_shape, space_dims
 from .models import mlp
+from .spaces import model_observation
 
 __all__ = ["ObsInput", "SquashedGaussianActor", "DeterministicActor", "TwinQ", "SingleQ", "ActorCriticModelParams",
-           "EncodedActorCriticModelParams"]
+           "EncodedActorCriticModelParams", "model_input"]
 
 
 #: what the SAC/TD3 models take for their input: a flat observation's size, or a Dict/Tuple observation space
@@ -165,3 +167,21 @@ class EncodedActorCriticModelParams(ActorCriticModelParams):
     each key, nested keys as nested mappings, e.g. ``{"image": {"type": "cnn"}}``); a key not named gets
     "auto". The actor and the critics each build their encoders from them, before their hidden layers. Unused
     for a Box observation."""
+
+
+def model_input(cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space, algo: str,
+                structured: bool = True) -> Tuple[ObsInput, int]:
+    """What an actor-critic model of SAC, TD3 or DDPG is built for: the size of a flat observation, or a Dict or
+    Tuple observation space itself (where ``structured``: the model encodes it key by key), and the action
+    dimension; ``cfg.model.obs_shape`` and ``action_shape`` filled from the env or checked against it.
+
+    Raises:
+        SpaceMismatchError: a space the algorithm does not take, or a declared shape that does not fit (a Dict
+            observation has no shape to declare).
+    """
+    obs_shape, action_dim, _ = space_dims(observation_space, action_space, algo, continuous=True,
+                                          structured=structured)
+    model_observation(cfg["model"], observation_space, obs_shape, algo)  # cfg.model.obs_shape filled or checked
+    obs_in: ObsInput = observation_space if obs_shape is None else int(obs_shape[0])
+    resolve_shape(cfg["model"], "action_shape", action_dim, algo, f"action space {action_space}")
+    return obs_in, action_dim

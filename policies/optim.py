@@ -1,7 +1,8 @@
 """One optimizer step per update: the loss checked, backward, the gradient norm clipped, the step, the count.
 
 A policy composes one ``OptimizerStep`` (``policy.optimizer_step``) over its parameter groups, with the
-config's settings per group, and calls ``step(loss)`` once per update::
+config's settings per group, and calls ``step(loss)`` once per update (TD3 steps its critics, then on an actor
+step its actor with ``count=False``, each step holding the other group out)::
 
     self.optimizer_step = OptimizerStep.adam([critic_params, actor_params], self.optimizer_settings(), "TD3")
     ...
@@ -66,12 +67,15 @@ class OptimizerStep:
             return cls(make_adam(groups[0], **kwargs, **settings[0]), settings, label)
         return cls(make_adam([dict(s, params=g) for g, s in zip(groups, settings)], **kwargs), settings, label)
 
-    def step(self, loss: torch.Tensor, grad_clip: float = 0.0, hold: Sequence[torch.nn.Parameter] = ()) -> None:
+    def step(self, loss: torch.Tensor, grad_clip: float = 0.0, hold: Sequence[torch.nn.Parameter] = (),
+             count: bool = True) -> None:
         """The loss checked, backward, the gradient norm clipped to ``grad_clip`` (> 0), the step and the count.
 
         Args:
-            hold: parameters kept out of this step (TD3's actor off its delayed steps): their gradients are
-                taken off for the step and given back after (the backward did reach them, as DDP needs).
+            hold: parameters kept out of this step (TD3's actor in its critics' step): their gradients are
+                taken off for the step and given back after (under DDP the backward did reach them).
+            count: False for a second step within one update (TD3's actor step after its critics'), so that
+                ``updates`` counts updates.
 
         Raises:
             NonFiniteLossError: a non-finite loss (module docstring: on a GPU, at a later update).
@@ -82,7 +86,7 @@ class OptimizerStep:
         if grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self._params, grad_clip)
         self._held_step(hold)
-        self.updates += 1
+        self.updates += int(count)
 
     def _held_step(self, hold: Sequence[torch.nn.Parameter]) -> None:
         """The optimizer's step with ``hold``'s gradients taken off for it and given back after."""

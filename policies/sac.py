@@ -43,7 +43,7 @@ from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
 from .normalisation import model_obs
 from .continuous_models import EncodedActorCriticModelParams
-from .td3 import model_input
+from .continuous_models import model_input
 
 __all__ = ["SACPolicy", "SACModel", "sac_target", "SACParams", "SACLearnParams", "SACOtherParams"]
 

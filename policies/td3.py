@@ -1,30 +1,32 @@
 """TD3 (Fujimoto, van Hoof & Meger, 2018), and DDPG (Lillicrap et al., 2016) as its special case: a
 deterministic actor, one or two critics, target copies of both.
 
-One update, on one screen (``_loss``; ``_forward_learn`` drives it: batch in, backward, step, targets);
-actions in (-1, 1), ``discount`` is gamma^n of the batch's n-step transitions::
+One update, on one screen (``_critic_loss`` then ``_actor_pass``; ``_update`` drives them: batch in, each loss's
+backward and step, targets); actions in (-1, 1), ``discount`` is gamma^n of the batch's n-step transitions::
 
     eps         = clip(N(0, policy_noise), -noise_clip, noise_clip)                   (target policy smoothing)
     a'          = clip(pi_targ(s') + eps, -1, 1)
     target      = r + discount * (1 - terminated) * min_i Qtarg_i(s', a')             (no gradient)
     q_loss      = sum_i mean((Q_i(s, a) - target)^2)                                  (i: both critics, or one)
-    actor_loss  = -mean(Q1(s, pi(s)))                                  (critic parameters held fixed)
-    actor_step  = 1 every actor_update_freq-th update, else 0                         (policy delay)
-    loss        = q_loss + actor_step * actor_loss
-    targets    <- Polyak(target_theta) towards the online nets, on actor steps only
+    critics    <- Adam step on q_loss
+    every actor_update_freq-th update (policy delay), with the critics just stepped (the TD3 paper's order):
+      actor_loss  = -mean(Q1(s, pi(s)))                               (critic parameters held fixed)
+      actor      <- Adam step on actor_loss
+      targets    <- Polyak(target_theta) towards the online nets
+    loss        = q_loss (+ actor_loss on an actor step)                              (reported)
 
 DDPG is ``model.twin_critic=False``, ``learn.actor_update_freq=1``, ``learn.policy_noise=0``: registered as
 ``ddpg`` with those defaults. TD3+BC (``policies.td3bc``) is this update with another actor loss.
 
-DDP: one forward of the learn model, ONE backward and ONE optimizer step per update (the ddp middleware wraps
-actor and critics together). Under DDP the actor loss is computed on every update and weighted 0 off actor
-steps, because DDP (without ``find_unused_parameters``) waits for a gradient of every parameter in every
-backward; in one process an update off an actor step has no actor pass at all (the actor and ``Q1(s, pi(s))``
-forward and backward: about a third of the update's arithmetic at Hopper's sizes), which changes no number.
-The actor's gradients are kept out of the optimizer step on those updates (Adam moves a parameter whose
-gradient is zero, by its momentum, but skips one without a gradient), so the actor and its Adam moments change
-on actor steps only, as with TD3's separate actor optimizer. Every rank counts the same updates, so all agree
-on the actor steps.
+One optimizer over both (a parameter group each): each step holds the other's parameters out of it (Adam moves a
+parameter whose gradient is zero, by its momentum, but skips one without a gradient), so the critics and the
+actor, and their Adam moments, change exactly as with TD3's two optimizers. In one process each pass computes
+only what its loss needs: the critics' pass has no actor, the actor's pass no ``Q_i(s, a)``.
+
+DDP (the ddp middleware wraps actor and critics together): DDP without ``find_unused_parameters`` waits for a
+gradient of every parameter in every backward, so under DDP each pass is the whole model's forward with the
+other loss weighted 0 (an actor step is two full forwards and backwards). Every rank counts the same updates, so
+all agree on the actor steps.
 
 The smoothing noise is drawn for the global batch (every rank's rows, in rank order) from a generator seeded
 by ``noise_seed`` (part of the learn state, so every rank has rank 0's and a resume continues the stream) and
@@ -56,15 +58,14 @@ from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .accel import hot_path
-from .base import Policy, SpaceMismatchError, resolve_shape, space_dims
+from .base import Policy, SpaceMismatchError
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor
 from .continuous_models import (ActorCriticModelParams, DeterministicActor, EncodedActorCriticModelParams,  # noqa: F401
-                                ObsInput, SingleQ, TwinQ)
+                                ObsInput, SingleQ, TwinQ, model_input)
 from .normalisation import model_obs
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
-from .spaces import model_observation
 
 __all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise", "TD3Params", "DDPGParams",
            "ActorCriticModelParams", "TD3ModelParams", "TD3UpdateParams", "TD3LearnParams", "TD3CollectParams",
@@ -83,13 +84,19 @@ class TD3Model(nn.Module):
         self.actor = DeterministicActor(obs, action_dim, actor_hidden, encoders)
         self.critic = (TwinQ if twin_critic else SingleQ)(obs, action_dim, critic_hidden, encoders)
 
-    def forward(self, obs: Obs, action: torch.Tensor, actor: bool = True) -> Tuple[Tuple[torch.Tensor, ...], Any, Any]:
+    def forward(self, obs: Obs, action: torch.Tensor, actor: bool = True,
+                critics: bool = True) -> Tuple[Any, Any, Any]:
         """``(Q_i(s, a) for each critic)``, ``pi(s)`` and ``Q1(s, pi(s))`` through the first critic's parameters
-        detached (so the actor loss moves the actor only); ``actor=False``: the critics' values and two Nones. The
-        critic encodes ``obs`` once: ``Q1(s, pi(s))`` takes those features detached, which is exact (they do not
-        depend on the actor)."""
-        features = self.critic.encode(obs)
-        qs = self.critic(features, action, encoded=True)
+        detached (so the actor loss moves the actor only); ``actor=False``: the critics' values and two Nones;
+        ``critics=False``: None for the critics' values. The critic encodes ``obs`` once: ``Q1(s, pi(s))`` takes
+        those features detached, which is exact (they do not depend on the actor)."""
+        if critics:
+            features = self.critic.encode(obs)
+            qs = self.critic(features, action, encoded=True)
+        else:
+            with torch.no_grad():  # the actor's pass alone: the features are read detached, so no graph for them
+                features = self.critic.encode(obs)
+            qs = None
         if not actor:
             return qs, None, None
         pi = self.actor(obs)
@@ -112,24 +119,6 @@ def smoothing_noise(generator: torch.Generator, rows: int, cols: int, std: float
     """
     noise = torch.randn((rows * world_size, cols), generator=generator, device=generator.device)
     return (noise[rank * rows:(rank + 1) * rows] * std).clamp_(-clip, clip)
-
-
-def model_input(cfg: Mapping[str, Any], observation_space: gym.Space, action_space: gym.Space, algo: str,
-                structured: bool = True) -> Tuple[ObsInput, int]:
-    """What an actor-critic model of SAC, TD3 or DDPG is built for: the size of a flat observation, or a Dict or
-    Tuple observation space itself (where ``structured``: the model encodes it key by key), and the action
-    dimension; ``cfg.model.obs_shape`` and ``action_shape`` filled from the env or checked against it.
-
-    Raises:
-        SpaceMismatchError: a space the algorithm does not take, or a declared shape that does not fit (a Dict
-            observation has no shape to declare).
-    """
-    obs_shape, action_dim, _ = space_dims(observation_space, action_space, algo, continuous=True,
-                                          structured=structured)
-    model_observation(cfg["model"], observation_space, obs_shape, algo)  # cfg.model.obs_shape filled or checked
-    obs_in: ObsInput = observation_space if obs_shape is None else int(obs_shape[0])
-    resolve_shape(cfg["model"], "action_shape", action_dim, algo, f"action space {action_space}")
-    return obs_in, action_dim
 
 
 @dataclass
@@ -248,7 +237,8 @@ class TD3Policy(Policy):
                                                            encoders))
         self._target_model = copy.deepcopy(self.model).requires_grad_(False)
         self._actor_params = list(self.model.actor.parameters())
-        params = [self.model.critic.parameters(), self._actor_params]
+        self._critic_params = list(self.model.critic.parameters())
+        params = [self._critic_params, self._actor_params]
         self.optimizer_step = OptimizerStep.adam(params, self.optimizer_settings(), self.label)
         self._gamma = float(self.params.discount_factor)
         self._actor_every = int(learn.actor_update_freq)
@@ -276,12 +266,9 @@ class TD3Policy(Policy):
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         actor_step = (self.optimizer_step.updates + 1) % self._actor_every == 0  # updates 2, 4, ... (delay 2)
-        loss, stats = self._batch_loss(batch, self._smoothing_noise, actor_step)
-        # off actor steps the actor's gradients (none, or DDP's zero-weighted ones: its backward reaches every
-        # parameter, and check-ddp reads them) are held out of the step: Adam skips a parameter without one
-        self.optimizer_step.step(loss, hold=() if actor_step else self._actor_params)
-        self._update_target(actor_step)
-        return {"loss": loss.detach(), **self._actor_stats(stats)}
+        step = self.optimizer_step.step
+        return self._update(batch, self._smoothing_noise, actor_step, lambda loss, hold, first: step(
+            loss, hold=hold, count=first))[0]
 
     def _graph_update(self, batch: Any, count: torch.Tensor, number: int) -> tuple:
         """``_forward_learn`` with nothing read on the host (``policies.update_graph``: ``policy.compile=
@@ -289,10 +276,27 @@ class TD3Policy(Policy):
         phase is a graph of its own). Its smoothing noise comes from torch's generator on the device
         (``_graph_noise``). Returns ``(statistics, None, non-finite flag)``: TD3 keeps no priorities."""
         actor_step = number % self._actor_every == 0
-        loss, stats = self._batch_loss(batch, self._graph_noise, actor_step)
-        bad = self.optimizer_step.graph_step(loss, hold=() if actor_step else self._actor_params)
+        step = self.optimizer_step.graph_step  # the update count is the graph program's
+        stats, bad = self._update(batch, self._graph_noise, actor_step, lambda loss, hold, _: step(loss, hold=hold))
+        return stats, None, bad
+
+    def _update(self, batch: Any, noise: Callable[[int, int], torch.Tensor], actor_step: bool,
+                step: Callable[[torch.Tensor, List[nn.Parameter], bool], Any]) -> Tuple[Dict[str, Any], Any]:
+        """One update (the module docstring's order): the critics' loss and ``step`` (the actor held out; the one
+        step that counts an update), then on an actor step the actor's loss from the critics just stepped and its
+        ``step`` (the critics held out), then the targets. Returns the statistics and the steps' non-finite flag
+        (``step``'s returns or-ed: the captured update's; None eagerly)."""
+        obs, action, next_obs, reward, bootstrap = self._learn_batch(batch)
+        q_loss, stats = self._critic_loss(obs, action, next_obs, reward, bootstrap, noise(*action.shape))
+        bad = step(q_loss, self._actor_params, True)
+        loss = q_loss.detach()
+        if actor_step:
+            actor_loss, actor_stats = self._actor_pass(obs, action)
+            actor_bad = step(actor_loss, self._critic_params, False)
+            bad = None if bad is None else bad | actor_bad
+            loss, stats = loss + actor_loss.detach(), {**stats, "actor_loss": actor_loss.detach(), **actor_stats}
         self._update_target(actor_step)
-        return {"loss": loss.detach(), **self._actor_stats(stats)}, None, bad
+        return {"loss": loss, **self._actor_stats(stats)}, bad
 
     def _actor_stats(self, stats: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """``stats`` with the actor's of the last actor step where this update had no actor pass (kept, so every
@@ -306,16 +310,15 @@ class TD3Policy(Policy):
         """Updates after which a captured update's Python side repeats: the actor's delay."""
         return self._actor_every
 
-    def _batch_loss(self, batch: Any, noise: Callable[[int, int], torch.Tensor], actor_step: bool) -> tuple:
-        """The batch on the learner's device as the loss takes it, the smoothing ``noise(rows, cols)``, and ``_loss``
-        of them (the actor's loss weighed in on an actor step)."""
+    def _learn_batch(self, batch: Any) -> tuple:
+        """The batch on the learner's device as the losses take it: ``(obs, action in (-1, 1), next_obs, reward,
+        bootstrap)``, ``bootstrap`` being ``discount * (1 - terminated)``."""
         dev = self.device
         obs = model_obs(batch.obs, dev, self.normalisation)
         next_obs = model_obs(batch.next_obs, dev, self.normalisation)
         action = ((batch.action.to(dev).float() - self._learn_bias) / self._learn_scale).clamp(-1.0, 1.0)
         reward = batch.reward.to(dev).float()
-        bootstrap = self._discount(batch) * (~batch.terminated.to(dev)).float()
-        return self._loss(obs, action, next_obs, reward, bootstrap, noise(*action.shape), 1.0 if actor_step else 0.0)
+        return obs, action, next_obs, reward, self._discount(batch) * (~batch.terminated.to(dev)).float()
 
     @torch.no_grad()
     def _update_target(self, actor_step: bool) -> None:
@@ -327,8 +330,7 @@ class TD3Policy(Policy):
         return batch.discount.to(self.device).float()
 
     def _smoothing_noise(self, rows: int, cols: int) -> torch.Tensor:
-        """This rank's rows of the update's smoothing noise (module docstring: the same numbers on any world
-        size)."""
+        """This rank's rows of the update's smoothing noise (the same numbers on any world size)."""
         if self._policy_noise == 0.0:
             return torch.zeros((rows, cols), device=self.device)
         self._noise_generator.manual_seed((self._noise_seed * 1_000_003 + self.optimizer_step.updates) % 2**63)
@@ -341,26 +343,37 @@ class TD3Policy(Policy):
         noise = torch.randn((rows, cols), device=self.device) * self._policy_noise
         return noise.clamp_(-self._noise_clip, self._noise_clip)
 
-    @hot_path("learn")
-    def _loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
-              bootstrap: torch.Tensor, noise: torch.Tensor,
-              actor_weight: float) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-        """``(q_loss + actor_weight * actor_loss, detached statistics)``: the update's tensor work, actions in
-        (-1, 1); ``bootstrap`` is ``discount * (1 - terminated)``."""
+    @property
+    def _ddp(self) -> bool:
+        """Whether the learn model is DDP's wrapper: each backward must then reach every parameter."""
+        return self.learn_model is not self.model
+
+    @hot_path("learn", name="loss")
+    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
+                     bootstrap: torch.Tensor, noise: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        """``(q_loss, detached statistics)``, actions in (-1, 1); ``bootstrap`` is ``discount * (1 - terminated)``.
+        Under DDP the actor's loss joins, weighted 0 (module docstring)."""
         # the TD target: the target actor's action with clipped noise, the smallest target critic
         with torch.no_grad():
             next_action = (self._target_model.actor(next_obs) + noise).clamp(-1.0, 1.0)
             q_next = functools.reduce(torch.minimum, self._target_model.critic(next_obs, next_action))
             target = reward + bootstrap * q_next
-        # one forward of the learn model: the critics on the batch's actions, the actor and its value; off an actor
-        # step in one process without the actor (DDP's backward waits for every parameter's gradient: weighted 0)
-        qs, pi, q_pi = self.learn_model(obs, action, actor_weight > 0 or self.learn_model is not self.model)
+        qs, pi, q_pi = self.learn_model(obs, action, actor=self._ddp)
         q_loss = sum(F.mse_loss(q, target) for q in qs)
         stats = {"q_loss": q_loss.detach(), "q_value": qs[0].detach().mean(), "target_q": target.mean()}
-        if pi is None:
-            return q_loss, stats
+        if pi is not None:
+            q_loss = q_loss + 0.0 * self._actor_loss(q_pi, pi, action)[0]
+        return q_loss, stats
+
+    @hot_path("learn", name="actor_loss")
+    def _actor_pass(self, obs: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        """``(actor_loss, its detached statistics)`` through the critics as they are now (after their step). Under
+        DDP the critics' values join, weighted 0 (module docstring)."""
+        qs, pi, q_pi = self.learn_model(obs, action, critics=self._ddp)
         actor_loss, actor_stats = self._actor_loss(q_pi, pi, action)
-        return q_loss + actor_weight * actor_loss, {**stats, "actor_loss": actor_loss.detach(), **actor_stats}
+        if qs is not None:
+            actor_loss = actor_loss + 0.0 * sum(q.sum() for q in qs)
+        return actor_loss, actor_stats
 
     def _actor_loss(self, q_pi: torch.Tensor, pi: torch.Tensor,
                     action: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:

@@ -71,7 +71,9 @@ def test_td3_and_ddpg_losses_match_independent_computation(cls):
         q_next = target.critic(batch.next_obs, a_next)
         y = batch.reward + 0.99 * not_term * (torch.min(*q_next) if len(q_next) == 2 else q_next[0])
         q_loss = sum(F.mse_loss(q, y) for q in model.critic(batch.obs, a))
-        actor_loss = -model.critic(batch.obs, model.actor(batch.obs))[0].mean()
+        # the actor's loss reads the critics after their step (the actor's own step leaves them as they are)
+        actor_loss = -policy.model.critic(batch.obs, model.actor(batch.obs))[0].mean()
+        stale = -model.critic(batch.obs, model.actor(batch.obs))[0].mean()
     if cls is TD3Policy:
         assert 0 < noise.abs().max() <= 0.1 + 1e-7  # smoothing noise of std 0.3, clipped at 0.1
         assert out["loss"].item() == pytest.approx(q_loss.item(), rel=1e-5)  # no actor pass: the critics' loss
@@ -80,6 +82,7 @@ def test_td3_and_ddpg_losses_match_independent_computation(cls):
         assert torch.equal(noise, torch.zeros(6, 2)) and len(q_next) == 1  # no smoothing, one critic
         assert out["loss"].item() == pytest.approx((q_loss + actor_loss).item(), rel=1e-5)
         assert out["actor_loss"].item() == pytest.approx(actor_loss.item(), rel=1e-5, abs=1e-6)
+        assert out["actor_loss"].item() != pytest.approx(stale.item(), rel=1e-4)  # not the critics before it
     assert out["target_q"].item() == pytest.approx(y.mean().item(), rel=1e-5)
     assert out["q_loss"].item() == pytest.approx(q_loss.item(), rel=1e-5)
 
@@ -121,7 +124,8 @@ def test_the_actor_and_targets_move_every_delay_th_update_only(delay):
     """Updates delay, 2 * delay, ... move the actor and the targets; the critics move every update. An update
     after an actor step would still move the actor by Adam's momentum with a zero gradient: in one process the
     updates between have no actor pass (no gradient: Adam skips the actor), and report the last actor step's
-    actor loss."""
+    actor loss. The gradients left are the last step's: the actor's alone after an actor step (its pass has no
+    path to the critics), the critics' alone otherwise."""
     policy = _policy(actor_update_freq=delay)
     moved, actor_losses = [], []
     for update in range(1, 7):
@@ -131,8 +135,9 @@ def test_the_actor_and_targets_move_every_delay_th_update_only(delay):
                       not _same(critic, policy.model.critic.state_dict()),
                       not _same(target, policy._target_model.state_dict())))
         actor_step = update % delay == 0
-        assert all(p.grad is not None for p in policy.model.critic.parameters())
+        assert all((p.grad is None) == actor_step for p in policy.model.critic.parameters())
         assert all((p.grad is not None) == actor_step for p in policy.model.actor.parameters())
+        assert policy.optimizer_step.updates == update  # two steps on an actor step, one update counted
         assert out["loss"].item() == pytest.approx(out["q_loss"].item() + actor_step * float(out.get("actor_loss", 0.0)),
                                                    rel=1e-5)
         actor_losses.append(float(out["actor_loss"]) if "actor_loss" in out else None)
