@@ -23,6 +23,7 @@ import policies.optim
 from data.batch import make_batch
 from engine.config import deep_merge
 from policies import DQNPolicy, NonFiniteLossError, PPOPolicy, SACPolicy
+from policies.td3 import TD3Policy
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 HOST_READS = ("item", "__bool__", "__float__", "__int__", "tolist", "numpy", "cpu")
@@ -51,6 +52,13 @@ def _sac():
     cfg = EasyDict(deep_merge(SACPolicy.default_config(), dict(
         model=dict(actor_head_hidden_size_list=[16], critic_head_hidden_size_list=[16]))))
     return SACPolicy(cfg, OBS, gym.spaces.Box(-2.0, 2.0, (1,), np.float32)), _transitions(8, torch.rand(8, 1))
+
+
+def _td3():
+    """TD3: its critics' step, then on every 2nd update the actor's (both checked off the host)."""
+    cfg = EasyDict(deep_merge(TD3Policy.default_config(), dict(
+        model=dict(actor_head_hidden_size_list=[16], critic_head_hidden_size_list=[16]))))
+    return TD3Policy(cfg, OBS, gym.spaces.Box(-2.0, 2.0, (1,), np.float32)), _transitions(8, torch.rand(8, 1))
 
 
 @pytest.fixture
@@ -83,7 +91,7 @@ def device_path(monkeypatch):
     return reads, update
 
 
-@pytest.mark.parametrize("build", [_dqn, _ppo, _sac], ids=["dqn", "ppo", "sac"])
+@pytest.mark.parametrize("build", [_dqn, _ppo, _sac, _td3], ids=["dqn", "ppo", "sac", "td3"])
 def test_an_update_reads_nothing_back_from_the_device(device_path, build):
     reads, update = device_path
     torch.manual_seed(0)
