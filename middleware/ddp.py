@@ -55,7 +55,7 @@ class DDPParams(Params):
     bucket_cap_mb: float = param(DDP_BUCKET_CAP_MB, rule="positive")
     """Megabytes of gradients per all-reduce bucket; larger: fewer, bigger messages."""
     static_graph: bool = param(False)
-    """The same parameters take gradients in the same order every update (lets DDP skip its bookkeeping)."""
+    """The same parameters take gradients in the same order every backward (lets DDP skip its bookkeeping)."""
     gradient_as_bucket_view: bool = param(False)
     """Gradients alias the buckets: one copy less, less memory."""
     comm_hook: str = param("none", choices=("none", "fp16", "bf16", "powersgd"))

@@ -93,8 +93,8 @@ class TwinQ(nn.Module):
     encoder learns from both TD errors, and an image is encoded once per critic call, not once per head.
 
     Why the actor has an encoder of its own, not this one (SB3's default for SAC and TD3,
-    ``share_features_extractor=False``): the update is one backward of the summed losses, and the actor's loss
-    reads Q through the critic with its parameters detached (so that it moves the actor only). A shared encoder
+    ``share_features_extractor=False``): the actor's loss reads Q through the critic with its parameters detached
+    (so that it moves the actor only; SAC's update is one backward of the summed losses). A shared encoder
     would then either take the actor's gradient as well (the actor pushing the critic's features towards what
     flatters its own actions) or need the actor's features detached (the actor's torso would learn nothing
     below its MLP, which pixels need). Separate encoders keep each loss on its own network and give the

@@ -1,8 +1,8 @@
-"""One optimizer step per update: the loss checked, backward, the gradient norm clipped, the step, the count.
+"""An update's optimizer step: the loss checked, backward, the gradient norm clipped, the step, the count.
 
 A policy composes one ``OptimizerStep`` (``policy.optimizer_step``) over its parameter groups, with the
 config's settings per group, and calls ``step(loss)`` once per update (TD3 steps its critics, then on an actor
-step its actor with ``count=False``, each step holding the other group out)::
+step its actor, each step holding the other group out, the first with ``count=False``)::
 
     self.optimizer_step = OptimizerStep.adam([critic_params, actor_params], self.optimizer_settings(), "TD3")
     ...
@@ -45,7 +45,7 @@ class OptimizerStep:
 
     Attributes:
         optimizer: as given.
-        updates: the optimizer steps taken (checkpointed as ``updates``).
+        updates: the updates taken (checkpointed as ``updates``): the steps, less those with ``count=False``.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, settings: Sequence[Mapping[str, float]], label: str) -> None:
@@ -74,8 +74,8 @@ class OptimizerStep:
         Args:
             hold: parameters kept out of this step (TD3's actor in its critics' step): their gradients are
                 taken off for the step and given back after (under DDP the backward did reach them).
-            count: False for a second step within one update (TD3's actor step after its critics'), so that
-                ``updates`` counts updates.
+            count: False for a step that is not its update's last (TD3's critics' step before its actor's), so
+                that ``updates`` counts updates and both steps' loss checks name the same one.
 
         Raises:
             NonFiniteLossError: a non-finite loss (module docstring: on a GPU, at a later update).
@@ -143,8 +143,8 @@ class OptimizerStep:
             self._deferred = DeferredCheck(loss.device, NonFiniteLossError)
         bad = ~torch.isfinite(loss.detach())
         self._deferred.report(bad, f"{self.label} loss is not finite (NaN or inf) at update {self.updates}, seen "
-                                   f"on {loss.device} at a later update; that update's step was skipped, so the "
-                                   f"parameters are left at their last finite values. Lower "
+                                   f"on {loss.device} at a later update; that loss's step was skipped, so the "
+                                   f"parameters it moves are left at their last finite values. Lower "
                                    f"policy.learn.learning_rate or clip gradients")
         self.optimizer.found_inf = bad.float()
 

@@ -38,12 +38,10 @@ from .accel import hot_path
 from .base import Policy
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor, TanhMean
-from .continuous_models import ObsInput, SquashedGaussianActor, TwinQ
+from .continuous_models import EncodedActorCriticModelParams, ObsInput, SquashedGaussianActor, TwinQ, model_input
 from .optim import OptimizerStep
 from .placement import DeviceGenerators, PerDevice
 from .normalisation import model_obs
-from .continuous_models import EncodedActorCriticModelParams
-from .continuous_models import model_input
 
 __all__ = ["SACPolicy", "SACModel", "sac_target", "SACParams", "SACLearnParams", "SACOtherParams"]
 

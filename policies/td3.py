@@ -24,9 +24,9 @@ actor, and their Adam moments, change exactly as with TD3's two optimizers. In o
 only what its loss needs: the critics' pass has no actor, the actor's pass no ``Q_i(s, a)``.
 
 DDP (the ddp middleware wraps actor and critics together): DDP without ``find_unused_parameters`` waits for a
-gradient of every parameter in every backward, so under DDP each pass is the whole model's forward with the
-other loss weighted 0 (an actor step is two full forwards and backwards). Every rank counts the same updates, so
-all agree on the actor steps.
+gradient of every parameter in every backward, so under DDP each pass adds 0 times the sum of the parameters it
+does not use (a zero gradient for each, computed without their forward; ``_untouched``). An actor step is two
+backwards, so two all-reduces. Every rank counts the same updates, so all agree on the actor steps.
 
 The smoothing noise is drawn for the global batch (every rank's rows, in rank order) from a generator seeded
 by ``noise_seed`` (part of the learn state, so every rank has rank 0's and a resume continues the stream) and
@@ -267,8 +267,8 @@ class TD3Policy(Policy):
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
         actor_step = (self.optimizer_step.updates + 1) % self._actor_every == 0  # updates 2, 4, ... (delay 2)
         step = self.optimizer_step.step
-        return self._update(batch, self._smoothing_noise, actor_step, lambda loss, hold, first: step(
-            loss, hold=hold, count=first))[0]
+        return self._update(batch, self._smoothing_noise, actor_step, lambda loss, hold, last: step(
+            loss, hold=hold, count=last))[0]
 
     def _graph_update(self, batch: Any, count: torch.Tensor, number: int) -> tuple:
         """``_forward_learn`` with nothing read on the host (``policies.update_graph``: ``policy.compile=
@@ -282,17 +282,18 @@ class TD3Policy(Policy):
 
     def _update(self, batch: Any, noise: Callable[[int, int], torch.Tensor], actor_step: bool,
                 step: Callable[[torch.Tensor, List[nn.Parameter], bool], Any]) -> Tuple[Dict[str, Any], Any]:
-        """One update (the module docstring's order): the critics' loss and ``step`` (the actor held out; the one
-        step that counts an update), then on an actor step the actor's loss from the critics just stepped and its
-        ``step`` (the critics held out), then the targets. Returns the statistics and the steps' non-finite flag
+        """One update (the module docstring's order): the critics' loss and ``step`` (the actor held out), then on an
+        actor step the actor's loss from the critics just stepped and its ``step`` (the critics held out), then the
+        targets. ``step(loss, hold, last)``: ``last`` on the update's last step (the one that counts it, so both
+        steps' loss checks name the same update). Returns the statistics and the steps' non-finite flag
         (``step``'s returns or-ed: the captured update's; None eagerly)."""
         obs, action, next_obs, reward, bootstrap = self._learn_batch(batch)
         q_loss, stats = self._critic_loss(obs, action, next_obs, reward, bootstrap, noise(*action.shape))
-        bad = step(q_loss, self._actor_params, True)
+        bad = step(q_loss, self._actor_params, not actor_step)
         loss = q_loss.detach()
         if actor_step:
             actor_loss, actor_stats = self._actor_pass(obs, action)
-            actor_bad = step(actor_loss, self._critic_params, False)
+            actor_bad = step(actor_loss, self._critic_params, True)
             bad = None if bad is None else bad | actor_bad
             loss, stats = loss + actor_loss.detach(), {**stats, "actor_loss": actor_loss.detach(), **actor_stats}
         self._update_target(actor_step)
@@ -343,37 +344,31 @@ class TD3Policy(Policy):
         noise = torch.randn((rows, cols), device=self.device) * self._policy_noise
         return noise.clamp_(-self._noise_clip, self._noise_clip)
 
-    @property
-    def _ddp(self) -> bool:
-        """Whether the learn model is DDP's wrapper: each backward must then reach every parameter."""
-        return self.learn_model is not self.model
+    def _untouched(self, params: List[nn.Parameter]) -> Any:
+        """Under DDP, ``0 * sum(params)``: a pass's loss plus this gives the parameters it does not use a zero
+        gradient (DDP's backward waits for every one), without their forward; in one process 0."""
+        return 0.0 * sum(p.sum() for p in params) if self.hot_paths.ddp else 0.0
 
     @hot_path("learn", name="loss")
     def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
                      bootstrap: torch.Tensor, noise: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-        """``(q_loss, detached statistics)``, actions in (-1, 1); ``bootstrap`` is ``discount * (1 - terminated)``.
-        Under DDP the actor's loss joins, weighted 0 (module docstring)."""
+        """``(q_loss, detached statistics)``, actions in (-1, 1); ``bootstrap`` is ``discount * (1 - terminated)``."""
         # the TD target: the target actor's action with clipped noise, the smallest target critic
         with torch.no_grad():
             next_action = (self._target_model.actor(next_obs) + noise).clamp(-1.0, 1.0)
             q_next = functools.reduce(torch.minimum, self._target_model.critic(next_obs, next_action))
             target = reward + bootstrap * q_next
-        qs, pi, q_pi = self.learn_model(obs, action, actor=self._ddp)
+        qs, _, _ = self.learn_model(obs, action, actor=False)
         q_loss = sum(F.mse_loss(q, target) for q in qs)
         stats = {"q_loss": q_loss.detach(), "q_value": qs[0].detach().mean(), "target_q": target.mean()}
-        if pi is not None:
-            q_loss = q_loss + 0.0 * self._actor_loss(q_pi, pi, action)[0]
-        return q_loss, stats
+        return q_loss + self._untouched(self._actor_params), stats
 
     @hot_path("learn", name="actor_loss")
     def _actor_pass(self, obs: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
-        """``(actor_loss, its detached statistics)`` through the critics as they are now (after their step). Under
-        DDP the critics' values join, weighted 0 (module docstring)."""
-        qs, pi, q_pi = self.learn_model(obs, action, critics=self._ddp)
+        """``(actor_loss, its detached statistics)`` through the critics as they are now (after their step)."""
+        _, pi, q_pi = self.learn_model(obs, action, critics=False)
         actor_loss, actor_stats = self._actor_loss(q_pi, pi, action)
-        if qs is not None:
-            actor_loss = actor_loss + 0.0 * sum(q.sum() for q in qs)
-        return actor_loss, actor_stats
+        return actor_loss + self._untouched(self._critic_params), actor_stats
 
     def _actor_loss(self, q_pi: torch.Tensor, pi: torch.Tensor,
                     action: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:

@@ -1,8 +1,9 @@
 """TD3+BC (Fujimoto & Gu, 2021): TD3 on a fixed dataset, its actor pulled towards the dataset's actions by
 a behaviour-cloning term.
 
-The update is TD3's (``policies.td3``: target smoothing, the delayed actor in one backward, the targets moved
-on actor steps, the smoothing noise the same on any world size), with the actor loss::
+The update is TD3's (``policies.td3``: target smoothing, the critics' step, then on the delayed actor steps the
+actor's from the critics just stepped and the targets, the smoothing noise the same on any world size), with the
+actor loss::
 
     lambda      = alpha / mean|Q1(s, pi(s))|                                                     (no gradient)
     actor_loss  = -lambda * mean(Q1(s, pi(s))) + mean((pi(s) - a)^2)       (critic parameters held fixed)

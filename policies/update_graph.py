@@ -377,8 +377,9 @@ class GraphedUpdates:
 
     def _report(self, out: Dict[str, torch.Tensor], first: int) -> None:
         self._loss_check.report(out["non_finite"], f"{self.name}: the loss is not finite (NaN or inf) in updates "
-                                                   f"{first}-{first + self.updates - 1}; those steps were skipped, "
-                                                   f"so the parameters are left at their last finite values. "
+                                                   f"{first}-{first + self.updates - 1}; those losses' steps were "
+                                                   f"skipped, so the parameters they move are left at their last "
+                                                   f"finite values. "
                                                    f"Lower policy.learn.learning_rate or clip gradients")
         if self.priority:
             self._priority_check.report(out["bad_priority"], f"{self.name}: priorities must be finite: updates "

@@ -165,8 +165,8 @@ def test_td3bc_on_a_discrete_dataset_and_env_fails_before_training(tmp_path):
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
 def test_td3bc_under_ddp_keeps_ranks_identical(tmp_path, monkeypatch):
-    """2 gloo ranks on disjoint shards, 40 updates (20 actor steps): one backward per update, the actor's
-    gradients dropped on the same updates on every rank, so the models stay identical."""
+    """2 gloo ranks on disjoint shards, 40 updates (20 actor steps): the critics' backward every update and the
+    actor's on the same updates on every rank, so the models stay identical."""
     pytest.importorskip("minari")
     import json
     import os
