@@ -1,5 +1,5 @@
 """``policy.compile='cudagraph_update'`` on a GPU (``pytest -m gpu``; skipped without CUDA): DQN's whole updates
-captured in one CUDA graph (policies/update_graph.py) give eager's updates on the slots the graph drew, a
+(and TD3's, both phases of its actor delay) captured in one CUDA graph (policies/update_graph.py) give eager's updates on the slots the graph drew, a
 loaded checkpoint is captured again, a NaN loss is skipped on the device and named at a later call, and a
 the rows a frame-stack storage cannot rebuild are drawn again inside the graph. tests/policies/test_update_graph.py
 runs the same program on the CPU; tests/gpu/test_update_graph_training.py trains through the graph.
@@ -99,6 +99,50 @@ def test_captured_dqn_updates_equal_eager_on_the_slots_the_graph_drew(priority):
         assert (value - eager.model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
     for key, value in graphed_policy._target_model.state_dict().items():  # the hard copy at update 24
         torch.testing.assert_close(value, graphed_policy.model.state_dict()[key])
+
+
+def test_captured_td3_updates_equal_eager_in_both_phases_of_the_actor_delay():
+    """TD3's actor step is two optimizer steps in one graph (the critics', then the actor's through the critics
+    just stepped), and each phase of the delay is a graph of its own: replayed, both give eager's updates on the
+    slots they drew (no smoothing noise, so nothing else is drawn)."""
+    import gymnasium as gym
+    import numpy as np
+    from easydict import EasyDict
+
+    from data.batch import make_batch
+    from data.replay import ReplayBuffer
+    from engine.config import deep_merge
+    from policies.td3 import TD3Policy
+
+    def build(mode):
+        torch.manual_seed(0)
+        cfg = deep_merge(TD3Policy.default_config(), dict(
+            cuda=True, compile=mode, learn=dict(policy_noise=0.0),
+            model=dict(actor_head_hidden_size_list=[64, 64], critic_head_hidden_size_list=[64, 64])))
+        return TD3Policy(EasyDict(cfg), gym.spaces.Box(-1, 1, (5,), np.float32), gym.spaces.Box(-2, 2, (2,), np.float32))
+
+    graphed_policy, eager = build("cudagraph_update"), build("none")
+    eager.load_state_dict(copy.deepcopy(graphed_policy.state_dict()))
+    initial = {k: v.clone() for k, v in eager.model.state_dict().items()}
+    buffer = ReplayBuffer(256, device=torch.device("cuda", torch.cuda.current_device()))
+    g, n = torch.Generator().manual_seed(1), 200
+    buffer.push(make_batch(dict(obs=torch.randn(n, 5, generator=g), next_obs=torch.randn(n, 5, generator=g),
+                                action=torch.rand(n, 2, generator=g) * 4 - 2, reward=torch.randn(n, generator=g),
+                                terminated=torch.rand(n, generator=g) < 0.1, truncated=torch.zeros(n, dtype=torch.bool),
+                                discount=torch.full((n,), 0.99))))
+    eager_buffer = copy.deepcopy(buffer)
+    graphed = graphed_policy.learn_mode.graphed_updates(buffer, 32, 1)  # one update a call: the phases alternate
+    assert graphed is not None
+    for _ in range(10):  # per phase: two warm-up calls, the capture, two replays
+        out = graphed.run()
+        assert graphed.failed is None, graphed.failed
+        eager_losses = _eager_updates(eager, eager_buffer, out["index"].clone(), False)
+        torch.testing.assert_close(out["loss"].clone(), eager_losses, rtol=1e-3, atol=1e-5)
+    torch.cuda.synchronize()
+    assert graphed.captures == 2 and graphed_policy.optimizer_step.updates == eager.optimizer_step.updates == 10
+    for key, value in graphed_policy.model.state_dict().items():
+        moved = (eager.model.state_dict()[key] - initial[key]).norm()
+        assert (value - eager.model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
 
 
 def test_a_loaded_checkpoint_is_captured_again_and_trained_from():
