@@ -1,4 +1,5 @@
-"""TD3 and DDPG (policies/td3.py): the update against an independent computation, target smoothing's clip,
+"""TD3 and DDPG (policies/td3.py): the update against an independent computation and against the paper's order
+with an Adam per network, target smoothing's clip,
 the policy delay, actions within the Box's bounds, the state round trip, and the errors of a wrong space or
 config. The data-parallel update is compared with one process by tests/pipelines/test_check_ddp.py."""
 from __future__ import annotations
@@ -85,6 +86,49 @@ def test_td3_and_ddpg_losses_match_independent_computation(cls):
         assert out["actor_loss"].item() != pytest.approx(stale.item(), rel=1e-4)  # not the critics before it
     assert out["target_q"].item() == pytest.approx(y.mean().item(), rel=1e-5)
     assert out["q_loss"].item() == pytest.approx(q_loss.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("cls, delay", [(TD3Policy, 2), (TD3Policy, 3), (DDPGPolicy, 1)])
+def test_updates_equal_the_papers_order_with_an_adam_per_network(cls, delay):
+    """8 updates against the TD3 paper's (and SB3's, CleanRL's) update written out with two Adams: the critics'
+    step, then on actor steps the actor's loss through the critics just stepped, its step, and the targets. The
+    parameters, the targets and both networks' Adam moments agree (one optimizer whose steps hold the other
+    network out is two)."""
+    policy = _policy(cls, actor_update_freq=delay, learning_rate_q=1e-2, learning_rate_policy=3e-3)
+    model, target = copy.deepcopy(policy.model), copy.deepcopy(policy._target_model)
+    critic_adam = torch.optim.Adam(model.critic.parameters(), lr=1e-2)
+    actor_adam = torch.optim.Adam(model.actor.parameters(), lr=3e-3)
+    drawn = _recording_noise(policy)
+    for update in range(1, 9):
+        batch = _batch(seed=update)
+        out = policy.learn_mode.forward(batch)
+        a = ((batch.action - policy._learn_bias) / policy._learn_scale).clamp(-1, 1)
+        with torch.no_grad():
+            a_next = (target.actor(batch.next_obs) + drawn[-1]).clamp(-1, 1)
+            y = batch.reward + 0.99 * (~batch.terminated).float() * torch.min(
+                torch.stack(target.critic(batch.next_obs, a_next)), dim=0).values
+        q_loss = sum(F.mse_loss(q, y) for q in model.critic(batch.obs, a))
+        critic_adam.zero_grad()
+        q_loss.backward()
+        critic_adam.step()
+        assert float(out["q_loss"]) == pytest.approx(float(q_loss), rel=1e-5)
+        if update % delay == 0:
+            actor_loss = -model.critic(batch.obs, model.actor(batch.obs))[0].mean()
+            actor_adam.zero_grad()
+            actor_loss.backward()  # the critics' gradients it leaves are zeroed before their next step
+            actor_adam.step()
+            with torch.no_grad():
+                torch._foreach_lerp_(list(target.parameters()), list(model.parameters()), policy._theta)
+            assert float(out["actor_loss"]) == pytest.approx(float(actor_loss), rel=1e-5, abs=1e-6)
+    assert policy.optimizer_step.updates == 8
+    for mine, theirs in ((policy.model, model), (policy._target_model, target)):
+        for (name, p), q in zip(mine.named_parameters(), theirs.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+    state = policy.optimizer_step.optimizer.state
+    for adam, net, mine in ((critic_adam, model.critic, policy.model.critic), (actor_adam, model.actor, policy.model.actor)):
+        for p, q in zip(mine.parameters(), net.parameters()):
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                torch.testing.assert_close(state[p][key].float(), adam.state[q][key].float(), rtol=1e-5, atol=1e-7)
 
 
 def test_target_smoothing_clips_the_noise_and_the_smoothed_action():
