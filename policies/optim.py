@@ -2,7 +2,7 @@
 
 A policy composes one ``OptimizerStep`` (``policy.optimizer_step``) over its parameter groups, with the
 config's settings per group, and calls ``step(loss)`` once per update (TD3 steps its critics, then on an actor
-step its actor, each step holding the other group out, the first with ``count=False``)::
+step its actor, each step holding the other group out; on an actor step the critics' has ``count=False``)::
 
     self.optimizer_step = OptimizerStep.adam([critic_params, actor_params], self.optimizer_settings(), "TD3")
     ...

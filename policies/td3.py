@@ -346,8 +346,10 @@ class TD3Policy(Policy):
 
     def _untouched(self, params: List[nn.Parameter]) -> Any:
         """Under DDP, ``0 * sum(params)``: a pass's loss plus this gives the parameters it does not use a zero
-        gradient (DDP's backward waits for every one), without their forward; in one process 0."""
-        return 0.0 * sum(p.sum() for p in params) if self.hot_paths.ddp else 0.0
+        gradient (DDP's backward waits for every one), without their forward; 0 in one process, or where DDP finds
+        unused parameters itself (``find_unused_parameters``: it refuses a gradient for one it marked)."""
+        wait = self.hot_paths.ddp and not getattr(self.learn_model, "find_unused_parameters", False)
+        return 0.0 * sum(p.sum() for p in params) if wait else 0.0
 
     @hot_path("learn", name="loss")
     def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,

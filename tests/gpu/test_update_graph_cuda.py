@@ -104,7 +104,7 @@ def test_captured_dqn_updates_equal_eager_on_the_slots_the_graph_drew(priority):
 def test_captured_td3_updates_equal_eager_in_both_phases_of_the_actor_delay():
     """TD3's actor step is two optimizer steps in one graph (the critics', then the actor's through the critics
     just stepped), and each phase of the delay is a graph of its own: replayed, both give eager's updates on the
-    slots they drew (no smoothing noise, so nothing else is drawn)."""
+    slots they drew (smoothing noise 0: what the graph draws for it is multiplied by 0)."""
     import gymnasium as gym
     import numpy as np
     from easydict import EasyDict
@@ -143,6 +143,12 @@ def test_captured_td3_updates_equal_eager_in_both_phases_of_the_actor_delay():
     for key, value in graphed_policy.model.state_dict().items():
         moved = (eager.model.state_dict()[key] - initial[key]).norm()
         assert (value - eager.model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
+    for key, value in graphed_policy._target_model.state_dict().items():  # moved on the actor steps alone
+        moved = (eager._target_model.state_dict()[key] - initial[key]).norm()
+        assert moved > 0 and (value - eager._target_model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
+    for name in ("loss", "actor_loss"):  # both passes compiled inside the graphs
+        path = graphed_policy.hot_paths[("learn", name)]
+        assert path.mode == "compile" and path.fallback_error is None, path
 
 
 def test_a_loaded_checkpoint_is_captured_again_and_trained_from():
