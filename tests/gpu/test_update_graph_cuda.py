@@ -1,8 +1,9 @@
 """``policy.compile='cudagraph_update'`` on a GPU (``pytest -m gpu``; skipped without CUDA): DQN's whole updates
-(and TD3's, both phases of its actor delay) captured in one CUDA graph (policies/update_graph.py) give eager's updates on the slots the graph drew, a
-loaded checkpoint is captured again, a NaN loss is skipped on the device and named at a later call, and a
-the rows a frame-stack storage cannot rebuild are drawn again inside the graph. tests/policies/test_update_graph.py
-runs the same program on the CPU; tests/gpu/test_update_graph_training.py trains through the graph.
+(and TD3's, both phases of its actor delay) captured in one CUDA graph (policies/update_graph.py) give eager's
+updates on the slots the graph drew, a loaded checkpoint is captured again, a NaN loss is skipped on the device
+and named at a later call, and the rows a frame-stack storage cannot rebuild are drawn again inside the graph.
+tests/policies/test_update_graph.py runs the same program on the CPU; tests/gpu/test_update_graph_training.py
+trains through the graph.
 """
 from __future__ import annotations
 
@@ -119,7 +120,8 @@ def test_captured_td3_updates_equal_eager_in_both_phases_of_the_actor_delay():
         cfg = deep_merge(TD3Policy.default_config(), dict(
             cuda=True, compile=mode, learn=dict(policy_noise=0.0),
             model=dict(actor_head_hidden_size_list=[64, 64], critic_head_hidden_size_list=[64, 64])))
-        return TD3Policy(EasyDict(cfg), gym.spaces.Box(-1, 1, (5,), np.float32), gym.spaces.Box(-2, 2, (2,), np.float32))
+        return TD3Policy(EasyDict(cfg), gym.spaces.Box(-1, 1, (5,), np.float32),
+                         gym.spaces.Box(-2, 2, (2,), np.float32))
 
     graphed_policy, eager = build("cudagraph_update"), build("none")
     eager.load_state_dict(copy.deepcopy(graphed_policy.state_dict()))

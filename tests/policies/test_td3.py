@@ -129,7 +129,8 @@ def test_updates_equal_the_papers_order_with_an_adam_per_network(cls, delay):
         for (name, p), q in zip(mine.named_parameters(), theirs.parameters()):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
     state = policy.optimizer_step.optimizer.state
-    for adam, net, mine in ((critic_adam, model.critic, policy.model.critic), (actor_adam, model.actor, policy.model.actor)):
+    for adam, net, mine in ((critic_adam, model.critic, policy.model.critic),
+                            (actor_adam, model.actor, policy.model.actor)):
         for p, q in zip(mine.parameters(), net.parameters()):
             for key in ("exp_avg", "exp_avg_sq", "step"):
                 torch.testing.assert_close(state[p][key].float(), adam.state[q][key].float(), rtol=1e-5, atol=1e-7)
@@ -168,6 +169,7 @@ _DDP_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(180)
 def test_under_ddp_each_pass_reaches_every_parameter_whatever_ddps_settings(tmp_path):
     """Under DDP each pass adds 0 times the sum of the network it does not use (DDP's backward waits for every
