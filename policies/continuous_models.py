@@ -20,7 +20,7 @@ from .models import mlp
 from .spaces import model_observation
 
 __all__ = ["ObsInput", "SquashedGaussianActor", "DeterministicActor", "TwinQ", "SingleQ", "ActorCriticModelParams",
-           "EncodedActorCriticModelParams", "model_input"]
+           "EncodedActorCriticModelParams", "model_input", "critic_pass", "held"]
 
 
 #: what the SAC/TD3 models take for their input: a flat observation's size, or a Dict/Tuple observation space
@@ -94,7 +94,7 @@ class TwinQ(nn.Module):
 
     Why the actor has an encoder of its own, not this one (SB3's default for SAC and TD3,
     ``share_features_extractor=False``): the actor's loss reads Q through the critic with its parameters detached
-    (so that it moves the actor only; SAC's update is one backward of the summed losses). A shared encoder
+    (so that it moves the actor only; the critics have stepped on their own loss before). A shared encoder
     would then either take the actor's gradient as well (the actor pushing the critic's features towards what
     flatters its own actions) or need the actor's features detached (the actor's torso would learn nothing
     below its MLP, which pixels need). Separate encoders keep each loss on its own network and give the
@@ -119,6 +119,24 @@ class TwinQ(nn.Module):
     def forward(self, obs: Any, action: torch.Tensor, encoded: bool = False):
         x = torch.cat([obs if encoded else self.encode(obs), action], dim=-1)
         return self.q1(x).squeeze(-1).float(), self.q2(x).squeeze(-1).float()
+
+
+def critic_pass(critic: nn.Module, obs: Any, action: torch.Tensor,
+                critics: bool) -> Tuple[torch.Tensor, Optional[Tuple[torch.Tensor, ...]]]:
+    """``(features, Q_i(s, a) for each critic)`` of a ``TwinQ`` or ``SingleQ``, encoding ``obs`` once; with
+    ``critics`` False, ``(features, None)``, the features computed without a graph (an actor's pass alone reads
+    them detached, so none is needed)."""
+    if critics:
+        features = critic.encode(obs)
+        return features, critic(features, action, encoded=True)
+    with torch.no_grad():
+        return critic.encode(obs), None
+
+
+def held(module: nn.Module) -> Dict[str, torch.Tensor]:
+    """``module``'s parameters by name, detached: ``torch.func.functional_call(module, held(module), args)`` runs
+    it with them fixed, so that a loss through it (an actor's, through the critics) moves only what feeds it."""
+    return {name: p.detach() for name, p in module.named_parameters()}
 
 
 class SingleQ(nn.Module):

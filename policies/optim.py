@@ -29,7 +29,7 @@ from data.replay.device import DeferredCheck, host_path
 
 from .checks import NonFiniteLossError, check_finite
 
-__all__ = ["OptimizerStep", "make_adam"]
+__all__ = ["OptimizerStep", "make_adam", "zero_for_ddp"]
 
 #: an optimizer's group keys that say how it steps, not what: a loaded checkpoint's are not taken
 _IMPLEMENTATION_KEYS = ("fused", "foreach", "capturable", "differentiable")
@@ -182,6 +182,16 @@ def _place_steps(optimizer: torch.optim.Optimizer, group: Dict[str, Any]) -> Non
         step = state.get("step") if state else None
         if isinstance(step, torch.Tensor):
             state["step"] = step.to(p.device if on_device else "cpu", torch.float32)
+
+
+def zero_for_ddp(learn_model: torch.nn.Module, params: Sequence[torch.nn.Parameter]) -> Any:
+    """Under DDP, ``0 * sum(params)``; else 0. A loss that does not use ``params`` (TD3's and SAC's critics' pass
+    leaves the actor out, their actor's pass the critics) plus this gives them a zero gradient, without their
+    forward: DDP's backward waits for every parameter's. 0 where DDP finds unused parameters itself
+    (``find_unused_parameters``: it refuses a gradient for a parameter it marked unused)."""
+    if isinstance(learn_model, torch.nn.parallel.DistributedDataParallel) and not learn_model.find_unused_parameters:
+        return 0.0 * sum(p.sum() for p in params)
+    return 0.0
 
 
 def make_adam(params: Any, **kwargs: Any) -> torch.optim.Optimizer:

@@ -1,26 +1,35 @@
 """Soft Actor-Critic (Haarnoja et al., 2018): twin Q, target critics with soft update, a tanh-squashed
 Gaussian actor, automatic entropy tuning.
 
-One update, on one screen (``_loss``; ``_forward_learn`` drives it: batch in, backward, step, target)::
+One update, on one screen (``_critic_loss`` then ``_actor_pass``; ``_update`` drives them: batch in, each loss's
+backward and step, targets)::
 
+    alpha      = exp(log_alpha)                                   (as it is before this update's steps)
     a', logp'  ~ pi(.|s')                                         (no gradient)
     target     = r + discount * (1 - terminated) * (min_i Qtarg_i(s', a') - alpha * logp')
     q_loss     = mean((Q1(s, a) - target)^2) + mean((Q2(s, a) - target)^2)
+    critics   <- Adam step on q_loss
     a~, logp~  ~ pi(.|s)                                          (reparameterized)
-    pi_loss    = mean(alpha * logp~ - min_i Q_i(s, a~))           (critic parameters held fixed)
+    pi_loss    = mean(alpha * logp~ - min_i Q_i(s, a~))           (the critics just stepped, parameters held fixed)
     alpha_loss = -mean(log_alpha * (logp~ + target_entropy))      (auto_alpha)
+    actor, log_alpha <- Adam step on pi_loss + alpha_loss
+    targets   <- Polyak(target_theta) towards the online critics
+    loss       = q_loss + pi_loss (+ alpha_loss)                  (reported)
 
-All three losses are summed and take ONE backward pass and ONE optimizer step (one parameter group per
-learning rate). The actor's Q values use the critic with its parameters detached, so pi_loss moves only the
-actor. One forward and one backward per update is what DDP expects, so the whole model can be wrapped.
-Actions are stored in env units and mapped to (-1, 1) for the networks.
+SB3's order (CleanRL's too steps the critics first): the actor is rated by the critics after their step, and
+the whole update weighs entropy by the temperature it started with. One optimizer over the three (a parameter group per learning
+rate): each step holds the others' parameters out of it, so the networks and their Adam moments change exactly as
+with three optimizers. Under DDP (the ddp middleware wraps the whole model) each pass adds 0 times the sum of the
+parameters it does not use (``policies.optim.zero_for_ddp``), so that DDP's backward has every parameter's
+gradient: an update is two backwards, two all-reduces. Actions are stored in env units and mapped to (-1, 1) for
+the networks.
 """
 from __future__ import annotations
 
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -38,8 +47,9 @@ from .accel import hot_path
 from .base import Policy
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor, TanhMean
-from .continuous_models import EncodedActorCriticModelParams, ObsInput, SquashedGaussianActor, TwinQ, model_input
-from .optim import OptimizerStep
+from .continuous_models import (EncodedActorCriticModelParams, ObsInput, SquashedGaussianActor, TwinQ, critic_pass,
+                                held, model_input)
+from .optim import OptimizerStep, zero_for_ddp
 from .placement import DeviceGenerators, PerDevice
 from .normalisation import model_obs
 
@@ -76,19 +86,20 @@ class SACModel(nn.Module):
         logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
         return action, logp
 
-    def forward(self, obs: Any, action: torch.Tensor, next_obs: Any):
-        """The critics' Q of the batch's actions, the actor's reparameterized sample of ``obs`` rated by the
-        critics with their parameters detached, and the actor's sample of ``next_obs`` (no gradient). The
-        critic encodes ``obs`` once; the sample is rated on those features detached, which is exact (they do
-        not depend on the actor)."""
-        with torch.no_grad():
-            next_action, next_logp = self.sample(next_obs)
-        features = self.critic.encode(obs)
-        q1, q2 = self.critic(features, action, encoded=True)
+    def forward(self, obs: Any, action: torch.Tensor, actor: bool = True, critics: bool = True) -> tuple:
+        """``(Q_i(s, a) for both critics)``, the log-probability of the actor's reparameterized sample of ``obs``,
+        the smaller critic's value of it through the critics' parameters detached (so the actor's loss moves the
+        actor only) and ``log_alpha`` (a copy taken here: DDP with ``find_unused_parameters`` counts as used only
+        the parameters a forward's outputs reach); ``actor=False``: the critics' values and three Nones;
+        ``critics=False``: None for the critics' values. The critic encodes ``obs`` once: the sample is rated on
+        those features detached, which is exact (they do not depend on the actor)."""
+        features, qs = critic_pass(self.critic, obs, action, critics)
+        if not actor:
+            return qs, None, None, None
         new_action, new_logp = self.sample(obs)
-        frozen = {name: p.detach() for name, p in self.critic.named_parameters()}
-        q1_new, q2_new = functional_call(self.critic, frozen, (features.detach(), new_action), {"encoded": True})
-        return q1, q2, new_logp, torch.min(q1_new, q2_new), next_action, next_logp
+        q1_new, q2_new = functional_call(self.critic, held(self.critic), (features.detach(), new_action),
+                                         {"encoded": True})
+        return qs, new_logp, torch.min(q1_new, q2_new), self.log_alpha.clone()
 
 
 @dataclass
@@ -169,8 +180,10 @@ class SACPolicy(Policy):
             obs_in, action_dim, model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
             float(learn.alpha), bool(learn.auto_alpha), model.encoders))
         self._target_critic = copy.deepcopy(self.model.critic).requires_grad_(False)
+        self._critic_params = list(self.model.critic.parameters())
+        self._actor_params = [*self.model.actor.parameters(), self.model.log_alpha]  # the second step's
         # one group per setting: the temperature's only with auto_alpha (zip stops at the settings)
-        params = [self.model.critic.parameters(), self.model.actor.parameters(), [self.model.log_alpha]]
+        params = [self._critic_params, self._actor_params[:-1], [self.model.log_alpha]]
         self.optimizer_step = OptimizerStep.adam(params, self.optimizer_settings(), "SAC")
         self._auto_alpha = bool(learn.auto_alpha)
         self._target_entropy = float(learn.target_entropy if learn.target_entropy is not None else -action_dim)
@@ -184,19 +197,32 @@ class SACPolicy(Policy):
 
     # ---- learn -----------------------------------------------------------------------------------
     def _forward_learn(self, batch: Any) -> Dict[str, Any]:
-        loss, stats = self._batch_loss(batch)
-        self.optimizer_step.step(loss)
-        self._update_target()
-        return self._learn_stats(loss, stats)
+        step = self.optimizer_step.step
+        stats, _ = self._update(batch, lambda loss, hold, last: step(loss, hold=hold, count=last))
+        return stats
 
     def _graph_update(self, batch: Any, count: torch.Tensor, number: int) -> tuple:
         """``_forward_learn`` with nothing read on the host (``policies.update_graph``: ``policy.compile=
         'cudagraph_update'``): ``(statistics, priority, non-finite flag)``."""
-        loss, stats = self._batch_loss(batch)
-        bad = self.optimizer_step.graph_step(loss)
+        step = self.optimizer_step.graph_step  # the update count is the graph program's
+        stats, bad = self._update(batch, lambda loss, hold, _: step(loss, hold=hold))
+        return stats, stats.pop("priority"), bad
+
+    def _update(self, batch: Any, step: Callable[[torch.Tensor, List[nn.Parameter], bool], Any]) -> tuple:
+        """One update (the module docstring's order): the critics' loss and ``step`` (actor and temperature held
+        out), the actor's and the temperature's losses through the critics just stepped and their ``step`` (the
+        critics held out), the targets. ``step(loss, hold, last)``: ``last`` on the update's last step (the one
+        that counts it, so both steps' loss checks name the same update). Returns the statistics and the steps'
+        non-finite flag (``step``'s returns or-ed: the captured update's; None eagerly)."""
+        obs, action, next_obs, reward, discount, terminated, weight = self._learn_batch(batch)
+        alpha = self.model.log_alpha.detach().exp()  # a new tensor: the actor's step does not change it
+        q_loss, stats = self._critic_loss(obs, action, next_obs, reward, discount, terminated, weight, alpha)
+        bad = step(q_loss, self._actor_params, False)
+        actor_loss, actor_stats = self._actor_pass(obs, action, alpha)
+        actor_bad = step(actor_loss, self._critic_params, True)
+        bad = None if bad is None else bad | actor_bad
         self._update_target()
-        out = self._learn_stats(loss, stats)
-        return out, out.pop("priority"), bad
+        return self._learn_stats(q_loss.detach() + actor_loss.detach(), {**stats, **actor_stats}), bad
 
     def _update_target(self) -> None:
         with torch.no_grad():
@@ -206,40 +232,48 @@ class SACPolicy(Policy):
     @staticmethod
     def _learn_stats(loss: torch.Tensor, stats: Dict[str, torch.Tensor]) -> Dict[str, Any]:
         q1, q2, target = stats.pop("q1"), stats.pop("q2"), stats.pop("target")
-        return {"loss": loss.detach(), **stats, "q_value": q1.mean(), "target_q": target.mean(),
+        return {"loss": loss, **stats, "q_value": q1.mean(), "target_q": target.mean(),
                 "priority": ((q1 - target).abs() + (q2 - target).abs()) / 2}
 
-    def _batch_loss(self, batch: Any) -> tuple:
-        """The batch on the learner's device as the loss takes it, and ``_loss`` of it (the critics' rows weighed
-        by ``batch.weight`` with importance weights)."""
+    def _learn_batch(self, batch: Any) -> tuple:
+        """The batch on the learner's device as the losses take it: ``(obs, action in (-1, 1), next_obs, reward,
+        discount, terminated, weight)``, ``weight`` being the importance weights of the critics' rows (None
+        without them)."""
         dev = self.device
         scale, bias = self._affine(dev)  # kept on the device: a copy from the host each update cannot be captured
         obs = model_obs(batch.obs, dev, self.normalisation)
         next_obs = model_obs(batch.next_obs, dev, self.normalisation)
         action = (batch.action.to(dev).float() - bias) / scale
-        reward = batch.reward.to(dev).float()
-        discount = batch.discount.to(dev).float()
-        terminated = batch.terminated.to(dev)
+        reward, discount = batch.reward.to(dev).float(), batch.discount.to(dev).float()
         weight = batch.weight.to(dev).float() if self._use_weight else None
-        return self._loss(obs, action, next_obs, reward, discount, terminated, weight)
+        return obs, action, next_obs, reward, discount, batch.terminated.to(dev), weight
 
-    @hot_path("learn")
-    def _loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
-              discount: torch.Tensor, terminated: torch.Tensor, weight: Optional[torch.Tensor]) -> tuple:
-        """The learner's hot path (compiled with ``policy.compile``): ``(loss, detached statistics)``."""
-        alpha = self.model.log_alpha.detach().exp()
-        q1, q2, new_logp, q_new, next_action, next_logp = self.learn_model(obs, action, next_obs)
+    @hot_path("learn", name="loss")
+    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
+                     discount: torch.Tensor, terminated: torch.Tensor, weight: Optional[torch.Tensor],
+                     alpha: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        """``(q_loss, detached statistics)``: the first of the learner's hot paths (compiled with
+        ``policy.compile``)."""
         with torch.no_grad():
+            next_action, next_logp = self.model.sample(next_obs)
             q1_next, q2_next = self._target_critic(next_obs, next_action)
             target = sac_target(reward, discount, terminated, q1_next, q2_next, next_logp, alpha)
+        (q1, q2), *_ = self.learn_model(obs, action, actor=False)
         q_loss = _weighted_mse(q1, target, weight) + _weighted_mse(q2, target, weight)
+        stats = {"q_loss": q_loss.detach(), "q1": q1.detach(), "q2": q2.detach(), "target": target}
+        return q_loss + zero_for_ddp(self.learn_model, self._actor_params), stats
+
+    @hot_path("learn", name="actor_loss")
+    def _actor_pass(self, obs: torch.Tensor, action: torch.Tensor,
+                    alpha: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        """``(pi_loss (+ alpha_loss), detached statistics)`` through the critics as they are now (after their
+        step): the second hot path."""
+        _, new_logp, q_new, log_alpha = self.learn_model(obs, action, critics=False)
         policy_loss = (alpha * new_logp - q_new).mean()
-        loss = q_loss + policy_loss
+        loss = policy_loss + zero_for_ddp(self.learn_model, self._critic_params)
         if self._auto_alpha:
-            alpha_loss = -(self.model.log_alpha * (new_logp.detach() + self._target_entropy)).mean()
-            loss = loss + alpha_loss
-        return loss, {"q_loss": q_loss.detach(), "policy_loss": policy_loss.detach(), "alpha": alpha,
-                      "entropy": -new_logp.detach().mean(), "q1": q1.detach(), "q2": q2.detach(), "target": target}
+            loss = loss - (log_alpha * (new_logp.detach() + self._target_entropy)).mean()
+        return loss, {"policy_loss": policy_loss.detach(), "alpha": alpha, "entropy": -new_logp.detach().mean()}
 
     # ---- act -------------------------------------------------------------------------------------
     @torch.inference_mode()

@@ -25,8 +25,8 @@ only what its loss needs: the critics' pass has no actor, the actor's pass no ``
 
 DDP (the ddp middleware wraps actor and critics together): DDP without ``find_unused_parameters`` waits for a
 gradient of every parameter in every backward, so under DDP each pass adds 0 times the sum of the parameters it
-does not use (a zero gradient for each, computed without their forward; ``_untouched``). An actor step is two
-backwards, so two all-reduces. Every rank counts the same updates, so all agree on the actor steps.
+does not use (a zero gradient for each, computed without their forward; ``policies.optim.zero_for_ddp``). An
+actor step is two backwards, so two all-reduces. Every rank counts the same updates, so all agree on the actor steps.
 
 The smoothing noise is drawn for the global batch (every rank's rows, in rank order) from a generator seeded
 by ``noise_seed`` (part of the learn state, so every rank has rank 0's and a resume continues the stream) and
@@ -62,9 +62,9 @@ from .base import Policy, SpaceMismatchError
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .greedy import GreedyActor
 from .continuous_models import (ActorCriticModelParams, DeterministicActor, EncodedActorCriticModelParams,  # noqa: F401
-                                ObsInput, SingleQ, TwinQ, model_input)
+                                ObsInput, SingleQ, TwinQ, critic_pass, held, model_input)
 from .normalisation import model_obs
-from .optim import OptimizerStep
+from .optim import OptimizerStep, zero_for_ddp
 from .placement import DeviceGenerators, PerDevice
 
 __all__ = ["TD3Policy", "DDPGPolicy", "TD3Model", "smoothing_noise", "TD3Params", "DDPGParams",
@@ -90,18 +90,12 @@ class TD3Model(nn.Module):
         detached (so the actor loss moves the actor only); ``actor=False``: the critics' values and two Nones;
         ``critics=False``: None for the critics' values. The critic encodes ``obs`` once: ``Q1(s, pi(s))`` takes
         those features detached, which is exact (they do not depend on the actor)."""
-        if critics:
-            features = self.critic.encode(obs)
-            qs = self.critic(features, action, encoded=True)
-        else:
-            with torch.no_grad():  # the actor's pass alone: the features are read detached, so no graph for them
-                features = self.critic.encode(obs)
-            qs = None
+        features, qs = critic_pass(self.critic, obs, action, critics)
         if not actor:
             return qs, None, None
         pi = self.actor(obs)
-        frozen = {name: p.detach() for name, p in self.critic.q1.named_parameters()}
-        q_pi = functional_call(self.critic.q1, frozen, (torch.cat([features.detach(), pi], dim=-1),))
+        q1 = self.critic.q1
+        q_pi = functional_call(q1, held(q1), (torch.cat([features.detach(), pi], dim=-1),))
         return qs, pi, q_pi.squeeze(-1).float()
 
 
@@ -344,13 +338,6 @@ class TD3Policy(Policy):
         noise = torch.randn((rows, cols), device=self.device) * self._policy_noise
         return noise.clamp_(-self._noise_clip, self._noise_clip)
 
-    def _untouched(self, params: List[nn.Parameter]) -> Any:
-        """Under DDP, ``0 * sum(params)``: a pass's loss plus this gives the parameters it does not use a zero
-        gradient (DDP's backward waits for every one), without their forward; 0 in one process, or where DDP finds
-        unused parameters itself (``find_unused_parameters``: it refuses a gradient for one it marked)."""
-        wait = self.hot_paths.ddp and not getattr(self.learn_model, "find_unused_parameters", False)
-        return 0.0 * sum(p.sum() for p in params) if wait else 0.0
-
     @hot_path("learn", name="loss")
     def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
                      bootstrap: torch.Tensor, noise: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
@@ -363,14 +350,14 @@ class TD3Policy(Policy):
         qs, _, _ = self.learn_model(obs, action, actor=False)
         q_loss = sum(F.mse_loss(q, target) for q in qs)
         stats = {"q_loss": q_loss.detach(), "q_value": qs[0].detach().mean(), "target_q": target.mean()}
-        return q_loss + self._untouched(self._actor_params), stats
+        return q_loss + zero_for_ddp(self.learn_model, self._actor_params), stats
 
     @hot_path("learn", name="actor_loss")
     def _actor_pass(self, obs: torch.Tensor, action: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         """``(actor_loss, its detached statistics)`` through the critics as they are now (after their step)."""
         _, pi, q_pi = self.learn_model(obs, action, critics=False)
         actor_loss, actor_stats = self._actor_loss(q_pi, pi, action)
-        return actor_loss + self._untouched(self._critic_params), actor_stats
+        return actor_loss + zero_for_ddp(self.learn_model, self._critic_params), actor_stats
 
     def _actor_loss(self, q_pi: torch.Tensor, pi: torch.Tensor,
                     action: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:

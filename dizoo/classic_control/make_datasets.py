@@ -51,8 +51,10 @@ TEACHERS = {
                      {"env.stop_value": 499, "env.n_evaluator_episode": 10, "policy.learn.epoch_per_collect": 10},
                      200_000),
     "pendulum_sac": ("pendulum_teacher", "dizoo.classic_control.pendulum.config.pendulum_sac_config",
-                     {"env.stop_value": -700, "env.n_evaluator_episode": 10, "env.evaluator_env_num": 10,
-                      "policy.eval.evaluator.eval_freq": 100}, 20_000),
+                     # 20 episodes every 20 updates: it passes from about -1,000 to better than -400 within 100
+                     # updates, and 10 episodes' mean is too noisy a sign of where it is
+                     {"env.stop_value": -700, "env.n_evaluator_episode": 20, "env.evaluator_env_num": 20,
+                      "policy.eval.evaluator.eval_freq": 20}, 20_000),
 }
 
 

@@ -313,7 +313,7 @@ def test_compile_failing_at_first_call_falls_back_once_and_updates_as_eager(monk
                 p.learn_mode.forward(batch)
             p.eval_mode.forward(obs)
             p.eval_mode.forward(obs)
-    assert attempts == ["_loss", "_mean_action"]  # one attempt per hot path, then eager for good
+    assert attempts == ["_critic_loss", "_actor_pass", "_mean_action"]  # one attempt per hot path, then eager
     assert all(path.mode == "eager" and path.fallback_error is not None for path in policy.hot_paths.values())
     warnings = [r.getMessage() for r in caplog.records if "C++ compiler" in r.getMessage()]
     assert len(warnings) == 1 and "runs eagerly" in warnings[0]  # one warning for one cause

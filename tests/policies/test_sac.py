@@ -26,8 +26,8 @@ def _policy(**learn):
     return SACPolicy(cfg, OBS, ACT)
 
 
-def _batch(n=6):
-    g = torch.Generator().manual_seed(3)
+def _batch(n=6, seed=3):
+    g = torch.Generator().manual_seed(seed)
     return make_batch(dict(obs=torch.randn(n, 3, generator=g), next_obs=torch.randn(n, 3, generator=g),
                         action=torch.rand(n, 1, generator=g) * 4 - 2, reward=torch.randn(n, generator=g),
                         terminated=torch.tensor([False, True, False, False, True, False]),
@@ -52,31 +52,61 @@ def _independent_sample(actor, obs, noise):
     return a, normal_logp - torch.log(1 - a.pow(2) + 1e-12).sum(-1)
 
 
-def test_sac_losses_match_independent_computation():
-    policy = _policy(auto_alpha=True, alpha=0.3)
-    model = copy.deepcopy(policy.model)
-    target_critic = copy.deepcopy(policy._target_critic)
-    batch = _batch()
-    torch.manual_seed(42)
-    out = policy.learn_mode.forward(batch)
-    torch.manual_seed(42)  # the same noise, drawn in the same order: next_obs first, then obs
-    noise_next = torch.randn(6, 1)
-    noise_now = torch.randn(6, 1)
-    with torch.no_grad():
-        alpha = 0.3
-        a_next, logp_next = _independent_sample(model.actor, batch.next_obs, noise_next)
-        tq1, tq2 = target_critic(batch.next_obs, a_next)
-        not_term = 1.0 - batch.terminated.float()  # the truncated row still bootstraps
-        target = batch.reward + 0.99 * not_term * (torch.min(tq1, tq2) - alpha * logp_next)
+@pytest.mark.parametrize("auto_alpha", [True, False])
+def test_updates_equal_sb3s_order_with_an_adam_per_network(auto_alpha):
+    """8 updates against SAC's update in SB3's order written out with an Adam per network: the critics' loss
+    and step, then the actor's loss through the critics just stepped (and the temperature's loss) and their
+    steps, the whole update weighing entropy by the temperature it started with; then the targets. Losses,
+    parameters, targets and every Adam moment agree (one optimizer whose steps hold the others out is three)."""
+    policy = _policy(auto_alpha=auto_alpha, alpha=0.3, learning_rate_q=1e-2, learning_rate_policy=3e-3,
+                     learning_rate_alpha=1e-2)
+    model, target_critic = copy.deepcopy(policy.model), copy.deepcopy(policy._target_critic)
+    adams = [(torch.optim.Adam(model.critic.parameters(), lr=1e-2), model.critic, policy.model.critic),
+             (torch.optim.Adam(model.actor.parameters(), lr=3e-3), model.actor, policy.model.actor)]
+    if auto_alpha:
+        adams.append((torch.optim.Adam([model.log_alpha], lr=1e-2), [model.log_alpha], [policy.model.log_alpha]))
+    for update in range(8):
+        batch = _batch(seed=update)
+        torch.manual_seed(100 + update)
+        out = policy.learn_mode.forward(batch)
+        torch.manual_seed(100 + update)  # the same noise, drawn in the same order: next_obs first, then obs
+        noise_next, noise_now = torch.randn(6, 1), torch.randn(6, 1)
+        alpha = model.log_alpha.detach().exp()
+        with torch.no_grad():
+            a_next, logp_next = _independent_sample(model.actor, batch.next_obs, noise_next)
+            not_term = 1.0 - batch.terminated.float()  # the truncated row still bootstraps
+            target = batch.reward + 0.99 * not_term * (torch.min(*target_critic(batch.next_obs, a_next))
+                                                       - alpha * logp_next)
         q1, q2 = model.critic(batch.obs, batch.action / 2.0)  # env units -> (-1, 1)
         q_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+        adams[0][0].zero_grad()
+        q_loss.backward()
+        adams[0][0].step()
         a_now, logp_now = _independent_sample(model.actor, batch.obs, noise_now)
         policy_loss = (alpha * logp_now - torch.min(*model.critic(batch.obs, a_now))).mean()
-        alpha_loss = -(math.log(alpha) * (logp_now + (-1.0))).mean()
-    assert out["target_q"].item() == pytest.approx(target.mean().item(), rel=1e-4)
-    assert out["q_loss"].item() == pytest.approx(q_loss.item(), rel=1e-4)
-    assert out["policy_loss"].item() == pytest.approx(policy_loss.item(), rel=1e-4, abs=1e-5)
-    assert out["loss"].item() == pytest.approx((q_loss + policy_loss + alpha_loss).item(), rel=1e-4)
+        alpha_loss = -(model.log_alpha * (logp_now.detach() - 1.0)).mean()  # target entropy -action_dim
+        for adam, _, _ in adams[1:]:
+            adam.zero_grad()
+        (policy_loss + alpha_loss * auto_alpha).backward()  # the critics' gradients: zeroed before their step
+        for adam, _, _ in adams[1:]:
+            adam.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(list(target_critic.parameters()), list(model.critic.parameters()), 0.005)
+        assert float(out["q_loss"]) == pytest.approx(float(q_loss.detach()), rel=1e-4)
+        assert float(out["policy_loss"]) == pytest.approx(float(policy_loss.detach()), rel=1e-4, abs=1e-5)
+        assert float(out["alpha"]) == pytest.approx(float(alpha), rel=1e-6)
+        expected = q_loss + policy_loss + (alpha_loss if auto_alpha else 0.0)
+        assert float(out["loss"]) == pytest.approx(float(expected.detach()), rel=1e-4, abs=1e-5)
+    assert policy.optimizer_step.updates == 8
+    for mine, theirs in ((policy.model, model), (policy._target_critic, target_critic)):
+        for (name, p), q in zip(mine.named_parameters(), theirs.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=name)
+    state = policy.optimizer_step.optimizer.state
+    for adam, net, mine in adams:
+        params = lambda module: module.parameters() if isinstance(module, torch.nn.Module) else module  # noqa: E731
+        for p, q in zip(params(mine), params(net)):
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                torch.testing.assert_close(state[p][key].float(), adam.state[q][key].float(), rtol=1e-4, atol=1e-7)
 
 
 def test_sac_policy_loss_does_not_move_the_critic():

@@ -228,10 +228,7 @@ def test_the_actor_loss_reaches_the_actor_and_never_the_critic_or_its_encoder(al
     policy = _policy(algo)
     model, tree = policy.model, model_obs(_tree(6), torch.device("cpu"), policy.normalisation)
     action = torch.rand(6, 2) * 2 - 1
-    if algo == "sac":
-        actor_value = model(tree, action, tree)[3]     # min_i Q_i(s, a~) of the actor's sample
-    else:
-        actor_value = model(tree, action)[2]           # Q1(s, pi(s))
+    actor_value = model(tree, action)[2]  # SAC: min_i Q_i(s, a~) of the actor's sample; TD3: Q1(s, pi(s))
     critic, actor = list(model.critic.parameters()), list(model.actor.parameters())
     grads = torch.autograd.grad(actor_value.sum(), critic + actor, allow_unused=True)
     assert all(g is None for g in grads[:len(critic)])

@@ -5,10 +5,6 @@ config. The data-parallel update is compared with one process by tests/pipelines
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
-import textwrap
 
 import gymnasium as gym
 import numpy as np
@@ -134,56 +130,6 @@ def test_updates_equal_the_papers_order_with_an_adam_per_network(cls, delay):
         for p, q in zip(mine.parameters(), net.parameters()):
             for key in ("exp_avg", "exp_avg_sq", "step"):
                 torch.testing.assert_close(state[p][key].float(), adam.state[q][key].float(), rtol=1e-5, atol=1e-7)
-
-
-_DDP_SCRIPT = textwrap.dedent("""
-    import copy, sys
-    import gymnasium as gym, numpy as np, torch, torch.distributed as dist
-    from easydict import EasyDict
-    from torch.nn.parallel import DistributedDataParallel
-    from data.batch import make_batch
-    from engine.config import deep_merge
-    from policies.td3 import TD3Policy
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
-    torch.manual_seed(0)
-    cfg = EasyDict(deep_merge(TD3Policy.default_config(), dict(model=dict(actor_head_hidden_size_list=[16],
-                                                                          critic_head_hidden_size_list=[16]))))
-    base = TD3Policy(cfg, gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-1, 1, (2,), np.float32))
-    for kwargs in (dict(), dict(static_graph=True), dict(find_unused_parameters=True)):
-        one, ddp = copy.deepcopy(base), copy.deepcopy(base)
-        ddp.learn_model = DistributedDataParallel(ddp.model, **kwargs)
-        for update in range(4):  # updates 2 and 4 are actor steps
-            g = torch.Generator().manual_seed(update)
-            batch = make_batch(dict(obs=torch.randn(8, 3, generator=g), next_obs=torch.randn(8, 3, generator=g),
-                                    action=torch.rand(8, 2, generator=g) * 2 - 1, reward=torch.randn(8, generator=g),
-                                    discount=torch.full((8,), 0.99), terminated=torch.zeros(8, dtype=torch.bool),
-                                    truncated=torch.zeros(8, dtype=torch.bool)))
-            one.learn_mode.forward(batch)
-            ddp.learn_mode.forward(batch)
-        same = all(torch.allclose(p, q, rtol=1e-5, atol=1e-7) for p, q in zip(one.model.parameters(),
-                                                                              ddp.model.parameters()))
-        print("equal" if same else f"differs: {kwargs}")
-    dist.destroy_process_group()
-""")
-
-
-@pytest.mark.distributed
-@pytest.mark.timeout(180)
-def test_under_ddp_each_pass_reaches_every_parameter_whatever_ddps_settings(tmp_path):
-    """Under DDP each pass adds 0 times the sum of the network it does not use (DDP's backward waits for every
-    parameter's gradient), except with ``find_unused_parameters``, where DDP marks them itself and refuses a
-    second gradient: 4 updates (2 actor steps) on one gloo rank, plain, with ``static_graph`` and with
-    ``find_unused_parameters``, each equal to one process's."""
-    script = tmp_path / "ddp_td3.py"
-    script.write_text(_DDP_SCRIPT)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root, OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True,
-                          timeout=150, cwd=root, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["equal"] * 3, done.stdout
 
 
 def test_target_smoothing_clips_the_noise_and_the_smoothed_action():
