@@ -6,16 +6,16 @@
   return 500, truncated by the time limit);
 - ``cartpole/medium-v0``: 300 episodes of the same teacher acting eps-greedily (eps=0.5: returns of about
   100-150 per episode, most of them terminated);
-- ``pendulum/medium-v0``: 100 episodes of a partly trained SAC (its evaluation -570 over 10 episodes, between
+- ``pendulum/medium-v0``: 100 episodes of a partly trained SAC (its evaluation -380 over 20 episodes, between
   random, about -1200, and expert, about -150), acting greedily except for eps=0.1 uniformly random actions
-  (D4RL's "medium" recipe: a policy stopped early, recorded with some noise): mean return -655, about half
-  of the episodes swinging the pendulum up and the others never doing it.
+  (D4RL's "medium" recipe: a policy stopped early, recorded with some noise): mean return -553, returns from
+  -954 to -135.
 
 The CartPole teacher is the dizoo CartPole PPO config trained to an evaluation mean of 499 over 10 episodes
 (about 10k env steps). Why not DQN: the dizoo CartPole DQN config, tuned then to reach 195 fast, did not reach a
 greedy 500 within 80k env steps here (best evaluations 300-400), while PPO does in seconds; acting greedily
 (argmax of its logits) it is as much an expert. The Pendulum teacher is the dizoo Pendulum SAC config
-stopped at its first evaluation (10 episodes, every 100 updates) at or above -700 (about 1,100 updates, a
+stopped at its first evaluation (20 episodes, every 20 updates) at or above -700 (about 700 updates, a
 matter of seconds). Each teacher is trained once per call, in a temporary directory removed at the end:
 the datasets are all the script leaves. ``--work DIR`` keeps the teachers' runs in ``DIR/<name>_teacher``
 instead (checkpoints, logs), and a later call with the same ``--work`` reuses a teacher whose checkpoint is

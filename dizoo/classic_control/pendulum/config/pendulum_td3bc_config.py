@@ -1,5 +1,5 @@
 """TD3+BC on Pendulum-v1 from the dataset ``pendulum/medium-v0`` (a partly trained SAC whose episodes return
-about -650 on average; build it with ``python dizoo/classic_control/make_datasets.py --only pendulum``):
+about -550 on average; build it with ``python dizoo/classic_control/make_datasets.py --only pendulum``):
 ``python dizoo/classic_control/pendulum/config/pendulum_td3bc_config.py``.
 
 Offline: the policy never acts in the env while it learns; rank 0 evaluates it on the real env every
