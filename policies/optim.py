@@ -1,8 +1,9 @@
 """An update's optimizer step: the loss checked, backward, the gradient norm clipped, the step, the count.
 
 A policy composes one ``OptimizerStep`` (``policy.optimizer_step``) over its parameter groups, with the
-config's settings per group, and calls ``step(loss)`` once per update (TD3 steps its critics, then on an actor
-step its actor, each step holding the other group out; on an actor step the critics' has ``count=False``)::
+config's settings per group, and calls ``step(loss)`` once per update, or once per loss where an update has
+several (SAC steps its critics, then its actor and temperature; TD3 its critics, then on an actor step its actor;
+each step holds the other groups out, and every step but the update's last has ``count=False``)::
 
     self.optimizer_step = OptimizerStep.adam([critic_params, actor_params], self.optimizer_settings(), "TD3")
     ...

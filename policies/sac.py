@@ -17,7 +17,9 @@ backward and step, targets)::
     loss       = q_loss + pi_loss (+ alpha_loss)                  (reported)
 
 SB3's order (CleanRL's too steps the critics first): the actor is rated by the critics after their step, and
-the whole update weighs entropy by the temperature it started with. One optimizer over the three (a parameter group per learning
+the whole update weighs entropy by the temperature it started with. Two differences from SB3's code, neither of
+which changes an Adam step: its critic loss is half of ``q_loss`` (Adam is scale-invariant but for its eps), and
+it draws the sample of ``s`` before that of ``s'``. One optimizer over the three (a parameter group per learning
 rate): each step holds the others' parameters out of it, so the networks and their Adam moments change exactly as
 with three optimizers. Under DDP (the ddp middleware wraps the whole model) each pass adds 0 times the sum of the
 parameters it does not use (``policies.optim.zero_for_ddp``), so that DDP's backward has every parameter's
@@ -66,7 +68,8 @@ def sac_target(reward: torch.Tensor, discount: torch.Tensor, terminated: torch.T
 class SACModel(nn.Module):
     """Actor, twin critic and the log of the entropy temperature, used through one ``forward``. ``obs``: a flat
     observation's size, or a Dict/Tuple observation space, for which the actor and the critic each have their
-    own encoder (``policies.continuous_models.TwinQ`` says why), configured by ``encoders`` (``policy.model.encoders``)."""
+    own encoder (``policies.continuous_models.TwinQ`` says why), configured by ``encoders``
+    (``policy.model.encoders``)."""
 
     def __init__(self, obs: ObsInput, action_dim: int, actor_hidden: Any, critic_hidden: Any, init_alpha: float,
                  auto_alpha: bool, encoders: Optional[Mapping[str, Any]] = None) -> None:
