@@ -1,9 +1,9 @@
-"""``policy.compile='cudagraph_update'`` on a GPU (``pytest -m gpu``; skipped without CUDA): DQN's whole updates
-(and TD3's, both phases of its actor delay) captured in one CUDA graph (policies/update_graph.py) give eager's
-updates on the slots the graph drew, a loaded checkpoint is captured again, a NaN loss is skipped on the device
-and named at a later call, and the rows a frame-stack storage cannot rebuild are drawn again inside the graph.
-tests/policies/test_update_graph.py runs the same program on the CPU; tests/gpu/test_update_graph_training.py
-trains through the graph.
+"""``policy.compile='cudagraph_update'`` on a GPU (``pytest -m gpu``; skipped without CUDA): DQN's whole
+updates (and TD3's, both phases of its actor delay, and SAC's) captured in one CUDA graph
+(policies/update_graph.py) give eager's updates on the slots the graph drew, a loaded checkpoint is captured
+again, a NaN loss is skipped on the device and named at a later call, and the rows a frame-stack storage cannot
+rebuild are drawn again inside the graph. tests/policies/test_update_graph.py runs the same program on the CPU;
+tests/gpu/test_update_graph_training.py trains through the graph.
 """
 from __future__ import annotations
 
@@ -102,10 +102,12 @@ def test_captured_dqn_updates_equal_eager_on_the_slots_the_graph_drew(priority):
         torch.testing.assert_close(value, graphed_policy.model.state_dict()[key])
 
 
-def test_captured_td3_updates_equal_eager_in_both_phases_of_the_actor_delay():
-    """TD3's actor step is two optimizer steps in one graph (the critics', then the actor's through the critics
-    just stepped), and each phase of the delay is a graph of its own: replayed, both give eager's updates on the
-    slots they drew (smoothing noise 0: what the graph draws for it is multiplied by 0)."""
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_captured_two_step_updates_equal_eager(algo, monkeypatch):
+    """TD3's actor step and every SAC update are two optimizer steps in one graph (the critics', then the actor's
+    through the critics just stepped), and each phase of TD3's delay is a graph of its own: replayed, they give
+    eager's updates on the slots they drew. The noise the graph draws is taken out of the comparison: TD3's
+    smoothing noise is 0, SAC's samples are the Gaussian's mean (``randn_like`` gives zeros)."""
     import gymnasium as gym
     import numpy as np
     from easydict import EasyDict
@@ -113,15 +115,19 @@ def test_captured_td3_updates_equal_eager_in_both_phases_of_the_actor_delay():
     from data.batch import make_batch
     from data.replay import ReplayBuffer
     from engine.config import deep_merge
+    from policies.sac import SACPolicy
     from policies.td3 import TD3Policy
+
+    cls, learn = (TD3Policy, dict(policy_noise=0.0)) if algo == "td3" else (SACPolicy, {})
+    if algo == "sac":
+        monkeypatch.setattr(torch, "randn_like", torch.zeros_like)
 
     def build(mode):
         torch.manual_seed(0)
-        cfg = deep_merge(TD3Policy.default_config(), dict(
-            cuda=True, compile=mode, learn=dict(policy_noise=0.0),
+        cfg = deep_merge(cls.default_config(), dict(
+            cuda=True, compile=mode, learn=learn,
             model=dict(actor_head_hidden_size_list=[64, 64], critic_head_hidden_size_list=[64, 64])))
-        return TD3Policy(EasyDict(cfg), gym.spaces.Box(-1, 1, (5,), np.float32),
-                         gym.spaces.Box(-2, 2, (2,), np.float32))
+        return cls(EasyDict(cfg), gym.spaces.Box(-1, 1, (5,), np.float32), gym.spaces.Box(-2, 2, (2,), np.float32))
 
     graphed_policy, eager = build("cudagraph_update"), build("none")
     eager.load_state_dict(copy.deepcopy(graphed_policy.state_dict()))
@@ -133,21 +139,24 @@ def test_captured_td3_updates_equal_eager_in_both_phases_of_the_actor_delay():
                                 terminated=torch.rand(n, generator=g) < 0.1, truncated=torch.zeros(n, dtype=torch.bool),
                                 discount=torch.full((n,), 0.99))))
     eager_buffer = copy.deepcopy(buffer)
-    graphed = graphed_policy.learn_mode.graphed_updates(buffer, 32, 1)  # one update a call: the phases alternate
+    graphed = graphed_policy.learn_mode.graphed_updates(buffer, 32, 1)  # one update a call: TD3's phases alternate
     assert graphed is not None
-    for _ in range(10):  # per phase: two warm-up calls, the capture, two replays
+    for _ in range(10):  # per phase: two warm-up calls, the capture, replays
         out = graphed.run()
         assert graphed.failed is None, graphed.failed
         eager_losses = _eager_updates(eager, eager_buffer, out["index"].clone(), False)
         torch.testing.assert_close(out["loss"].clone(), eager_losses, rtol=1e-3, atol=1e-5)
     torch.cuda.synchronize()
-    assert graphed.captures == 2 and graphed_policy.optimizer_step.updates == eager.optimizer_step.updates == 10
+    assert graphed.captures == (2 if algo == "td3" else 1)
+    assert graphed_policy.optimizer_step.updates == eager.optimizer_step.updates == 10
     for key, value in graphed_policy.model.state_dict().items():
         moved = (eager.model.state_dict()[key] - initial[key]).norm()
         assert (value - eager.model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
-    for key, value in graphed_policy._target_model.state_dict().items():  # moved on the actor steps alone
-        moved = (eager._target_model.state_dict()[key] - initial[key]).norm()
-        assert moved > 0 and (value - eager._target_model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
+    target = "_target_model" if algo == "td3" else "_target_critic"
+    for key, value in getattr(graphed_policy, target).state_dict().items():  # TD3's: moved on actor steps alone
+        eager_value = getattr(eager, target).state_dict()[key]
+        moved = (eager_value - initial[key if algo == "td3" else f"critic.{key}"]).norm()
+        assert moved > 0 and (value - eager_value).norm() <= 0.02 * moved + 1e-6, key
     for name in ("loss", "actor_loss"):  # both passes compiled inside the graphs
         path = graphed_policy.hot_paths[("learn", name)]
         assert path.mode == "compile" and path.fallback_error is None, path
