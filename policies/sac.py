@@ -184,9 +184,10 @@ class SACPolicy(Policy):
             float(learn.alpha), bool(learn.auto_alpha), model.encoders))
         self._target_critic = copy.deepcopy(self.model.critic).requires_grad_(False)
         self._critic_params = list(self.model.critic.parameters())
-        self._actor_params = [*self.model.actor.parameters(), self.model.log_alpha]  # the second step's
+        actor_params = list(self.model.actor.parameters())
+        self._actor_params = [*actor_params, self.model.log_alpha]  # what the second step moves (the first holds)
         # one group per setting: the temperature's only with auto_alpha (zip stops at the settings)
-        params = [self._critic_params, self._actor_params[:-1], [self.model.log_alpha]]
+        params = [self._critic_params, actor_params, [self.model.log_alpha]]
         self.optimizer_step = OptimizerStep.adam(params, self.optimizer_settings(), "SAC")
         self._auto_alpha = bool(learn.auto_alpha)
         self._target_entropy = float(learn.target_entropy if learn.target_entropy is not None else -action_dim)

@@ -14,6 +14,7 @@ from data.batch import make_batch
 from policies import SACPolicy, SpaceMismatchError
 from policies import sac as sac_module
 from policies.sac import sac_target
+from reference_updates import assert_same_as_reference  # tests/policies/, on the path as tiny_q is
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
@@ -66,10 +67,11 @@ def test_updates_equal_sb3s_order_with_an_adam_per_network(auto_alpha, ddp_zeros
     policy = _policy(auto_alpha=auto_alpha, alpha=0.3, learning_rate_q=1e-2, learning_rate_policy=3e-3,
                      learning_rate_alpha=1e-2)
     model, target_critic = copy.deepcopy(policy.model), copy.deepcopy(policy._target_critic)
-    adams = [(torch.optim.Adam(model.critic.parameters(), lr=1e-2), model.critic, policy.model.critic),
-             (torch.optim.Adam(model.actor.parameters(), lr=3e-3), model.actor, policy.model.actor)]
+    nets = [(list(policy.model.critic.parameters()), list(model.critic.parameters()), 1e-2),
+            (list(policy.model.actor.parameters()), list(model.actor.parameters()), 3e-3)]
     if auto_alpha:
-        adams.append((torch.optim.Adam([model.log_alpha], lr=1e-2), [model.log_alpha], [policy.model.log_alpha]))
+        nets.append(([policy.model.log_alpha], [model.log_alpha], 1e-2))
+    adams = [(torch.optim.Adam(theirs, lr=lr), mine, theirs) for mine, theirs, lr in nets]
     for update in range(8):
         batch = _batch(seed=update)
         torch.manual_seed(100 + update)
@@ -103,15 +105,7 @@ def test_updates_equal_sb3s_order_with_an_adam_per_network(auto_alpha, ddp_zeros
         expected = q_loss + policy_loss + (alpha_loss if auto_alpha else 0.0)
         assert float(out["loss"]) == pytest.approx(float(expected.detach()), rel=1e-4, abs=1e-5)
     assert policy.optimizer_step.updates == 8
-    for mine, theirs in ((policy.model, model), (policy._target_critic, target_critic)):
-        for (name, p), q in zip(mine.named_parameters(), theirs.parameters()):
-            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=name)
-    state = policy.optimizer_step.optimizer.state
-    for adam, net, mine in adams:
-        params = lambda module: module.parameters() if isinstance(module, torch.nn.Module) else module  # noqa: E731
-        for p, q in zip(params(mine), params(net)):
-            for key in ("exp_avg", "exp_avg_sq", "step"):
-                torch.testing.assert_close(state[p][key].float(), adam.state[q][key].float(), rtol=1e-4, atol=1e-7)
+    assert_same_as_reference(policy, [(policy.model, model), (policy._target_critic, target_critic)], adams, rtol=1e-4)
 
 
 def test_sac_actions_within_bounds_and_random_warmup():

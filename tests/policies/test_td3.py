@@ -18,6 +18,7 @@ from engine.config import ConfigError, deep_merge
 from policies import SpaceMismatchError
 from policies import td3 as td3_module
 from policies.td3 import DDPGPolicy, TD3Policy, smoothing_noise
+from reference_updates import assert_same_as_reference  # tests/policies/, on the path as tiny_q is
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACT = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))  # scale 2 and 0.5
@@ -121,15 +122,10 @@ def test_updates_equal_the_papers_order_with_an_adam_per_network(cls, delay):
                 torch._foreach_lerp_(list(target.parameters()), list(model.parameters()), policy._theta)
             assert float(out["actor_loss"]) == pytest.approx(float(actor_loss.detach()), rel=1e-5, abs=1e-6)
     assert policy.optimizer_step.updates == 8
-    for mine, theirs in ((policy.model, model), (policy._target_model, target)):
-        for (name, p), q in zip(mine.named_parameters(), theirs.parameters()):
-            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
-    state = policy.optimizer_step.optimizer.state
-    for adam, net, mine in ((critic_adam, model.critic, policy.model.critic),
-                            (actor_adam, model.actor, policy.model.actor)):
-        for p, q in zip(mine.parameters(), net.parameters()):
-            for key in ("exp_avg", "exp_avg_sq", "step"):
-                torch.testing.assert_close(state[p][key].float(), adam.state[q][key].float(), rtol=1e-5, atol=1e-7)
+    assert_same_as_reference(policy, [(policy.model, model), (policy._target_model, target)],
+                             [(critic_adam, list(policy.model.critic.parameters()), list(model.critic.parameters())),
+                              (actor_adam, list(policy.model.actor.parameters()), list(model.actor.parameters()))],
+                             rtol=1e-5)
 
 
 def test_target_smoothing_clips_the_noise_and_the_smoothed_action():
