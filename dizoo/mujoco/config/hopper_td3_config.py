@@ -11,12 +11,11 @@ steps); the stop value is the env's.
 Why the zoo's and not CleanRL's ``td3_continuous_action.py`` (25,000 random steps, rates of 3e-4, 256x256, which
 halfcheetah_td3_config.py keeps for the LeanRL comparison): at 100,000 env steps, seeds 0-2, CleanRL's settings
 ended at 339, 333 and 341 (a quarter of the budget spent on the warm-up, then the standing-still plateau), the
-zoo's at 2,789, 1,183 and 363 (BENCHMARKS.md, "TD3 on Hopper-v5 at 100k"). Seeds 0-4 under peers.py's protocol
-(SB3's from ``bench/peers.py --tasks hopper-td3``; baton's run alone later): 1,328, 270, 580, 1,760 and 1,112
-against SB3's 2,953, 1,897, 908, 754 and 2,541 (IQM 1,007 [374, 1,544] against 1,782 [805, 2,816]), with TD3's update in the paper's and SB3's order; the
-earlier order (the actor reading the critics before their step) gave 2,789, 1,183, 363, 2,359 and 431 (IQM
-1,325 [386, 2,646]). Five seeds cannot tell the two orders apart (BENCHMARKS.md, "TD3's actor reads the critics
-after their step").
+zoo's at 2,789, 1,183 and 363 (BENCHMARKS.md, "TD3 on Hopper-v5 at 100k"). Ten seeds beside SB3 under
+peers.py's protocol, TD3's update in the paper's and SB3's order: finals 1,328, 270, 580, 1,760, 1,112, 449, 1,251,
+982, 1,488 and 34 against SB3's 2,953, 1,897, 908, 754, 2,541, 273, 642, 794, 888 and 856 (IQM 950 [501, 1,336]
+against 1,016 [696, 1,836]; above SB3 on 5 of 10 seeds): a tie within Hopper's spread at 100k (BENCHMARKS.md,
+"Hopper TD3 at 100k over 10 seeds").
 """
 from easydict import EasyDict
 
