@@ -373,7 +373,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--jobs", type=_positive, default=1, help="runs at once, each on one core (default 1; 2: "
                                                                 "a seed's two sides together)")
     parser.add_argument("--keep", metavar="DIR", help="keep the runs under DIR instead of a temporary directory")
+    parser.add_argument("--baton-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override of baton's side after the task's own, repeatable (e.g. policy.amp=bf16)")
+    parser.add_argument("--sides", choices=("both", "baton", "sb3"), default="both",
+                        help="run both frameworks (default), or one (its finals then have no peer's to compare)")
     args = parser.parse_args(argv)
+    sides = ("sb3", "baton") if args.sides == "both" else (args.sides,)
     from peers_sb3 import ZOO  # bench/ is on sys.path when this file runs; imports no SB3
 
     results: Dict[str, Any] = dict(seeds=args.seeds, eval_episodes=args.eval_episodes, tasks={}, skipped={})
@@ -398,17 +403,21 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                   f"steps (baton: eval_freq {setup.eval_freq} updates = every {setup.eval_env_steps:,} env steps); "
                   f"wall times are training time, evaluations included", flush=True)
             print(f"  sb3    {zoo.algo}, rl-baselines3-zoo {zoo.zoo_entry}\n  baton  {setup.source}"
-                  f"{''.join(' ' + o for o in task.overrides)}", flush=True)
+                  f"{''.join(' ' + o for o in (*task.overrides, *args.baton_set))}", flush=True)
             results["tasks"][name] = dict(env_id=task.env_id, budget=steps, eval_every=eval_every,
                                           sb3=dict(algo=zoo.algo, zoo_entry=zoo.zoo_entry),
                                           baton=dict(source=setup.source, eval_freq=setup.eval_freq,
-                                                     eval_env_steps=setup.eval_env_steps), runs=dict(sb3=[], baton=[]))
+                                                     eval_env_steps=setup.eval_env_steps,
+                                                     overrides=[*task.overrides, *args.baton_set]),
+                                          runs={side: [] for side in sides})
             for seed in args.seeds:  # alternating: SB3 seed 0, baton seed 0, SB3 seed 1, ...
-                work.append(functools.partial(run_sb3, name, task, seed, steps, eval_every, args.eval_episodes,
-                                              setup.evaluator_env_num, workdir))
-                work.append(functools.partial(run_baton, name, setup, seed, steps, args.eval_episodes, workdir,
-                                              task.overrides))
-                labels += [(name, "sb3", seed), (name, "baton", seed)]
+                if "sb3" in sides:
+                    work.append(functools.partial(run_sb3, name, task, seed, steps, eval_every, args.eval_episodes,
+                                                  setup.evaluator_env_num, workdir))
+                if "baton" in sides:
+                    work.append(functools.partial(run_baton, name, setup, seed, steps, args.eval_episodes, workdir,
+                                                  (*task.overrides, *args.baton_set)))
+                labels += [(name, side, seed) for side in sides]
 
         def record(index: int, run: Dict[str, Any]) -> None:
             name, framework, seed = labels[index]
@@ -419,7 +428,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                   f"{run['env_step']} env steps, {run['train_iter']} updates in {run['wall_time_s']:.1f} s", flush=True)
             if all(len(runs[f]) == len(args.seeds) for f in runs):  # the task's last run: its table
                 finals = {f: summarise(runs[f], None)["final"] for f in runs}
-                entry["summary"] = {f: summarise(runs[f], finals["baton" if f == "sb3" else "sb3"],
+                entry["summary"] = {f: summarise(runs[f], finals.get("baton" if f == "sb3" else "sb3"),
                                                  TASKS[name].solve_at) for f in runs}
                 print(f"\n{name} ({entry['env_id']}, {entry['budget']:,} env steps):\n"
                       + "\n".join(format_rows(entry["summary"])), flush=True)

@@ -16,7 +16,7 @@ from torch import nn
 from engine.params import Params, param
 
 from .base import resolve_shape, space_dims
-from .models import mlp
+from .models import OutputLinear, mlp
 from .spaces import model_observation
 
 __all__ = ["ObsInput", "SquashedGaussianActor", "DeterministicActor", "TwinQ", "SingleQ", "ActorCriticModelParams",
@@ -62,8 +62,8 @@ class SquashedGaussianActor(nn.Module):
                  encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.torso, features = _actor_torso(obs, hidden_sizes, encoders)
-        self.mean = nn.Linear(features, action_dim)
-        self.log_std = nn.Linear(features, action_dim)
+        self.mean = OutputLinear(features, action_dim)
+        self.log_std = OutputLinear(features, action_dim)
 
     def forward(self, obs: Any):
         x = self.torso(obs)
@@ -78,7 +78,7 @@ class DeterministicActor(nn.Module):
                  encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.torso, features = _actor_torso(obs, hidden_sizes, encoders)
-        self.head = nn.Linear(features, action_dim)
+        self.head = OutputLinear(features, action_dim)
 
     def forward(self, obs: Any) -> torch.Tensor:
         return torch.tanh(self.head(self.torso(obs)).float())
@@ -109,8 +109,8 @@ class TwinQ(nn.Module):
                  encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.encoder, obs_dim = _critic_encoder(obs, encoders)
-        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
-        self.q2 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
+        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), OutputLinear(hidden_sizes[-1], 1))
+        self.q2 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), OutputLinear(hidden_sizes[-1], 1))
 
     def encode(self, obs: Any) -> torch.Tensor:
         """The heads' input for ``obs``: the encoder's features, or a flat observation itself."""
@@ -148,7 +148,7 @@ class SingleQ(nn.Module):
                  encoders: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__()
         self.encoder, obs_dim = _critic_encoder(obs, encoders)
-        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), nn.Linear(hidden_sizes[-1], 1))
+        self.q1 = nn.Sequential(mlp(obs_dim + action_dim, hidden_sizes), OutputLinear(hidden_sizes[-1], 1))
 
     def encode(self, obs: Any) -> torch.Tensor:
         """The head's input for ``obs`` (``TwinQ.encode``)."""

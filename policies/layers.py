@@ -9,7 +9,7 @@ from typing import Callable, Sequence, Tuple
 import torch
 from torch import nn
 
-__all__ = ["mlp", "encoder", "NatureCNN", "Linear"]
+__all__ = ["mlp", "encoder", "NatureCNN", "Linear", "OutputLinear"]
 
 
 class NatureCNN(nn.Module):
@@ -33,6 +33,39 @@ class NatureCNN(nn.Module):
 
 
 Linear = Callable[[int, int], nn.Module]
+
+
+class OutputLinear(nn.Linear):
+    """A network's output layer (a Q value, a state value, logits, an action's mean): ``nn.Linear``, run in fp32
+    under autocast (``policy.amp=bf16``), its input cast up.
+
+    Why: bf16 keeps 8 bits of mantissa, so an output in [256, 512) is rounded to a multiple of 2. A critic
+    regressed on returns of hundreds would see that rounding in its prediction and its TD target alike: noise
+    as large as a step's reward. The hidden layers, where the arithmetic is, stay in bf16; this layer is one
+    row of multiply-adds per output. Without autocast it is ``nn.Linear`` exactly (same parameters and
+    ``state_dict`` keys, so checkpoints and exports do not change).
+
+    Examples:
+        >>> layer = OutputLinear(4, 1)
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+        ...     layer(torch.ones(2, 4)).dtype
+        torch.float32
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        device_type = x.device.type
+        if not _autocast_on(device_type):
+            return super().forward(x)
+        with torch.autocast(device_type, enabled=False):
+            return nn.functional.linear(x.float(), self.weight, self.bias)  # the parameters are fp32
+
+
+def _autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (torch < 2.4 has a function per device type)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
 
 
 def encoder(obs_shape: Sequence[int], hidden_sizes: Sequence[int], activation: type = nn.ReLU,

@@ -28,7 +28,7 @@ from engine.params import Params, param, section
 from engine.registry import POLICY_REGISTRY
 
 from .agent_spaces import agent_rows, with_agent_ids
-from .models import _orthogonal, mlp
+from .models import OutputLinear, _orthogonal, mlp
 from .ppo import PPOParams, PPOPolicy
 
 __all__ = ["MAPPOPolicy", "IPPOPolicy", "AgentsActorCritic", "MAPPOParams"]
@@ -85,8 +85,8 @@ class AgentsActorCritic(nn.Module):
         for layer in list(self.actor) + list(self.critic):
             if isinstance(layer, nn.Linear):
                 _orthogonal(layer, 2 ** 0.5)
-        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1] if actor_hidden else actor_in, action_dim), 0.01)
-        self.critic_head = _orthogonal(nn.Linear(critic_hidden[-1] if critic_hidden else critic_in, 1), 1.0)
+        self.actor_head = _orthogonal(OutputLinear(actor_hidden[-1] if actor_hidden else actor_in, action_dim), 0.01)
+        self.critic_head = _orthogonal(OutputLinear(critic_hidden[-1] if critic_hidden else critic_in, 1), 1.0)
 
     def _with_ids(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[..., N, F]`` with each agent's one-hot index appended (``agent_id``)."""

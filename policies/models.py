@@ -19,7 +19,7 @@ from data.obs import Obs, first_leaf, map_leaves
 
 from .distributional import support
 from .encoders import build_torso
-from .layers import Linear, NatureCNN, _orthogonal, encoder, mlp  # noqa: F401  (the layers, as models had them)
+from .layers import Linear, NatureCNN, OutputLinear, _orthogonal, encoder, mlp  # noqa: F401  (the layers, as models had them)
 from .noisy import NoisyLinear
 from .spaces import is_structured
 
@@ -78,11 +78,12 @@ class QNetwork(nn.Module):
         self.v_min, self.v_max = float(v_min), float(v_max)
         self.noisy = noisy
         self.action_dim = int(action_dim)
+        head: Linear = linear if noisy else OutputLinear  # fp32 under policy.amp (OutputLinear says why)
         if dueling:
-            self.value = linear(feat, self.n_atoms)
-            self.advantage = linear(feat, self.action_dim * self.n_atoms)
+            self.value = head(feat, self.n_atoms)
+            self.advantage = head(feat, self.action_dim * self.n_atoms)
         else:
-            self.head = linear(feat, self.action_dim * self.n_atoms)
+            self.head = head(feat, self.action_dim * self.n_atoms)
 
         self._host_layers: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None
 
@@ -197,8 +198,8 @@ class ActorCritic(nn.Module):
         for layer in list(self.actor) + list(self.critic) + list(self.shared.modules()):
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
                 _orthogonal(layer, 2 ** 0.5)
-        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1] if actor_hidden else in_dim, action_dim), 0.01)
-        self.critic_head = _orthogonal(nn.Linear(critic_hidden[-1] if critic_hidden else in_dim, 1), 1.0)
+        self.actor_head = _orthogonal(OutputLinear(actor_hidden[-1] if actor_hidden else in_dim, action_dim), 0.01)
+        self.critic_head = _orthogonal(OutputLinear(critic_hidden[-1] if critic_hidden else in_dim, 1), 1.0)
         if continuous:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
@@ -329,9 +330,9 @@ class RecurrentActorCritic(nn.Module):
         for layer in list(self.actor) + list(self.critic):
             if isinstance(layer, nn.Linear):
                 _orthogonal(layer, 2 ** 0.5)
-        self.actor_head = _orthogonal(nn.Linear(actor_hidden[-1] if actor_hidden else self.hidden_size, action_dim),
+        self.actor_head = _orthogonal(OutputLinear(actor_hidden[-1] if actor_hidden else self.hidden_size, action_dim),
                                       0.01)
-        self.critic_head = _orthogonal(nn.Linear(critic_hidden[-1] if critic_hidden else self.hidden_size, 1), 1.0)
+        self.critic_head = _orthogonal(OutputLinear(critic_hidden[-1] if critic_hidden else self.hidden_size, 1), 1.0)
         if continuous:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
