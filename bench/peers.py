@@ -2,6 +2,8 @@
 
 Run: ``python bench/peers.py [--tasks cartpole-dqn,pendulum-sac] [--seeds 0,1,2] [--json OUT]``
 (needs the ``bench`` extra: ``pip install -c constraints.txt -e ".[bench]"``, Stable-Baselines3).
+``--baton-set KEY=VALUE`` (repeatable) adds an override to baton's side (``policy.amp=bf16``); ``--sides baton``
+runs one side only, for more seeds of a peer whose runs repeat exactly (SB3 on one CPU thread does).
 
 For each task and seed, SB3 and then baton train on the task's env for its budget, alternating (SB3 seed 0,
 baton seed 0, SB3 seed 1, ...), each in a fresh subprocess with one torch thread (``OMP_NUM_THREADS=1``),
@@ -197,8 +199,10 @@ def eval_schedule(cfg: Mapping[str, Any], on_policy: bool, eval_every: int) -> T
     return iterations * iter_updates, iterations * iter_env_steps
 
 
-def resolve_baton(task: Task, eval_every: int, root: str = ROOT) -> BatonSetup:
-    """How baton runs ``task``: its dizoo config when the file exists, else ``baton train --algo --env``.
+def resolve_baton(task: Task, eval_every: int, root: str = ROOT, extra: Sequence[str] = ()) -> BatonSetup:
+    """How baton runs ``task``: its dizoo config when the file exists, else ``baton train --algo --env``; its
+    evaluation schedule from the config with the task's overrides and ``extra`` (``--baton-set``) applied, so that
+    a typo in them fails here, before any run.
 
     Raises:
         TaskSkipped: the algorithm or env type is not registered, or the env cannot be made (its extra).
@@ -209,6 +213,7 @@ def resolve_baton(task: Task, eval_every: int, root: str = ROOT) -> BatonSetup:
     from engine.registry import POLICY_REGISTRY, UnknownTypeError
     from commands.algo_env import AlgoEnvError, build_config
     from commands.config_file import load_config_file
+    from engine.overrides import apply_overrides
 
     config = os.path.join(root, task.config) if task.config else None
     try:
@@ -219,6 +224,10 @@ def resolve_baton(task: Task, eval_every: int, root: str = ROOT) -> BatonSetup:
             main_config, create_config = build_config(task.algo, task.env_id)
             source = f"baton train --algo {task.algo} --env {task.env_id} (defaults: no dizoo config)"
             argv = [sys.executable, "-m", "commands", "train", "--algo", task.algo, "--env", task.env_id]
+        try:
+            main_config, create_config = apply_overrides(main_config, create_config, [*task.overrides, *extra])
+        except ConfigError as err:  # a typo of the command line's: the whole command stops, naming it
+            raise SystemExit(f"{task.algo} on {task.env_id}: {' '.join(extra)}: {err}") from err
         cfg = compile_config(main_config, create_config, save=False)
         on_policy = POLICY_REGISTRY.get(cfg.policy.type).pipeline == "on_policy"
         gym.make(task.env_id).close()
@@ -318,7 +327,8 @@ def format_rows(summaries: Mapping[str, Mapping[str, Any]]) -> List[str]:
         each = s["to_peer_final_each_s"]
         reaching = s["seeds_reaching_peer_final"]
         partial = f" [{reaching}/{len(each)} seeds]" if 0 < reaching < len(each) else ""
-        to_peer = f"{_seconds(s['to_peer_final_s'])}{partial} ({' '.join(_seconds(t) for t in each)})"
+        to_peer = (f"{_seconds(s['to_peer_final_s'])}{partial} ({' '.join(_seconds(t) for t in each)})"
+                   if s.get("peer_ran", True) else "no peer in this run")
         lines.append(f"  {framework:<6} {final:<34} {best:<34} {s['env_steps_per_s']:>9.0f} {s['updates_per_s']:>7.0f} "
                      f"{s['wall_time_s']:>7.1f} {s['process_s']:>7.1f}  {to_peer}")
     for framework, s in summaries.items():
@@ -392,7 +402,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             steps = args.budget if args.budget is not None else int(task.budget * args.budget_scale)
             eval_every = args.eval_every or max(1, steps // EVALS_PER_RUN)
             try:
-                setup = resolve_baton(task, eval_every)
+                setup = resolve_baton(task, eval_every, extra=args.baton_set)
             except TaskSkipped as err:
                 print(f"{name}: skipped: {err}", flush=True)
                 results["skipped"][name] = str(err)
@@ -428,8 +438,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                   f"{run['env_step']} env steps, {run['train_iter']} updates in {run['wall_time_s']:.1f} s", flush=True)
             if all(len(runs[f]) == len(args.seeds) for f in runs):  # the task's last run: its table
                 finals = {f: summarise(runs[f], None)["final"] for f in runs}
-                entry["summary"] = {f: summarise(runs[f], finals.get("baton" if f == "sb3" else "sb3"),
-                                                 TASKS[name].solve_at) for f in runs}
+                entry["summary"] = {f: dict(summarise(runs[f], finals.get("baton" if f == "sb3" else "sb3"),
+                                                      TASKS[name].solve_at), peer_ran=len(runs) == 2) for f in runs}
                 print(f"\n{name} ({entry['env_id']}, {entry['budget']:,} env steps):\n"
                       + "\n".join(format_rows(entry["summary"])), flush=True)
             _write_json(args.json, results)  # after every run, so a long command stopped early keeps what it measured

@@ -44,6 +44,7 @@ Model state is untouched: a hot path compiles a function, never a module, so ``s
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Set, Tuple
 
@@ -93,6 +94,18 @@ def warn_once(message: str, *args: Any, key: Any = None) -> None:
     if key not in _WARNED:
         _WARNED.add(key)
         logger.warning(text)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_has_native_bf16() -> Optional[bool]:
+    """Whether this CPU multiplies bf16 natively (x86's avx512_bf16 or amx_bf16, Arm's bf16), read from Linux's
+    ``/proc/cpuinfo``; None where that cannot be read (another OS): unknown, no warning."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = {word for line in f if line.lower().startswith(("flags", "features")) for word in line.split()}
+    except OSError:
+        return None
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}) if flags else None
 
 
 class HotPath:
@@ -159,6 +172,10 @@ class HotPath:
             warn_once("policy.amp='bf16': %s does not support bfloat16; the hot paths run in fp32",
                       torch.cuda.get_device_name(self.device))
             return "none"
+        if requested == "bf16" and self.device.type == "cpu" and cpu_has_native_bf16() is False:
+            warn_once("policy.amp='bf16': this CPU has no bf16 instructions (avx512_bf16, amx_bf16 or Arm's bf16), "
+                      "so its bf16 matmuls are emulated and slower than fp32's; policy.amp=none is the fast choice "
+                      "here (docs/performance.md)")
         return requested
 
     def _fall_back(self, err: BaseException) -> None:

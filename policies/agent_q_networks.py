@@ -21,7 +21,7 @@ from data.obs import map_leaves
 from data.parallel_envs import ALIVE_KEY, OBS_KEY, STATE_KEY
 
 from .agent_spaces import with_agent_ids
-from .models import mlp
+from .models import OutputLinear, mlp
 
 __all__ = ["AgentsQNetwork", "QMixer", "MIXERS", "learnt_steps"]
 
@@ -100,9 +100,9 @@ class AgentsQNetwork(nn.Module):
         if recurrent_size:
             self.encoder = nn.Sequential(*encoder)
             self.rnn = nn.GRUCell(encoded, recurrent_size)
-            self.head = nn.Linear(recurrent_size, action_dim)
+            self.head = OutputLinear(recurrent_size, action_dim)
         else:
-            self.agent = nn.Sequential(*encoder, nn.Linear(encoded, action_dim))
+            self.agent = nn.Sequential(*encoder, OutputLinear(encoded, action_dim))
         self.mixer = (QMixer(num_agents, state_dim, embed_dim, hypernet_hidden, state_norm) if mixer == "qmix"
                       else None)
 

@@ -60,12 +60,24 @@ class OutputLinear(nn.Linear):
             return nn.functional.linear(x.float(), self.weight, self.bias)  # the parameters are fp32
 
 
-def _autocast_on(device_type: str) -> bool:
-    """Whether autocast is on for ``device_type`` (torch < 2.4 has a function per device type)."""
+def _takes_device_type() -> bool:
     try:
-        return torch.is_autocast_enabled(device_type)
+        torch.is_autocast_enabled("cpu")
     except TypeError:
-        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+        return False
+    return True
+
+
+#: torch >= 2.4 asks ``is_autocast_enabled(device_type)``; before, one function per device type. Decided once
+#: here, not per call: torch.compile traces the call, and its older dynamo cannot trace a try/except around it
+_AUTOCAST_TAKES_DEVICE_TYPE = _takes_device_type()
+
+
+def _autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type``."""
+    if _AUTOCAST_TAKES_DEVICE_TYPE:
+        return torch.is_autocast_enabled(device_type)
+    return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
 
 
 def encoder(obs_shape: Sequence[int], hidden_sizes: Sequence[int], activation: type = nn.ReLU,

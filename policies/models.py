@@ -19,7 +19,7 @@ from data.obs import Obs, first_leaf, map_leaves
 
 from .distributional import support
 from .encoders import build_torso
-from .layers import Linear, NatureCNN, OutputLinear, _orthogonal, encoder, mlp  # noqa: F401  (the layers, as models had them)
+from .layers import Linear, NatureCNN, OutputLinear, _orthogonal, encoder, mlp  # noqa: F401  (as models had them)
 from .noisy import NoisyLinear
 from .spaces import is_structured
 

@@ -171,6 +171,40 @@ def test_jobs_run_both_sides_and_write_each_task_in_seed_order(tmp_path, monkeyp
         peers.main(["--tasks", "cartpole-dqn", "--jobs", "0"])
 
 
+def test_one_side_runs_alone_and_baton_set_reaches_baton_s_command(tmp_path, monkeypatch, capsys):
+    """``--sides baton`` starts no SB3 run and its table says there is no peer; ``--baton-set`` follows the
+    task's own overrides."""
+    calls = []
+
+    def fake_baton(name, setup, seed, budget, eval_episodes, workdir, overrides=()):
+        calls.append(tuple(overrides))
+        return dict(framework="baton", task=name, seed=seed, env_step=1000, train_iter=500, wall_time_s=2.0,
+                    process_s=3.0, curve=[[1000, 2.0, 7.0]])
+
+    def no_sb3(*args, **kwargs):
+        raise AssertionError("--sides baton ran SB3")
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+    monkeypatch.setattr(peers, "run_sb3", no_sb3)
+    monkeypatch.setattr(peers, "run_baton", fake_baton)
+    out = tmp_path / "peers.json"
+    peers.main(["--tasks", "halfcheetah-td3", "--seeds", "0,1", "--sides", "baton", "--baton-set", "policy.amp=bf16",
+                "--json", str(out)])
+    import json
+
+    task = json.loads(out.read_text())["tasks"]["halfcheetah-td3"]
+    assert list(task["runs"]) == ["baton"] and task["summary"]["baton"]["finals"] == [7.0, 7.0]
+    assert peers.TASKS["halfcheetah-td3"].overrides  # the task has its own, which come first
+    assert calls == [(*peers.TASKS["halfcheetah-td3"].overrides, "policy.amp=bf16")] * 2
+    assert "no peer in this run" in capsys.readouterr().out
+
+
+def test_a_baton_set_key_the_config_lacks_stops_the_command_before_any_run(monkeypatch):
+    monkeypatch.setattr(peers, "run_sb3", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(SystemExit, match="policy.learn.learning_rat"):
+        peers.main(["--tasks", "cartpole-dqn", "--baton-set", "policy.learn.learning_rat=1e-3"])
+
+
 @pytest.mark.parametrize("name", [name for name, task in peers.TASKS.items() if task.overrides])
 def test_each_task_s_overrides_are_keys_its_config_takes(name):
     from commands.config_file import load_config_file
