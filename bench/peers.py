@@ -412,8 +412,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                   f"{args.eval_episodes} greedy episodes on {setup.evaluator_env_num} envs every {eval_every:,} env "
                   f"steps (baton: eval_freq {setup.eval_freq} updates = every {setup.eval_env_steps:,} env steps); "
                   f"wall times are training time, evaluations included", flush=True)
-            print(f"  sb3    {zoo.algo}, rl-baselines3-zoo {zoo.zoo_entry}\n  baton  {setup.source}"
-                  f"{''.join(' ' + o for o in (*task.overrides, *args.baton_set))}", flush=True)
+            print("\n".join(line for side, line in (
+                ("sb3", f"  sb3    {zoo.algo}, rl-baselines3-zoo {zoo.zoo_entry}"),
+                ("baton", f"  baton  {setup.source}{''.join(' ' + o for o in (*task.overrides, *args.baton_set))}"))
+                if side in sides), flush=True)
             results["tasks"][name] = dict(env_id=task.env_id, budget=steps, eval_every=eval_every,
                                           sb3=dict(algo=zoo.algo, zoo_entry=zoo.zoo_entry),
                                           baton=dict(source=setup.source, eval_freq=setup.eval_freq,
