@@ -408,19 +408,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 results["skipped"][name] = str(err)
                 continue
             zoo = ZOO[name]
+            overrides = (*task.overrides, *args.baton_set)  # baton's words after its config
             print(f"\n{name}: {task.env_id}, {steps:,} env steps, seeds {','.join(map(str, args.seeds))}; evaluation: "
                   f"{args.eval_episodes} greedy episodes on {setup.evaluator_env_num} envs every {eval_every:,} env "
                   f"steps (baton: eval_freq {setup.eval_freq} updates = every {setup.eval_env_steps:,} env steps); "
                   f"wall times are training time, evaluations included", flush=True)
             print("\n".join(line for side, line in (
                 ("sb3", f"  sb3    {zoo.algo}, rl-baselines3-zoo {zoo.zoo_entry}"),
-                ("baton", f"  baton  {setup.source}{''.join(' ' + o for o in (*task.overrides, *args.baton_set))}"))
+                ("baton", f"  baton  {setup.source}{''.join(' ' + o for o in overrides)}"))
                 if side in sides), flush=True)
             results["tasks"][name] = dict(env_id=task.env_id, budget=steps, eval_every=eval_every,
                                           sb3=dict(algo=zoo.algo, zoo_entry=zoo.zoo_entry),
                                           baton=dict(source=setup.source, eval_freq=setup.eval_freq,
                                                      eval_env_steps=setup.eval_env_steps,
-                                                     overrides=[*task.overrides, *args.baton_set]),
+                                                     overrides=list(overrides)),
                                           runs={side: [] for side in sides})
             for seed in args.seeds:  # alternating: SB3 seed 0, baton seed 0, SB3 seed 1, ...
                 if "sb3" in sides:
@@ -428,7 +429,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                                   setup.evaluator_env_num, workdir))
                 if "baton" in sides:
                     work.append(functools.partial(run_baton, name, setup, seed, steps, args.eval_episodes, workdir,
-                                                  (*task.overrides, *args.baton_set)))
+                                                  overrides))
                 labels += [(name, side, seed) for side in sides]
 
         def record(index: int, run: Dict[str, Any]) -> None:

@@ -429,12 +429,12 @@ def test_bf16_loss_is_close_to_fp32_and_the_update_stays_fp32(cls, action_space)
     assert losses["bf16"] == pytest.approx(losses["none"], rel=0.05, abs=0.02)
 
 
-@pytest.mark.parametrize("build,inputs,value", [
-    (lambda: TwinQ(4, 2, [64, 64]), 2, lambda net, x: net(x[:, :4], x[:, 4:])[0]),
-    (lambda: QNetwork(4, 3, [64, 64]), 1, lambda net, x: net(x)),
-    (lambda: ActorCritic(4, 3, [64], [64], continuous=False), 1, lambda net, x: net(x)[1]),
+@pytest.mark.parametrize("build,width,value", [
+    (lambda: TwinQ(4, 2, [64, 64]), 6, lambda net, x: net(x[:, :4], x[:, 4:])[0]),
+    (lambda: QNetwork(4, 3, [64, 64]), 4, lambda net, x: net(x)),
+    (lambda: ActorCritic(4, 3, [64], [64], continuous=False), 4, lambda net, x: net(x)[1]),
 ], ids=["td3-sac critic", "dqn head", "ppo critic"])
-def test_bf16_output_layers_run_in_fp32(build, inputs, value):
+def test_bf16_output_layers_run_in_fp32(build, width, value):
     """Under bf16 autocast the hidden layers run in bf16 and the output layer in fp32 (``OutputLinear``): an
     output of about 300 keeps fp32's resolution, where bf16 would round it to a multiple of 2 (noise the size of a
     step's reward in a TD error)."""
@@ -445,7 +445,7 @@ def test_bf16_output_layers_run_in_fp32(build, inputs, value):
     with torch.no_grad():
         for head in heads:
             head.bias.fill_(300.0)
-        x = torch.randn(256, 4 + (2 if inputs == 2 else 0))
+        x = torch.randn(256, width)  # TwinQ takes the observation and the action side by side
         fp32 = value(net, x)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             mixed = value(net, x)
