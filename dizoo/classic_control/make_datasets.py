@@ -17,9 +17,10 @@ greedy 500 within 80k env steps here (best evaluations 300-400), while PPO does 
 (argmax of its logits) it is as much an expert. The Pendulum teacher is the dizoo Pendulum SAC config
 stopped at its first evaluation (20 episodes, every 20 updates) at or above -700 (about 700 updates, a
 matter of seconds). Each teacher is trained once per call, in a temporary directory removed at the end:
-the datasets are all the script leaves. ``--work DIR`` keeps the teachers' runs in ``DIR/<name>_teacher``
-instead (checkpoints, logs), and a later call with the same ``--work`` reuses a teacher whose checkpoint is
-there. Each dataset is recorded with ``baton record``'s code (``commands.record``), and an existing dataset
+the datasets are all the script leaves. ``--work DIR`` keeps the teachers' runs in
+``DIR/<name>_teacher_seed<seed>`` instead (checkpoints, logs), and a later call with the same ``--work`` and
+``--seed`` reuses a teacher whose run there reached its stop value (a run that stopped short, killed or out of
+budget, is trained again; its directory is moved aside, not deleted). Each dataset is recorded with ``baton record``'s code (``commands.record``), and an existing dataset
 is left as it is (``--overwrite`` to record it again). The root is ``--root``, else
 ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``. Each step's figures (training time, dataset returns)
 are printed.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import tempfile
 import time
@@ -65,15 +67,35 @@ def _config(teacher: str) -> tuple:
     return copy.deepcopy(module.main_config), copy.deepcopy(module.create_config)
 
 
+def teacher_run_dir(teacher: str, work: str, seed: int) -> str:
+    """Where ``teacher`` trained with ``seed`` keeps its run under ``work``: one directory per seed, so that
+    ``--seed 1`` never records with the teacher of seed 0."""
+    return os.path.join(work, f"{TEACHERS[teacher][0]}_seed{seed}")
+
+
+def finished_teacher(exp: str) -> bool:
+    """Whether the run in ``exp`` reached its stop value: its ``summary.json`` says so and its best checkpoint
+    is there. A run killed or stopped by its budget has a best checkpoint too, of a teacher short of the bar."""
+    from engine.context import StopReason
+    from middleware.summary import SUMMARY_FILE
+
+    try:
+        with open(os.path.join(exp, SUMMARY_FILE)) as f:
+            reason = json.load(f).get("stop_reason")
+    except (OSError, ValueError):
+        return False
+    return reason == StopReason.STOP_VALUE and os.path.isfile(os.path.join(exp, "ckpt", "best.pth.tar"))
+
+
 def train_teacher(teacher: str, work: str, seed: int) -> str:
     """Train ``teacher`` (``TEACHERS``: its dizoo config with the changes listed there) in its run directory
-    under ``work`` unless its checkpoint exists there; returns its best checkpoint."""
+    under ``work`` unless a run there reached its stop value; returns its best checkpoint."""
     from pipelines import serial_pipeline
 
-    run_dir, _, changes, max_env_step = TEACHERS[teacher]
-    exp = os.path.join(work, run_dir)
+    _, _, changes, max_env_step = TEACHERS[teacher]
+    exp = teacher_run_dir(teacher, work, seed)
     ckpt = os.path.join(exp, "ckpt", "best.pth.tar")
-    if os.path.isfile(ckpt):
+    if finished_teacher(exp):
         return ckpt
     cfg, create = _config(teacher)
     for path, value in changes.items():
