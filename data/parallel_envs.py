@@ -149,10 +149,12 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
     # ---- the rows ----------------------------------------------------------------------------------------
-    def _row(self, env: Any, observations: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+    def _row(self, env: Any, observations: Mapping[str, Any], final: bool = False) -> Dict[str, np.ndarray]:
         """One env's observation: every agent in order; ``alive`` 1 for the agents still in the episode (they act
         next), zeros for an agent ``observations`` lacks (it left before this step; in the step it leaves, its
-        last observation is kept, ``alive`` 0)."""
+        last observation is kept, ``alive`` 0). ``final``: the last row of an episode every agent terminated, whose
+        global state nothing reads (a terminated step bootstraps from nothing): where the env's ``state()`` fails
+        once the episode is over (SISL's Multiwalker frees its bodies), it is zeros."""
         space = self.agent_observation_space
         obs = np.zeros((self.num_agents,) + space.shape, space.dtype)
         live = set(env.agents)
@@ -174,10 +176,20 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
                 obs[i] = value
         row = {OBS_KEY: obs, ALIVE_KEY: alive}
         if self._has_state:
-            row[STATE_KEY] = np.asarray(env.state(), dtype=self.single_observation_space[STATE_KEY].dtype)
+            row[STATE_KEY] = self._state(env, final)
         if mask is not None:
             row[MASK_KEY] = mask
         return row
+
+    def _state(self, env: Any, final: bool) -> np.ndarray:
+        """The env's global ``state()``; zeros for a ``final`` row whose env cannot give it any more (``_row``)."""
+        space = self.single_observation_space[STATE_KEY]
+        try:
+            return np.asarray(env.state(), dtype=space.dtype)
+        except Exception:
+            if not final:
+                raise
+            return np.zeros(space.shape, space.dtype)
 
     @staticmethod
     def _stack(rows: Sequence[Mapping[str, np.ndarray]]) -> Dict[str, np.ndarray]:
@@ -211,11 +223,12 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
             for i, agent in enumerate(self.agents):
                 rewards[e, i] = float(reward.get(agent, 0.0))
                 agent_terminated[e, i] = bool(term.get(agent, False))
-            row = self._row(env, observations)
-            if not env.agents:  # the episode ended for every agent: reset the row in this step
-                ended = [a for a in live]
-                terminated[e] = all(term.get(a, False) for a in ended)
+            ended = not env.agents  # the episode ended for every agent: reset the row in this step
+            if ended:
+                terminated[e] = all(term.get(a, False) for a in live)
                 truncated[e] = not terminated[e]
+            row = self._row(env, observations, final=bool(terminated[e]))
+            if ended:
                 final_obs[e] = row
                 if self._render_final:
                     final_frames[e] = env.render()

@@ -202,3 +202,27 @@ def test_gae_runs_each_agent_s_stream_with_its_row_s_episode_ends():
                                           gamma=0.9, lam=0.8)
         torch.testing.assert_close(adv[..., n], alone)
         torch.testing.assert_close(ret[..., n], alone_ret)
+
+
+class _FreedAtTheEnd(_Leaving):
+    """``state()`` fails once the episode is over, as SISL's Multiwalker's does (it frees its bodies)."""
+
+    def state(self):
+        if not self.agents:
+            raise AttributeError("'NoneType' object has no attribute 'position'")
+        return super().state()
+
+
+def test_a_state_the_env_cannot_give_once_every_agent_terminated_is_zeros_and_only_then():
+    envs = ParallelEnvBatch([lambda: _FreedAtTheEnd(die=True)])
+    envs.reset(seed=0)
+    for _ in range(4):  # agent i terminates after i + 2 steps: the row ends terminated at step 4
+        obs, _, terminated, truncated, info = envs.step(np.ones((1, 3), np.int64))
+    assert terminated.tolist() == [True] and info["final_obs"][0]["state"].tolist() == [0.0, 0.0]
+    assert obs["state"].tolist() == [[0.0, 3.0]]  # the new episode's, from the env
+    cut = ParallelEnvBatch([lambda: _FreedAtTheEnd(die=False)])  # truncated: its value bootstraps from the state
+    cut.reset(seed=0)
+    cut.step(np.ones((1, 3), np.int64))
+    cut.step(np.ones((1, 3), np.int64))
+    with pytest.raises(AttributeError, match="position"):
+        cut.step(np.ones((1, 3), np.int64))
