@@ -12,7 +12,12 @@ advantages are normalised over those (across DDP ranks too).
   ``state()``, every agent's observation joined), a centralised value for decentralised actors.
 
 Both share the actor (and the critic) over agents, with the agent's index one-hot beside its input
-(``policy.model.agent_id``), so that shared parameters can still act differently per agent. Discrete actions.
+(``policy.model.agent_id``), so that shared parameters can still act differently per agent.
+
+The agents' actions are ``Discrete`` (a categorical over the actor's logits, masked where the env gives a mask), or
+a flat ``Box`` each (mpe2's ``continuous_actions=True``, SISL's Multiwalker): a Gaussian whose mean is the actor's
+output and whose log standard deviation is one learned vector shared by the agents (PPO's, ``policy.model.
+init_log_std``), the sample clipped to the agent's bounds for the env and learned from as drawn (``raw_action``).
 """
 from __future__ import annotations
 
@@ -49,6 +54,9 @@ class MAPPOModelParams(Params):
     positions, velocities and the global state arrive in one scale."""
     activation: str = param("tanh", choices=("tanh", "relu"))
     """The hidden layers' activation (MAPPO's repository uses ReLU, CleanRL's PPO tanh)."""
+    init_log_std: float = param(0.0)
+    """Box actions: the Gaussian's initial log standard deviation, one learned value per action dimension shared
+    by the agents."""
 
 
 @dataclass
@@ -60,22 +68,29 @@ class MAPPOParams(PPOParams):
 
 
 class AgentsActorCritic(nn.Module):
-    """One actor and one critic for ``num_agents`` agents: ``forward(obs)`` gives logits ``[B, N, A]`` and values
-    ``[B, N]`` for a row's tree (module docstring); ``state_dim`` None: the critic reads each agent's own
-    observation (IPPO), else the global state (MAPPO).
+    """One actor and one critic for ``num_agents`` agents: ``forward(obs)`` gives logits ``[B, N, A]`` (``continuous``:
+    the Gaussian's ``(mean, log_std)``, each ``[B, N, A]``) and values ``[B, N]`` for a row's tree (module
+    docstring); ``state_dim`` None: the critic reads each agent's own observation (IPPO), else the global state
+    (MAPPO).
 
     Examples:
         >>> net = AgentsActorCritic(18, 54, 3, 5, [64], [64])
         >>> logits, value = net({"obs": torch.zeros(4, 3, 18), "state": torch.zeros(4, 54)})
         >>> logits.shape, value.shape
         (torch.Size([4, 3, 5]), torch.Size([4, 3]))
+        >>> (mean, log_std), _ = AgentsActorCritic(18, 54, 3, 2, [64], [64], continuous=True)(
+        ...     {"obs": torch.zeros(4, 3, 18), "state": torch.zeros(4, 54)})
+        >>> mean.shape, log_std.shape
+        (torch.Size([4, 3, 2]), torch.Size([4, 3, 2]))
     """
 
     def __init__(self, obs_dim: int, state_dim: Optional[int], num_agents: int, action_dim: int,
                  actor_hidden: List[int], critic_hidden: List[int], agent_id: bool = True,
-                 feature_norm: bool = False, activation: str = "tanh") -> None:
+                 feature_norm: bool = False, activation: str = "tanh", continuous: bool = False,
+                 init_log_std: float = 0.0) -> None:
         super().__init__()
         self.num_agents, self.agent_id, self.centralised = num_agents, agent_id, state_dim is not None
+        self.continuous = continuous
         ids = num_agents if agent_id else 0
         act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
         actor_in, critic_in = obs_dim + ids, (state_dim if self.centralised else obs_dim) + ids
@@ -87,13 +102,16 @@ class AgentsActorCritic(nn.Module):
                 _orthogonal(layer, 2 ** 0.5)
         self.actor_head = _orthogonal(OutputLinear(actor_hidden[-1] if actor_hidden else actor_in, action_dim), 0.01)
         self.critic_head = _orthogonal(OutputLinear(critic_hidden[-1] if critic_hidden else critic_in, 1), 1.0)
+        if continuous:
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
     def _with_ids(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[..., N, F]`` with each agent's one-hot index appended (``agent_id``)."""
         return with_agent_ids(x, self.num_agents) if self.agent_id else x
 
     def actor_out(self, obs: Any) -> torch.Tensor:
-        """The logits ``[..., N, A]``."""
+        """The logits ``[..., N, A]``, or the Gaussian's mean (``continuous``): the actor's output alone, for a
+        module that only acts (``policies.greedy``)."""
         return self.actor_head(self.actor(self._with_ids(obs[OBS_KEY].float()))).float()
 
     def value(self, obs: Any) -> torch.Tensor:
@@ -107,14 +125,17 @@ class AgentsActorCritic(nn.Module):
         return self.critic_head(self.critic(self._with_ids(critic_in))).squeeze(-1).float()
 
     def forward(self, obs: Any):
-        return self.actor_out(obs), self.value(obs)
+        out = self.actor_out(obs)
+        if self.continuous:
+            return (out, self.log_std.expand_as(out)), self.value(obs)
+        return out, self.value(obs)
 
 
 @POLICY_REGISTRY.register("mappo")
 class MAPPOPolicy(PPOPolicy):
     """MAPPO: shared actor, centralised critic on the global state (``create_config.policy.type='mappo'``)."""
 
-    action_spaces = ("discrete",)
+    action_spaces = ("discrete", "continuous")
     multi_agent = True
     algo = "MAPPO"
     supports_obs_norm = False
@@ -124,11 +145,12 @@ class MAPPOPolicy(PPOPolicy):
 
     def _model_input(self, model_cfg: Any, observation_space: gym.Space, action_space: gym.Space) -> tuple:
         """The agents' spaces: a ``data.parallel_envs`` row (``obs`` ``[N, D]``, ``alive``, and ``state`` for a
-        centralised critic) and the agents' shared ``Discrete`` actions (a ``MultiDiscrete`` of equal sizes)."""
+        centralised critic) and the agents' shared actions: ``Discrete`` (a ``MultiDiscrete`` of equal sizes) or a
+        flat ``Box`` (a Box ``[N, A]``)."""
         rows = agent_rows(observation_space, action_space, self.params.type or self.algo.lower(),
                           *(("its critic reads", "use policy 'ippo', whose critic reads each agent's observation")
-                            if self.centralised else ()))
-        self.continuous, self._structured, self._image = False, True, False
+                            if self.centralised else ()), continuous=True)
+        self.continuous, self._structured, self._image = rows.continuous, True, False
         self._masked = rows.masked
         self._num_agents, self._obs_dim = rows.num_agents, rows.obs_dim
         self._state_dim = rows.state_dim if self.centralised else None
@@ -143,7 +165,8 @@ class MAPPOPolicy(PPOPolicy):
         model = self.params.model
         return AgentsActorCritic(self._obs_dim, self._state_dim, self._num_agents, action_dim,
                                  model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
-                                 model.agent_id, model.feature_norm, model.activation)
+                                 model.agent_id, model.feature_norm, model.activation, self.continuous,
+                                 model.init_log_std)
 
 
 @POLICY_REGISTRY.register("ippo")

@@ -169,8 +169,10 @@ def test_a_multi_agent_algorithm_that_does_not_fit_says_its_own_reason(monkeypat
     from commands.algo_env import AlgoEnvError, build_config
 
     pytest.importorskip("pettingzoo.sisl.multiwalker_v9")
-    with pytest.raises(AlgoEnvError, match="one Discrete action space each") as err:
-        build_config("mappo", "pettingzoo.sisl.multiwalker_v9")
+    build_config("mappo", "pettingzoo.sisl.multiwalker_v9")  # Box actions: MAPPO's Gaussian
+    with pytest.raises(AlgoEnvError, match="one Discrete action space each \\(a Box is continuous: use 'mappo' or "
+                                           "'ippo'\\)") as err:
+        build_config("qmix", "pettingzoo.sisl.multiwalker_v9")
     assert "does not train" not in str(err.value)
     with pytest.raises(AlgoEnvError, match="several agents in each env, which dqn does not train"):
         build_config("dqn", "mpe2.simple_reference_v3")

@@ -61,7 +61,7 @@ def test_spaces_that_are_not_a_multi_agent_env_s_are_named():
     with pytest.raises(SpaceMismatchError, match="this env has no state\\(\\).*use policy 'ippo'"):
         MAPPOPolicy(dict(cfg, type="mappo"), rows, gym.spaces.MultiDiscrete([5, 5, 5]))
     IPPOPolicy(dict(IPPOPolicy.default_config(), type="ippo"), rows, gym.spaces.MultiDiscrete([5, 5, 5]))
-    with pytest.raises(SpaceMismatchError, match="one Discrete action space each"):
+    with pytest.raises(SpaceMismatchError, match="one Discrete or one flat Box action space each"):
         IPPOPolicy(dict(IPPOPolicy.default_config(), type="ippo"), rows, gym.spaces.MultiDiscrete([5, 4, 5]))
 
 
@@ -113,3 +113,39 @@ def test_an_agent_that_left_counts_in_no_mean_of_the_loss():
                 if k in ("policy_loss", "value_loss", "entropy")}
 
     assert loss(0.0) == pytest.approx(loss(7.0), rel=1e-6)
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+def test_box_actions_act_from_a_shared_gaussian_within_the_bounds_and_resume(tmp_path, algo):
+    """mpe2's ``continuous_actions=True`` (a Box(0, 1, (5,)) per agent): each agent's action is drawn from a
+    Gaussian on the shared actor's mean, learned from as drawn and sent to the env clipped to its bounds."""
+    from data.batch import make_batch
+
+    main, create = _config(algo, tmp_path)
+    main["env"]["env_kwargs"] = dict(continuous_actions=True)
+    first = serial_pipeline((copy.deepcopy(main), create), max_env_step=400)
+    assert first["env_step"] == 400 and first["train_iter"] == 8 and -60 < first["eval_return"] < 0
+    resumed = serial_pipeline((main, create), max_env_step=800, resume=True)
+    assert resumed["env_step"] == 800 and resumed["train_iter"] == 16
+
+    rows = gym.spaces.Dict({"obs": gym.spaces.Box(-1, 1, (3, 4), np.float32),
+                            "alive": gym.spaces.Box(0, 1, (3,), np.int8),
+                            "state": gym.spaces.Box(-1, 1, (12,), np.float32)})
+    actions = gym.spaces.Box(0.0, 1.0, (3, 2), np.float32)
+    cls = MAPPOPolicy if algo == "mappo" else IPPOPolicy
+    torch.manual_seed(0)
+    policy = cls(dict(cls.default_config(), type=algo, model=dict(init_log_std=0.5)), rows, actions)
+    obs = make_batch({"obs": torch.randn(64, 3, 4), "alive": torch.ones(64, 3, dtype=torch.int8),
+                      "state": torch.randn(64, 12)})  # a tree of tensors, as the env loop gives
+    out = policy.collect_mode.forward(obs)
+    assert out["raw_action"].shape == out["action"].shape == (64, 3, 2) and out["logp"].shape == (64, 3)
+    assert (out["action"] >= 0).all() and (out["action"] <= 1).all()
+    assert ((out["raw_action"] < 0) | (out["raw_action"] > 1)).any()  # drawn beyond the bounds: learned as drawn
+    torch.testing.assert_close(out["action"], out["raw_action"].clamp(0, 1))
+    greedy = policy.eval_mode.forward(obs)["action"]
+    torch.testing.assert_close(greedy, policy.greedy_module()(obs))
+    assert greedy.shape == (64, 3, 2) and (greedy >= 0).all() and (greedy <= 1).all()
+    (mean, log_std), _ = policy.model(obs)
+    torch.testing.assert_close(log_std, torch.full_like(mean, 0.5))  # one vector shared by the agents
+    with pytest.raises(SpaceMismatchError, match="a flat Box action space each \\(3 agents"):
+        cls(dict(cls.default_config(), type=algo), rows, gym.spaces.Box(0.0, 1.0, (3, 2, 2), np.float32))
