@@ -46,13 +46,17 @@ PPO_RUNS = (  # (label, config module, env type override)
 )
 
 
-def _rate(num_envs: int, step: Callable[[], None], min_seconds: float) -> float:
-    """Env steps/s of ``step`` (one vector step of ``num_envs``), timed over at least ``min_seconds`` and 3 steps."""
+def _rate(num_envs: int, step: Callable[[], None], min_seconds: float,
+          sync: Callable[[], None] = lambda: None) -> float:
+    """Env steps/s of ``step`` (one vector step of ``num_envs``), timed over at least ``min_seconds`` and 3 steps;
+    ``sync`` waits for the device before each clock read (CUDA: what was queued is done, not only launched)."""
     step()  # warm-up
+    sync()
     steps, start = 0, time.perf_counter()
     while steps < 3 or time.perf_counter() - start < min_seconds:
         step()
         steps += 1
+    sync()
     return steps * num_envs / (time.perf_counter() - start)
 
 
@@ -64,10 +68,7 @@ def torch_rate(num_envs: int, device: str, min_seconds: float) -> float:
     def step() -> None:
         env.step(torch.randint(0, 2, (num_envs,), generator=generator, device=device))
 
-    rate = _rate(num_envs, step, min_seconds)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return rate
+    return _rate(num_envs, step, min_seconds, torch.cuda.synchronize if device.startswith("cuda") else lambda: None)
 
 
 def gym_rate(num_envs: int, mode: str, min_seconds: float) -> float:

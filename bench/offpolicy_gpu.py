@@ -5,16 +5,20 @@ update per env step; its goal is >= 1,000 each with the same returns. Each run h
 ``dizoo/mujoco/config/halfcheetah_<algo>_config.py`` (CleanRL's settings: one env, one update of 256 per env
 step) on the GPU for ``--seconds`` of wall time, and reports:
 
-- env steps/s while learning (from the 20th update to the end: the random warm-up's steps, which need no
-  update, are left out), and updates/s over the same span;
+- env steps/s while learning, over ``--seconds`` from the 20th update on (the random warm-up's steps, which need
+  no update, the start evaluation and the compiles are left out), and updates/s over the same span;
 - the seconds from the first update to the 20th (the compiles, the warm-up calls and the capture), which the
   rate leaves out; evaluation runs once, at the start (a short run's returns say nothing yet: the seed table's
   runs, ``bench/seed_table.py``, say where the returns end);
 - whether the update was captured (the log's warning names why not).
 
-Run: ``python bench/offpolicy_gpu.py [--algos sac,td3] [--modes none,cudagraph_update] [--seconds 120]
-[--seed 0]`` (needs the mujoco extra and CUDA; without CUDA it runs on the CPU, where ``cudagraph_update`` is
-eager, with a warning).
+The random warm-up is at most ``--random-steps`` (5,000: TD3's config has 25,000, which on one env is many
+seconds before the first update, and the rate is the update's). A run that has not reached its 20th update
+after ``--cap-s`` seconds ends there and says so (0/s: the cap, not the rate).
+
+Run: ``python bench/offpolicy_gpu.py [--algos sac,td3] [--modes none,cudagraph_update] [--seconds 30]
+[--cap-s 120] [--random-steps 5000] [--seed 0]`` (needs the mujoco extra and CUDA; without CUDA it runs on the
+CPU, where ``cudagraph_update`` is eager, with a warning).
 """
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ import torch
 SETTLED_ITER = 20
 
 
-def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool) -> Dict[str, float]:
+def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, cap_s: float = 120.0,
+                 random_steps: int = 5000) -> Dict[str, float]:
     from pipelines import build_pipeline
 
     module = importlib.import_module(f"dizoo.mujoco.config.halfcheetah_{algo}_config")
@@ -40,6 +45,8 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool) ->
     main.policy.cuda = cuda
     main.policy.compile = mode
     main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn" if cuda else None
+    if int(main.policy.get("random_collect_size", 0)) > random_steps:
+        main.policy.random_collect_size = random_steps
     main.env.stop_value = float("inf")  # env.stop_value=none: the wall clock ends the run
     # one evaluation, at the start (5 HalfCheetah episodes take seconds): a short run's rate is the update's and
     # the env's, and its returns say nothing yet (the seed table's runs say where the returns end)
@@ -56,13 +63,14 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool) ->
             learning.update(first=now)
         if "t" not in learning and ctx.train_iter >= SETTLED_ITER:
             learning.update(t=now, env_step=ctx.env_step, train_iter=ctx.train_iter)
-        if now - started >= seconds:
+        if ("t" in learning and now - learning["t"] >= seconds) or now - started >= cap_s:
             ctx.finish = True
             learning.update(end=now, end_env_step=ctx.env_step, end_train_iter=ctx.train_iter)
 
     pipeline.append(clock, name="wall_clock")
     summary = pipeline.run()
     if "t" not in learning:
+        print(f"{algo} {mode}: update {SETTLED_ITER} not reached in the {cap_s:g} s cap (--cap-s)", flush=True)
         return dict(env_steps_per_s=0.0, updates_per_s=0.0, settle_s=float("nan"), eval_return=float("nan"),
                     env_step=float(learning.get("end_env_step", 0)))
     span = learning["end"] - learning["t"]
@@ -78,16 +86,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", default="sac,td3")
     parser.add_argument("--modes", default="none,cudagraph_update")
-    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--seconds", type=float, default=30.0, help="the timed span, from the 20th update on")
+    parser.add_argument("--cap-s", type=float, default=120.0, help="end a run after this many seconds in all")
+    parser.add_argument("--random-steps", type=int, default=5000, help="at most this random warm-up")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     device = torch.cuda.get_device_name(0) if cuda else "cpu (no CUDA: cudagraph_update runs eagerly)"
-    print(f"device: {device}; torch {torch.__version__}; {args.seconds:g} s per run", flush=True)
+    print(f"device: {device}; torch {torch.__version__}; {args.seconds:g} s timed per run from update "
+          f"{SETTLED_ITER} (at most {args.cap_s:g} s a run)", flush=True)
     rows: List[Dict[str, object]] = []
     for algo in args.algos.split(","):
         for mode in args.modes.split(","):
-            row = dict(algo=algo, mode=mode, **training_run(algo, mode, args.seconds, args.seed, cuda))
+            row = dict(algo=algo, mode=mode, **training_run(algo, mode, args.seconds, args.seed, cuda, args.cap_s,
+                                                                args.random_steps))
             rows.append(row)
             print(f"{algo} {mode}: {row['env_steps_per_s']:.0f} env steps/s, {row['updates_per_s']:.0f} updates/s "
                   f"from update {SETTLED_ITER} on ({row['settle_s']:.1f} s to get there from the first); "

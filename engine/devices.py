@@ -20,7 +20,7 @@ from typing import Any, Optional
 from .host import host_available_bytes
 from .slurm import slurm_layout
 
-__all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device",
+__all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device", "to_device_async",
            "DeviceError", "size_torch_threads", "usable_cores", "free_memory"]
 
 logger = logging.getLogger(__name__)
@@ -198,3 +198,16 @@ def free_memory(device: Any) -> Optional[int]:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     return host_available_bytes() if device.type == "cpu" else None
+
+
+def to_device_async(tensor: "torch.Tensor", device: Any) -> "torch.Tensor":
+    """``tensor`` (on the host) on ``device`` without the host waiting for the device: a copy to CUDA from
+    pageable memory waits for every kernel queued before it, so the copy goes through pinned memory, queued on
+    the stream (the caching host allocator keeps the pinned block until the copy is done). Elsewhere a plain
+    ``to``."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)

@@ -6,6 +6,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from engine.context import OnlineRLContext
+from engine.devices import to_device_async
 from engine.protocols import LearnPolicy, ReplayBuffer, require
 
 __all__ = ["OffPolicyLearner", "OnPolicyLearner"]
@@ -138,10 +139,12 @@ class OnPolicyLearner:
         totals: Dict[str, list] = {}
         updates = 0
         end_epoch = getattr(self._policy, "end_epoch", None)
-        for _ in range(self._epochs):
-            order = torch.randperm(n, generator=self._generator)
-            if device is not None:
-                order = order.to(device)
+        # every epoch's order drawn at once (the same draws, in the same order, as one per epoch) and sent in one
+        # copy that does not wait for the device (a pageable copy would wait for the previous epoch's updates)
+        orders = torch.stack([torch.randperm(n, generator=self._generator) for _ in range(self._epochs)])
+        if device is not None:
+            orders = to_device_async(orders, device)
+        for order in orders:
             for lo in range(0, n, self._batch_size):
                 out = self._policy.forward(data[order[lo:lo + self._batch_size]])
                 for key, value in out.items():

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600),
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(150),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run with pytest -m gpu on a GPU)")]
 
 
@@ -85,3 +85,21 @@ def test_env_device_names_a_missing_gpu(tmp_path):
     main.env.device = f"cuda:{torch.cuda.device_count()}"
     with pytest.raises(DeviceError, match="env.device"):
         build_pipeline((main, create), max_env_step=64, exp_name=str(tmp_path / "exp"))
+
+
+def test_the_learner_s_shuffle_reaches_the_device_without_a_host_wait():
+    """A copy to CUDA from pageable memory waits for every queued kernel (the sync debug mode flags it); the
+    on-policy learner sends each call's minibatch orders through ``to_device_async``, which does not."""
+    from engine.devices import to_device_async
+
+    order = torch.randperm(1 << 16)
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            order.to("cuda")  # the check can fail: the plain copy is flagged
+        moved = to_device_async(order, "cuda")
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    assert moved.device.type == "cuda" and torch.equal(moved.cpu(), order)

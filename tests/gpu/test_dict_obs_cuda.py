@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600),
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(150),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run with pytest -m gpu on a GPU)")]
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600),
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(150),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run with pytest -m gpu on a GPU)")]
 
 FRAMES, ACTIONS = (4, 84, 84), 6

@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu_training, pytest.mark.timeout(600),
+pytestmark = [pytest.mark.gpu_training, pytest.mark.timeout(150),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (pytest -m gpu_training on a GPU)")]
 
 
