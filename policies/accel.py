@@ -204,6 +204,8 @@ class HotPath:
             try:
                 out = compiled(*args, **kwargs)
             except Exception as err:
+                if _capturing(self.device):  # inside a captured update: the capture fails, named by its owner
+                    raise
                 failure = err
             else:
                 # a CUDA graph's outputs live in its memory pool and are overwritten by its next replay: the
@@ -217,6 +219,13 @@ class HotPath:
 
     def __repr__(self) -> str:
         return f"HotPath({self.name}, mode={self.mode!r}, amp={self.amp!r}, device={self.device})"
+
+
+def _capturing(device: torch.device) -> bool:
+    """Whether ``device``'s current stream is capturing a CUDA graph (``policies.update_graph``): a compiled path
+    that fails there must not rerun eagerly, which would record eager kernels into the graph (or, after a CUDA
+    error, fail for another reason than the real one) and make the path eager for good unnamed by the capture."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 class hot_path:

@@ -295,9 +295,17 @@ class TD3Policy(Policy):
 
     def _actor_stats(self, stats: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """``stats`` with the actor's of the last actor step where this update had no actor pass (kept, so every
-        update reports the same keys; a captured graph's outputs are its own: they hold its latest replay's)."""
+        update reports the same keys). They are kept in tensors of their own, written in place by each actor step:
+        a captured graph without an actor step (TD3's critic-only phase, ``policies.update_graph``) reports them
+        from that memory, which the actor phase's graph writes at each replay (a reference to the tensors of the
+        step before the capture would report a warm-up's values for the rest of the run)."""
         if "actor_loss" in stats:
-            self._last_actor_stats = {k: v for k, v in stats.items() if k not in ("q_loss", "q_value", "target_q")}
+            actor = {k: v.detach() for k, v in stats.items() if k not in ("q_loss", "q_value", "target_q")}
+            if self._last_actor_stats.keys() == actor.keys():
+                for key, value in actor.items():
+                    self._last_actor_stats[key].copy_(value)
+            else:
+                self._last_actor_stats = {k: v.clone() for k, v in actor.items()}
         return {**self._last_actor_stats, **stats}
 
     @property

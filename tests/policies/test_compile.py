@@ -521,3 +521,24 @@ def test_compiled_learner_under_ddp_matches_one_process_on_the_joined_batches(tm
         policy.learn_mode.forward(make_batch({k: torch.cat([getattr(b0, k), getattr(b1, k)]) for k in b0.keys()}))
     for key, value in policy.model.state_dict().items():
         assert torch.allclose(torch.tensor(ranks[0]["params"][key]), value.flatten(), atol=1e-5), key
+
+
+def test_a_compiled_path_that_fails_inside_a_capture_fails_the_capture(monkeypatch):
+    """Inside a captured update (``policy.compile=cudagraph_update``) a compiled path that fails is not rerun
+    eagerly (that would record eager kernels into the graph and turn the path eager for good, unnamed): the
+    error reaches the capture, which names it and leaves the updates to the eager learner."""
+    import policies.accel
+
+    def failing(x):
+        raise RuntimeError("recompile refused (a test's reason)")
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: failing)
+    path = HotPath(lambda x: x + 1, "learn", "cudagraph_update", "none", torch.device("cuda", 0), captured=True)
+    assert path.mode == "compile"
+    monkeypatch.setattr(policies.accel, "_capturing", lambda device: True)
+    with pytest.raises(RuntimeError, match="recompile refused"):
+        path(torch.ones(2))
+    assert path.mode == "compile" and path.fallback_error is None
+    monkeypatch.setattr(policies.accel, "_capturing", lambda device: False)  # outside a capture: eager, named
+    assert path(torch.ones(2)).tolist() == [2.0, 2.0] and path.mode == "eager"
+    assert "recompile refused" in str(path.fallback_error)
