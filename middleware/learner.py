@@ -5,6 +5,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from data.replay.device import DeferredReadout
 from engine.context import OnlineRLContext
 from engine.devices import to_device_async
 from engine.protocols import LearnPolicy, ReplayBuffer, require
@@ -18,7 +19,9 @@ class OffPolicyLearner:
     Updates start once the buffer holds ``warmup`` transitions (at least ``batch_size``). With
     ``priority`` the TD errors returned by the policy become the sampled transitions' priorities. Writes
     ``ctx.train_iter`` (one per update), ``ctx.train_data`` (the last batch) and ``ctx.train_output`` (floats
-    of the last update; ``loss`` averaged over the call's updates).
+    of the last update; ``loss`` averaged over the call's updates). On a GPU ``ctx.train_output`` is read back
+    without waiting for the device (``data.replay.device.DeferredReadout``): the newest call's the device has
+    finished, a call or so behind the updates when the host runs ahead.
 
     Alone, a learner trains as soon as its buffer is ready. Under DDP no rank may skip a backward that the
     others run, so it follows ``ctx.learn_gate``, the readiness the ranks agreed on at the end of the
@@ -48,6 +51,7 @@ class OffPolicyLearner:
         # the first update (the buffer's storage exists by then); None: one forward per update
         self._graphed: Any = None
         self._graph_checked = False
+        self._readout: Optional[DeferredReadout] = None  # the statistics' read-back, made at the first update
 
     def ready(self) -> bool:
         """Whether this rank's buffer holds enough transitions to train."""
@@ -68,8 +72,8 @@ class OffPolicyLearner:
                 ctx.train_iter += self._updates
                 ctx.train_data = graphed.last_batch(out)
                 names = [k for k, v in out.items() if k != "loss" and v.numel() == 1 and v.is_floating_point()]
-                values = torch.stack([out[k] for k in names] + [out["loss"].mean()]).tolist()  # one read
-                ctx.train_output = dict(zip(names + ["loss"], values))
+                ctx.train_output = self._read(names + ["loss"], torch.stack([out[k] for k in names]
+                                                                            + [out["loss"].mean()]))
                 return
             ctx.train_iter += graphed.made  # a warm-up's updates made before it failed
             self._graphed = None  # the capture failed (named in a warning): the updates run one by one
@@ -83,9 +87,20 @@ class OffPolicyLearner:
             losses.append(out["loss"])
             ctx.train_iter += 1
         ctx.train_data = data
-        stats = {k: float(v) for k, v in out.items() if k != "priority" and _is_scalar(v)}
-        stats["loss"] = float(torch.stack(losses).mean()) if losses else float("nan")
+        loss = torch.stack(losses).mean().float()
+        on_device = {k: v for k, v in out.items() if k not in ("priority", "loss") and _is_scalar(v)
+                     and isinstance(v, torch.Tensor) and v.device == loss.device}
+        stats = {k: float(v) for k, v in out.items()
+                 if k not in ("priority", "loss") and _is_scalar(v) and k not in on_device}
+        stats.update(self._read(list(on_device) + ["loss"], torch.stack(
+            [v.detach().reshape(()).float() for v in on_device.values()] + [loss])))  # one copy, not waited for
         ctx.train_output = stats
+
+    def _read(self, names: list, values: torch.Tensor) -> Dict[str, float]:
+        """The call's statistics as floats (``DeferredReadout``: on a GPU without waiting for it)."""
+        if self._readout is None:
+            self._readout = DeferredReadout(values.device)
+        return self._readout.read(names, values)
 
     def _graphed_updates(self) -> Any:
         if not self._graph_checked:

@@ -27,7 +27,7 @@ from engine.host import host_memory_bytes
 from ..obs import Obs, map_leaves
 
 __all__ = ["ReplayMemoryError", "resolve_replay_device", "as_device", "host_path", "free_bytes", "ensure_fits",
-           "PinnedStaging", "DeferredCheck"]
+           "PinnedStaging", "DeferredCheck", "DeferredReadout"]
 
 logger = logging.getLogger(__name__)
 
@@ -279,3 +279,43 @@ class DeferredCheck:
         if bool(flag):
             self._pending.clear()
             raise self.error(message)
+
+
+class DeferredReadout:
+    """Statistics computed on the device, read on the host without waiting for the device.
+
+    On the CPU ``read`` returns them at once. On a GPU each call's values are copied to pinned host memory behind
+    an event, and ``read`` returns the newest call's whose event the device has passed (``Event.query``: no wait):
+    the learner's ``ctx.train_output`` is then a call or so behind when the host runs ahead, as a log may be,
+    where reading the current values would wait for the device at every call (with one update a call, every
+    update). Only the first call, and past ``MAX_PENDING`` unread calls the oldest, is waited for.
+    """
+
+    #: calls kept unread while the device works on them; past this, the oldest is waited for
+    MAX_PENDING = 32
+
+    def __init__(self, device: str | torch.device) -> None:
+        self.device = as_device(device)
+        self._pending: Deque[tuple] = collections.deque()  # (names, host copy, event), oldest first
+        self._latest: Optional[Dict[str, float]] = None
+
+    def read(self, names: List[str], values: torch.Tensor) -> Dict[str, float]:
+        """``values``: a 1-d tensor on the device, one per name. Returns a dict of floats (module docstring)."""
+        if host_path(self.device) or not _can_pin(self.device):
+            return dict(zip(names, values.tolist()))
+        host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+        host.copy_(values, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        self._pending.append((list(names), host, event))
+        return self._newest()
+
+    def _newest(self) -> Dict[str, float]:
+        """Read the pending calls the device has finished (the first one, and past ``MAX_PENDING`` the oldest,
+        waited for); the newest read."""
+        while self._pending and (self._latest is None or len(self._pending) > self.MAX_PENDING
+                                 or self._pending[0][2].query()):
+            done_names, done, done_event = self._pending.popleft()
+            done_event.synchronize()
+            self._latest = dict(zip(done_names, done.tolist()))
+        return dict(self._latest)

@@ -16,7 +16,7 @@ import torch
 import data.replay.device as placement
 from data.replay import (FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer,
                          ReplayBufferParams, RingStorage, UniformSampler)
-from data.replay.device import (DeferredCheck, PinnedStaging, ReplayMemoryError, ensure_fits, free_bytes,
+from data.replay.device import (DeferredCheck, DeferredReadout, PinnedStaging, ReplayMemoryError, ensure_fits, free_bytes,
                                 resolve_replay_device)
 from data.replay.reshard import load_shards
 from data.replay.sumtree import DeviceSumTree, SumTree
@@ -400,3 +400,21 @@ def test_a_staging_is_copied_after_its_copies_are_done(monkeypatch):
     staging._copied[0] = pending
     twin = copy.deepcopy(staging)
     assert pending.waited and twin._copied == [None, None] and twin.staged == staging.staged
+
+
+def test_deferred_readout_gives_the_newest_finished_call_and_waits_only_for_the_first_or_far_behind(monkeypatch):
+    """The learner's statistics on a GPU: each call's copy is read once its event has passed, the newest read
+    is what the call gets; nothing is waited for but the first call's and, past MAX_PENDING unread, the
+    oldest's. On the CPU the values come back at once."""
+    assert DeferredReadout(torch.device("cpu")).read(["loss"], torch.tensor([0.5])) == {"loss": 0.5}
+    readout = DeferredReadout(torch.device("cpu"))
+    first = _Event(False)
+    readout._pending.append((["loss"], torch.tensor([1.0]), first))
+    assert readout._newest() == {"loss": 1.0} and first.waited  # nothing read yet: the first is waited for
+    done, behind = _Event(True), _Event(False)
+    readout._pending.extend([(["loss", "q"], torch.tensor([2.0, 3.0]), done), (["loss"], torch.tensor([4.0]), behind)])
+    assert readout._newest() == {"loss": 2.0, "q": 3.0} and not behind.waited  # the host runs on
+    monkeypatch.setattr(DeferredReadout, "MAX_PENDING", 1)
+    readout._pending.append((["loss"], torch.tensor([5.0]), _Event(False)))
+    assert readout._newest() == {"loss": 4.0} and behind.waited and len(readout._pending) == 1
+

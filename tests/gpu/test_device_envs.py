@@ -103,3 +103,22 @@ def test_the_learner_s_shuffle_reaches_the_device_without_a_host_wait():
     finally:
         torch.cuda.set_sync_debug_mode(previous)
     assert moved.device.type == "cuda" and torch.equal(moved.cpu(), order)
+
+
+def test_the_learner_s_statistics_come_back_without_a_host_wait():
+    """``DeferredReadout`` (the off-policy learner's ``ctx.train_output`` on a GPU): after the first call, a read
+    waits for nothing (the sync debug mode would flag a wait) and gives the newest finished call's values."""
+    from data.replay.device import DeferredReadout
+
+    readout = DeferredReadout("cuda")
+    assert readout.read(["loss"], torch.tensor([1.0], device="cuda")) == {"loss": 1.0}  # the first: waited for
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for i in range(2, 6):
+            out = readout.read(["loss"], torch.full((1,), float(i), device="cuda"))
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    torch.cuda.synchronize()
+    assert 1.0 <= out["loss"] <= 5.0
+    assert readout.read(["loss"], torch.tensor([6.0], device="cuda"))["loss"] >= 5.0  # the device has caught up
