@@ -3,8 +3,9 @@
 
 ``pettingzoo``: ``env.env_id`` is the module that makes the env, ``'mpe2.simple_reference_v3'``,
 ``'pettingzoo.sisl.multiwalker_v9'`` or one of your own (``'my_package.my_env_v0'``), and ``env.env_kwargs`` its
-arguments (what trains on it is the algorithm's to say: baton's multi-agent algorithms take Discrete actions and a
-flat observation per agent, so multiwalker's Box actions are refused by name). The module's ``parallel_env`` is used
+arguments (what trains on it is the algorithm's to say: baton's multi-agent algorithms take a flat observation per
+agent and Discrete actions, MAPPO and IPPO a flat Box of actions too, so QMIX, VDN and IQL refuse multiwalker's Box
+actions by name). The module's ``parallel_env`` is used
 where it has one. A turn-based env (PettingZoo's AEC API: a module with ``env`` alone) goes through PettingZoo's
 ``aec_to_parallel`` where the env says that is safe (its ``metadata['is_parallelizable']``: every agent acts once
 per cycle and the env updates at the cycle's end); one that does not (chess, tic-tac-toe: agents take turns on one
