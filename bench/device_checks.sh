@@ -27,7 +27,7 @@ export PYTHONUNBUFFERED=1
 summary="$out/summary.txt"
 
 #: the lines of a log that carry a result: pytest's totals and failures, each bench's figures and tables
-FIGURES='summary|^== |IQM|stopped|passed|failed|FAILED|Error|seed [0-9]|^ +[0-9]+ |EnvPool|AtariVectorEnv|StepCollector|learner on|overlapped|env steps/s|^[a-z0-9]+_[a-z0-9_]+ +[0-9]'
+FIGURES='summary|not reached|^== |IQM|stopped|passed|failed|FAILED|Error|seed [0-9]|^ +[0-9]+ |EnvPool|AtariVectorEnv|StepCollector|learner on|overlapped|env steps/s|^[a-z0-9]+_[a-z0-9_]+ +[0-9]'
 
 step() {  # step NAME SECONDS COMMAND...: run it with a limit, log it, add its figure lines to the summary
   local name=$1 limit=$2 start rc
