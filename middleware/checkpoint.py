@@ -210,8 +210,9 @@ class CkptSaver:
         world_size: the run's processes; with more than one, the other ranks write their replay shard and
             RNG state beside each checkpoint (``ShardSaver``), told through ``ctx.checkpoints_saved``.
 
-    ``best`` holds the weights that were evaluated: the current ones after a blocking evaluation, the
-    snapshot's after a background one (``save_best_from``).
+    ``best`` holds the weights that were evaluated: a blocking evaluator hands each evaluation over as it
+    publishes it (``on_evaluation``: the weights then current, before the iteration's learner moves them on),
+    a background one the snapshot it evaluated (``save_best_from``).
     """
 
     def __init__(self, policy: Saveable, save_dir: str, train_freq: Optional[int] = None,
@@ -232,6 +233,7 @@ class CkptSaver:
         self._best = float("-inf")
         self._new_evaluation = NewEvaluation()
         self._evaluated_state: Optional[EvaluatedState] = None
+        self._latest_due = False  # a blocking evaluation wrote a new best: latest at this stage's turn
         self._remove_stale_temporaries()
 
     def save_best_from(self, source: EvaluatedState) -> None:
@@ -275,19 +277,35 @@ class CkptSaver:
             _copy_atomically(path, os.path.join(self._dir, LATEST))
         ctx.checkpoints_saved = [name] if name == LATEST else [name, LATEST]
 
-    def _save_new_best(self, ctx: OnlineRLContext) -> None:
-        if self._new_evaluation(ctx) and ctx.eval_value > self._best:
-            self._best = ctx.eval_value
+    def on_evaluation(self, ctx: OnlineRLContext) -> None:
+        """A blocking evaluator has just published an evaluation of the current weights: a new best is written
+        now, from them, not at this stage's turn, after the iteration's learner has updated them (the evaluator
+        runs first in an iteration). Such a best is not copied to ``latest``: this stage writes ``latest`` at its
+        turn instead, the iteration's end (a resume point as soon as there is a best, every rank's shard beside
+        it), as it did when it wrote the best itself."""
+        if self._save_new_best(ctx, evaluated_now=True):
+            self._latest_due = True
+
+    def _save_new_best(self, ctx: OnlineRLContext, evaluated_now: bool = False) -> bool:
+        """Write ``best`` if ``ctx`` holds a new evaluation that beats it; whether it did."""
+        if not (self._new_evaluation(ctx) and ctx.eval_value > self._best):
+            return False
+        self._best = ctx.eval_value
+        if evaluated_now:
+            evaluated = (self._policy.state_dict(), ctx.persistent_state())
+        else:
             evaluated = self._evaluated_state(ctx.last_eval_iter) if self._evaluated_state is not None else None
-            self._save(ctx, BEST, evaluated)  # latest stays the newest of all: a resume after a kill starts here
+        self._save(ctx, BEST, evaluated)  # latest stays the newest of all: a resume after a kill starts here
+        return True
 
     def __call__(self, ctx: OnlineRLContext) -> None:
         self._save_new_best(ctx)
         if self._train_freq and ctx.train_iter - self._last_save_iter >= self._train_freq:
             self._last_save_iter = ctx.train_iter
             self._save(ctx, f"iteration_{ctx.train_iter}.pth.tar")
-        elif self._latest_every and self._clock() - self._last_latest >= self._latest_every:
+        elif self._latest_due or (self._latest_every and self._clock() - self._last_latest >= self._latest_every):
             self._save(ctx, LATEST)
+        self._latest_due = False
 
     def on_finish(self, ctx: OnlineRLContext) -> None:
         if ctx.stop_reason == StopReason.ERROR:

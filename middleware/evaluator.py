@@ -144,11 +144,15 @@ class InteractionEvaluator:
         n_episode: episodes per evaluation.
         stop_value: mean return that stops the run (``float("inf")``: never).
         seed: evaluation ``k`` resets env i with ``seed + 100000 + k * num_envs + i``.
+        on_evaluation: called with ``ctx`` right after each evaluation is published, while the weights are the
+            ones evaluated (``CkptSaver.on_evaluation`` writes a new best from them).
     """
 
     def __init__(self, policy: EvalPolicy, env: VectorEnv, *, eval_freq: int, n_episode: int,
-                 stop_value: float = float("inf"), seed: int = 0) -> None:
+                 stop_value: float = float("inf"), seed: int = 0,
+                 on_evaluation: Optional[Callable[[OnlineRLContext], None]] = None) -> None:
         require(policy, EvalPolicy, "the evaluator's policy")
+        self._on_evaluation = on_evaluation
         self._loop = EnvLoop(policy, env, seed)
         self._eval_freq = int(eval_freq)
         self._n_episode = int(n_episode)
@@ -174,6 +178,8 @@ class InteractionEvaluator:
         output = evaluation_output(episodes, train_iter=ctx.train_iter, env_step=ctx.env_step,
                                    duration=time.perf_counter() - start)
         publish_evaluation(ctx, output, self._stop_value if stop_value is None else stop_value)
+        if self._on_evaluation is not None:
+            self._on_evaluation(ctx)
 
 
 def final_evaluation(evaluator: InteractionEvaluator,

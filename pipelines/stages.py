@@ -157,8 +157,9 @@ def evaluator(cfg: Mapping[str, Any], policy: Policy, env: Optional[VectorEnv], 
     env_settings = env_params(cfg)
     kwargs = dict(eval_freq=policy.params.eval.evaluator.eval_freq, n_episode=env_settings.n_evaluator_episode,
                   stop_value=env_settings.stop_value, seed=RunParams.pick(cfg).seed)
-    if not background:
-        return InteractionEvaluator(policy.eval_mode, env, **kwargs)
+    if not background:  # a new best is written from the weights evaluated, before the learner moves them on
+        return InteractionEvaluator(policy.eval_mode, env, **kwargs,
+                                    on_evaluation=saver.on_evaluation if saver is not None else None)
     if not callable(getattr(policy, "acting_weights", None)):
         raise ConfigError(f"policy.eval.evaluator.background=True needs a policy with acting_weights() and "
                           f"load_acting_weights() (policies.base.Policy), which {type(policy).__name__} lacks: "

@@ -82,7 +82,7 @@ def test_list_commands_print_and_exit_0(capsys):
     algos = capsys.readouterr().out
     assert algos.splitlines()[0].split() == ["algo", "discrete", "continuous", "agents", "pipeline"]
     assert "dqn       yes       no          one      off-policy" in algos and "sac       no        yes" in algos
-    assert "mappo     yes       no          several  on-policy" in algos
+    assert "mappo     yes       yes         several  on-policy" in algos
     assert main(["train", "--list-envs"]) == 0
     envs = capsys.readouterr().out
     assert "cartpole     CartPole-v1" in envs and "ALE/<Game>-v5" in envs and "Acrobot-v1" in envs

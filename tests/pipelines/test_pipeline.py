@@ -115,3 +115,41 @@ def test_a_failed_run_tells_its_resources_the_error():
         with contextlib.suppress(RuntimeError):
             pipeline.run(max_step=3)
         assert seen.pop() is expected
+
+
+def test_the_best_checkpoint_holds_the_weights_its_evaluation_scored(quick_cartpole_config):
+    """The evaluator runs first in an iteration and the checkpoint stage after the learner: a new best is written
+    as the evaluation is published, from the weights it evaluated, not from the ones the learner has made since.
+    Checked at the end of every iteration, against the weights each evaluation saw."""
+    import os
+
+    import torch
+
+    from middleware import load_checkpoint
+
+    main, create = quick_cartpole_config
+    main.env.stop_value = float("inf")
+    evaluated, checked = {}, []
+    pipeline = build_pipeline((main, create), max_env_step=1024)
+    policy = pipeline.policy
+    best_path = f"{main.exp_name}_seed0/ckpt/best.pth.tar"
+
+    def remember(ctx):
+        if ctx.eval_output is not None and ctx.last_eval_iter == ctx.train_iter:  # evaluated in this iteration
+            evaluated[ctx.train_iter] = (ctx.eval_value, copy.deepcopy(policy.learn_mode.state_dict()["model"]))
+
+    def check(ctx):
+        if not os.path.isfile(best_path):
+            return
+        best = load_checkpoint(best_path)
+        value, weights = evaluated[best["ctx"]["train_iter"]]  # a KeyError: best is of weights never evaluated
+        assert value == best["best_eval_value"]
+        for key, tensor in weights.items():
+            assert torch.equal(best["policy"]["model"][key], tensor), key
+        checked.append(best["ctx"]["train_iter"])
+
+    pipeline.insert_after("evaluator", remember, name="remember")
+    pipeline.insert_after("final_evaluation", remember, name="remember_final")  # the run's last weights
+    pipeline.append(check, name="check")
+    pipeline.run()
+    assert len(evaluated) >= 3 and len(checked) > 10

@@ -11,6 +11,7 @@ import os
 
 import pipelines.resume
 from middleware.checkpoint import load_checkpoint
+from middleware.evaluator import publish_evaluation
 from pipelines import build_pipeline, serial_pipeline
 
 
@@ -34,27 +35,22 @@ def test_resume_doctests_run():
 
 
 class _Scripted:
-    """A stage after the evaluator that gives each new evaluation of this part of the run the next of
-    ``returns`` (the last one again when they run out), as every later stage sees it: the run of issue 23,
-    whose best (387.8) was neither its last evaluation nor beaten after either resume."""
+    """The evaluator's publishing with each evaluation of this part of the run given the next of ``returns``
+    (the last one again when they run out), as every stage sees it, the best checkpoint's writer included: the
+    run of issue 23, whose best (387.8) was neither its last evaluation nor beaten after either resume."""
 
-    def __init__(self, returns):
+    def __init__(self, returns, publish):
         self._returns = list(returns)
-        self._seen = None
+        self._publish = publish
 
-    def __call__(self, ctx):
-        if ctx.eval_output is None or ctx.last_eval_iter == self._seen:
-            return
-        if self._seen is None and ctx.eval_output.get("train_iter") != ctx.train_iter:  # the resumed one
-            self._seen = ctx.last_eval_iter
-            return
-        self._seen = ctx.last_eval_iter
+    def __call__(self, ctx, output, stop_value):
         value = self._returns.pop(0) if len(self._returns) > 1 else self._returns[0]
-        ctx.eval_value = ctx.last_eval_value = value
-        ctx.eval_output = dict(ctx.eval_output, mean=value)
+        self._publish(ctx, dict(output, mean=value), stop_value)
 
 
-def test_resume_best_is_the_best_of_the_whole_run_after_two_resumes(quick_cartpole_config):
+def test_resume_best_is_the_best_of_the_whole_run_after_two_resumes(quick_cartpole_config, monkeypatch):
+    import middleware.evaluator
+
     main, create = quick_cartpole_config
     main.env.stop_value = 1e9  # run to the budgets
     main.log.tensorboard = False
@@ -65,7 +61,9 @@ def test_resume_best_is_the_best_of_the_whole_run_after_two_resumes(quick_cartpo
     for part, (budget, returns) in enumerate(parts):
         pipeline = build_pipeline((main, create), seed=0, max_env_step=budget, exp_name=run, resume=part > 0)
         pipeline.remove("final_evaluation")  # its evaluation after the last iteration would not be scripted
-        summary = pipeline.insert_after("evaluator", _Scripted(returns), name="scripted").run()
+        monkeypatch.setattr(middleware.evaluator, "publish_evaluation",
+                            _Scripted(returns, publish_evaluation))
+        summary = pipeline.run()
         _, rows = _rows(run)
         logged = [float(r["eval/episode_return_mean"]) for r in rows if r["eval/episode_return_mean"]]
         assert len(logged) > evaluations_before and logged[-1] == returns[-1]  # this part evaluated
