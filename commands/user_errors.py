@@ -40,6 +40,7 @@ _REPORTS = "BATON_ERROR_REPORTS"
 
 def _user_errors() -> Tuple[type, ...]:
     """The errors fixed in the input, not in the code; each message names what is wrong and the fix."""
+    from data.action_masks import ActionMaskError
     from data.envs import UnknownEnvIdError
     from data.offline import DatasetError, EmptyShardError
     from data.parallel_envs import AgentSpaceError, EnvModuleError
@@ -61,7 +62,8 @@ def _user_errors() -> Tuple[type, ...]:
             NonFiniteLossError,  # a loss a config value (a learning rate) made NaN: its message names the fix
             NonFiniteDataError,  # the user's env returned NaN: the message names the env, the step and what to check
             AlgoEnvError,
-            AgentSpaceError, EnvModuleError)  # a multi-agent env that cannot be batched, or its module imported
+            AgentSpaceError, EnvModuleError,  # a multi-agent env that cannot be batched, or its module imported
+            ActionMaskError)  # an env's legal-action mask that cannot be used: the env, the step and the fix
 
 
 def __getattr__(name: str) -> Any:  # USER_ERRORS on first use (PEP 562): its classes import torch

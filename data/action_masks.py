@@ -79,7 +79,7 @@ class ActionMaskInObservation(gym.Wrapper):
     def reset(self, **kwargs: Any) -> Tuple[Any, Dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
         self._steps = 0
-        return self._with_mask(obs, info), info
+        return self._with_mask(obs, info, ended=False), info
 
     def step(self, action: Any) -> Tuple[Any, float, bool, bool, Dict[str, Any]]:
         if self._check and self._mask is not None and not self._mask[int(action)]:
@@ -89,9 +89,11 @@ class ActionMaskInObservation(gym.Wrapper):
                                   f"action_mask reaches it")
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._steps += 1
-        return self._with_mask(obs, info), reward, terminated, truncated, info
+        return self._with_mask(obs, info, terminated or truncated), reward, terminated, truncated, info
 
-    def _with_mask(self, obs: Any, info: Dict[str, Any]) -> Dict[str, Any]:
+    def _with_mask(self, obs: Any, info: Dict[str, Any], ended: bool) -> Dict[str, Any]:
+        """``obs`` with the step's mask under ``action_mask``; ``ended``: the episode's last step, whose mask
+        nothing acts on (it may allow no action)."""
         found = (obs.get(self._key) if isinstance(obs, dict) else None) if self._source == "obs" else info.get(self._key)
         if found is None:
             raise ActionMaskError(f"{self._where()}: no action mask in {'the observation' if self._source == 'obs' else 'info'}"
@@ -103,6 +105,10 @@ class ActionMaskInObservation(gym.Wrapper):
                                   f"but the action space has {self._n} actions: a mask holds one entry per action "
                                   f"(1: legal)")
         mask = mask.astype(np.int8, copy=False)
+        if not ended and not mask.any():
+            raise ActionMaskError(f"{self._where()}: the action mask {self._source}[{self._key!r}] allows no action, "
+                                  f"and the episode goes on: a mask must leave at least one legal action (1) at every "
+                                  f"reset and every step that does not end the episode")
         if self._check:
             self._mask = mask
         if self._wrap:

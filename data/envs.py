@@ -83,7 +83,7 @@ class EnvParams(Params):
     """Episodes per evaluation; their mean return is the evaluation's. At most 10,000 (``MAX_EVAL_EPISODES``)."""
     stop_value: float = param(math.inf)
     """Training stops when an evaluation's mean return reaches it; ``env.stop_value=none``: never."""
-    max_episode_steps: Optional[int] = param(None)
+    max_episode_steps: Optional[int] = param(None, rule="at_least_one")
     """Truncate episodes after this many steps; None: the env's own limit."""
     manager: ManagerParams = section(ManagerParams)
     """How the collector's envs run (``ManagerParams``)."""

@@ -13,16 +13,18 @@ from data.action_masks import ActionMaskError, ActionMaskInObservation, with_act
 class _DictMasked(gym.Env):
     """A dict observation with its mask under a name of its own (``legal``); ``drop_at`` leaves it out once."""
 
-    def __init__(self, drop_at: int = -1, width: int = 3):
+    def __init__(self, drop_at: int = -1, width: int = 3, zero_at: int = -1):
         self.observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32),
                                                   "legal": gym.spaces.MultiBinary(width)})
         self.action_space = gym.spaces.Discrete(3)
-        self._t, self._drop_at, self._width = 0, drop_at, width
+        self._t, self._drop_at, self._width, self._zero_at = 0, drop_at, width, zero_at
 
     def _obs(self):
         obs = {"pos": np.zeros(2, np.float32), "legal": np.eye(self._width, dtype=np.int8)[self._t % self._width]}
         if self._t == self._drop_at:
             del obs["legal"]
+        if self._t == self._zero_at:
+            obs["legal"] = np.zeros(self._width, np.int8)
         return obs
 
     def reset(self, seed=None, options=None):
@@ -85,6 +87,23 @@ def test_bad_masks_are_named_with_env_and_step():
     with pytest.raises(ActionMaskError, match=r"env Pendulum-v1: an action mask \(info key 'action_mask'\) applies "
                                               r"to Discrete actions"):
         ActionMaskInObservation(gym.make("Pendulum-v1"))
+
+
+def test_a_mask_that_allows_no_action_is_named_unless_the_episode_ends_there():
+    from commands.user_errors import USER_ERRORS
+
+    env = ActionMaskInObservation(_DictMasked(zero_at=2), key="legal", source="obs")
+    env.reset(seed=0)
+    env.step(0)
+    with pytest.raises(ActionMaskError, match=r"env _DictMasked, step 2 of its episode: the action mask "
+                                              r"obs\['legal'\] allows no action, and the episode goes on"):
+        env.step(0)
+    last = ActionMaskInObservation(_DictMasked(zero_at=5), key="legal", source="obs")  # truncated at step 5
+    last.reset(seed=0)
+    for _ in range(5):
+        obs, _, _, truncated, _ = last.step(0)
+    assert truncated and not obs["action_mask"].any()  # nothing acts on an ended episode's mask
+    assert ActionMaskError in USER_ERRORS  # the command line names it in one line, exit 2
 
 
 def test_an_empty_key_switches_masks_off():
