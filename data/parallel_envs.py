@@ -77,6 +77,11 @@ def _shared_space(spaces: Mapping[str, gym.Space], what: str, env_name: str) -> 
     return groups[0][0]
 
 
+def _keys_of(value: Any) -> str:
+    """What an agent observed, for an error: a dict's keys, else its type."""
+    return f"the keys {sorted(value)}" if isinstance(value, Mapping) else f"a {type(value).__name__}"
+
+
 def env_seeds(seed: Any, num_envs: int) -> List[Optional[int]]:
     """Each env's reset seed: ``seed`` one per env as given, an int ``s`` as ``s + i`` for env ``i``, or None."""
     if isinstance(seed, (list, tuple)):
@@ -171,7 +176,15 @@ class ParallelEnvBatch(gym.vector.VectorEnv):
                 continue
             value = observations[agent]
             if self._masked:
+                if not isinstance(value, Mapping) or "observation" not in value or MASK_KEY not in value:
+                    raise AgentSpaceError(f"env {self.name}: agent {agent} observed {_keys_of(value)} where its "
+                                          f"space is {{'observation', {MASK_KEY!r}}}: an env whose agents observe "
+                                          f"an action mask gives it with every observation, at every reset and step")
                 obs[i], mask[i] = value["observation"], value[MASK_KEY]
+                if alive[i] and not mask[i].any():
+                    raise AgentSpaceError(f"env {self.name}: agent {agent}'s action mask allows no action while it "
+                                          f"is still in the episode: a mask must leave it at least one legal action "
+                                          f"(1)")
             else:
                 obs[i] = value
         row = {OBS_KEY: obs, ALIVE_KEY: alive}

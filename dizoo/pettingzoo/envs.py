@@ -37,7 +37,7 @@ from typing import Any, Mapping
 from data.agent_padding import PaddedAgents
 from data.envs import GymEnvParams, GymEnvType
 from data.parallel_env_workers import ParallelEnvWorkers
-from data.parallel_envs import AgentSpaceError, EnvModuleError, ParallelEnvBatch
+from data.parallel_envs import MASK_KEY, AgentSpaceError, EnvModuleError, ParallelEnvBatch
 from engine.devices import usable_cores
 from engine.config import ConfigError
 from engine.params import param
@@ -141,6 +141,17 @@ class PettingZooEnvType(GymEnvType):
         return kwargs
 
     @staticmethod
+    def _arguments(module: Any, factory: Any) -> str:
+        """The arguments the env's class takes (PettingZoo's ``raw_env``, which ``parallel_env`` passes them to)."""
+        target = getattr(module, "raw_env", None) or factory
+        try:
+            names = [name for name, p in inspect.signature(target).parameters.items()
+                     if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        except (TypeError, ValueError):
+            return "arguments its module documents"
+        return ", ".join(names) or "no arguments"
+
+    @staticmethod
     def _no_max_cycles(task: str) -> str:
         return (f"env.max_episode_steps: {task} takes no max_cycles argument (PettingZoo's episode length); leave "
                 f"env.max_episode_steps unset for this env")
@@ -149,6 +160,12 @@ class PettingZooEnvType(GymEnvType):
         """One parallel env (PettingZoo's API, not gymnasium's: ``make_vector`` batches them)."""
         settings = self.Params.of(env_cfg, "env")
         task = settings.env_id or self.env_id  # a config compiled without one: the type's own
+        if settings.action_mask_key != MASK_KEY or settings.action_mask_check:
+            raise ConfigError(f"env.action_mask_key={settings.action_mask_key!r}, env.action_mask_check="
+                              f"{settings.action_mask_check}: these choose and check a single-agent env's mask; the "
+                              f"agents of a PettingZoo env give theirs in their observation ({{'observation', "
+                              f"{MASK_KEY!r}}}, PettingZoo's convention), which is always applied: leave both at "
+                              f"their defaults")
         self.check_requires(task)
         module = self._module(task)
         factory = getattr(module, "parallel_env", None) or getattr(module, "env", None)
@@ -161,7 +178,11 @@ class PettingZooEnvType(GymEnvType):
         except TypeError as err:
             if "max_cycles" in kwargs and "max_cycles" in str(err):
                 raise ConfigError(self._no_max_cycles(task)) from err
-            raise
+            raise ConfigError(f"env.env_kwargs={dict(settings.env_kwargs)}: {task} refused its arguments ({err}); "
+                              f"it takes {self._arguments(module, factory)}") from err
+        except Exception as err:  # noqa: BLE001 - the env's own check of a value (mpe2's N=0): named, one line
+            raise ConfigError(f"env.env_kwargs={dict(settings.env_kwargs)}: making {task} failed with "
+                              f"{type(err).__name__}: {err}; it takes {self._arguments(module, factory)}") from err
         env = as_parallel(env, task)
         return PaddedAgents(env) if settings.pad_agents else env
 

@@ -226,3 +226,32 @@ def test_a_state_the_env_cannot_give_once_every_agent_terminated_is_zeros_and_on
     cut.step(np.ones((1, 3), np.int64))
     with pytest.raises(AttributeError, match="position"):
         cut.step(np.ones((1, 3), np.int64))
+
+
+class _BadMask(_Leaving):
+    """Masked agents whose step 2 observation lacks the mask (``drop``) or allows no action (``zero``)."""
+
+    def __init__(self, fault):
+        super().__init__(die=False, masked=True)
+        self.fault = fault
+
+    def _obs(self, agent):
+        value = super()._obs(agent)
+        if self.t == 2 and agent == "a1":
+            if self.fault == "drop":
+                return {"observation": value["observation"]}
+            value["action_mask"] = np.zeros(2, np.int8)
+        return value
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("drop", r"env leaving_v0: agent a1 observed the keys \['observation'\] where its space is \{'observation', "
+             r"'action_mask'\}"),
+    ("zero", r"env leaving_v0: agent a1's action mask allows no action while it is still in the episode"),
+])
+def test_a_mask_missing_or_allowing_nothing_is_named_with_the_agent(fault, message):
+    envs = ParallelEnvBatch([functools.partial(_BadMask, fault)])
+    envs.reset(seed=0)
+    envs.step(np.ones((1, 3), np.int64))
+    with pytest.raises(AgentSpaceError, match=message):
+        envs.step(np.ones((1, 3), np.int64))

@@ -176,3 +176,29 @@ def test_a_multi_agent_algorithm_that_does_not_fit_says_its_own_reason(monkeypat
     assert "does not train" not in str(err.value)
     with pytest.raises(AlgoEnvError, match="several agents in each env, which dqn does not train"):
         build_config("dqn", "mpe2.simple_reference_v3")
+
+
+def test_env_kwargs_the_env_refuses_and_single_agent_mask_keys_are_named():
+    from engine.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"env.env_kwargs=\{'foo': 3\}: simple_spread_v3 refused its arguments "
+                                          r"\(.*'foo'\); it takes N, local_ratio, max_cycles"):
+        MPE.make(dict(type="mpe", env_kwargs=dict(foo=3)))
+    with pytest.raises(ConfigError, match=r"env.env_kwargs=\{'N': 0\}: making simple_spread_v3 failed with "
+                                          r"ValueError: .*; it takes N, "):
+        MPE.make(dict(type="mpe", env_kwargs=dict(N=0)))
+    with pytest.raises(ConfigError, match=r"env.action_mask_key='', .* the agents of a PettingZoo env give theirs "
+                                          r"in their observation"):
+        MPE.make(dict(type="mpe", action_mask_key=""))
+
+
+def test_hindsight_replay_on_a_multi_agent_env_is_refused_by_name():
+    from commands.algo_env import build_config
+    from engine.config import ConfigError
+    from pipelines import build_pipeline
+
+    main, create = build_config("iql", "simple_spread_v3")
+    main["policy"].setdefault("other", {}).setdefault("replay_buffer", {})["her"] = dict(strategy="future")
+    with pytest.raises(ConfigError, match=r"her relabels the goals of a goal-conditioned gymnasium env \(one agent\); "
+                                          r".* set her.strategy='none'"):
+        build_pipeline((main, create), max_env_step=64)
