@@ -88,8 +88,8 @@ class PettingZooEnvType(GymEnvType):
         return task
 
     def _names_a_module(self, env_id: str) -> bool:
-        """Whether ``env_id`` has the shape of a dotted module path (no gymnasium id, nothing to run)."""
-        return "." in env_id and all(part.isidentifier() for part in env_id.split("."))
+        """Whether ``env_id`` has the shape of a module path, dotted or one name (no gymnasium id, nothing to run)."""
+        return all(part.isidentifier() for part in env_id.split("."))
 
     def has_task(self, env_id: str) -> bool:
         """Whether ``env_id`` names a module that makes a PettingZoo env (``baton train --algo mappo --env

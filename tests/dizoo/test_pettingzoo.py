@@ -81,11 +81,25 @@ def _aec_only_module(monkeypatch, name="my_envs.spread_turns"):
     return name
 
 
+def _top_level_module(monkeypatch, name="my_pz_top_v0"):
+    """A module of the user's own, outside any package, that makes a parallel env."""
+    import sys
+    import types
+
+    from mpe2 import simple_reference_v3
+
+    module = types.ModuleType(name)
+    module.parallel_env = simple_reference_v3.parallel_env
+    monkeypatch.setitem(sys.modules, name, module)
+    return name
+
+
 def test_the_pettingzoo_type_takes_any_env_by_the_module_that_makes_it(monkeypatch):
     from dizoo.pettingzoo.envs import PETTINGZOO
 
     assert PETTINGZOO.has_task("mpe2.simple_reference_v3") and PETTINGZOO.has_task("pettingzoo.classic.tictactoe_v3")
     assert PETTINGZOO.has_task(_aec_only_module(monkeypatch))
+    assert PETTINGZOO.has_task(_top_level_module(monkeypatch))  # one name, no package: --env my_pz_module
     for not_an_env in ("CartPole-v1", "simple_spread_v3", "os.path", "no_such_package.env_v0", "a.b; import os"):
         assert not PETTINGZOO.has_task(not_an_env), not_an_env
     envs = PETTINGZOO.make_vector(dict(type="pettingzoo", env_id="mpe2.simple_reference_v3"), 2, 0)

@@ -152,3 +152,14 @@ def test_a_multi_agent_task_takes_the_multi_agent_algorithms_and_refuses_the_oth
     with pytest.raises(AlgoEnvError, match=r"policy 'mappo' trains the agents of a multi-agent env.*Algorithms that "
                                            r"fit: a2c, .*dqn, ppo"):
         build_config("mappo", "CartPole-v1")
+
+
+def test_a_config_of_a_single_agent_policy_on_a_multi_agent_env_says_so(tmp_path):
+    """The config-file path words it as ``--algo`` does: the env has several agents, the policy trains one."""
+    pytest.importorskip("mpe2")
+    from policies.base import SpaceMismatchError
+
+    main = dict(exp_name=str(tmp_path / "dqn_mpe"), log=dict(progress=False))
+    with pytest.raises(SpaceMismatchError, match=r"env 'simple_spread_v3' \(type 'mpe'\) has several agents in each "
+                                                 r"env, which policy 'dqn' does not train"):
+        build_pipeline((main, dict(env=dict(type="mpe"), policy=dict(type="dqn"))), max_env_step=64)
