@@ -177,7 +177,8 @@ class OnlineRLContext(Context):
     logger's global collection speed), ``train_iter`` (learner updates), ``last_eval_iter``, ``last_eval_value``,
     ``eval_value`` (latest evaluation return; ``last_eval_value`` holds the same, DI-engine's name),
     ``eval_output`` (latest evaluation details: returns, lengths; the evaluation fields are rank 0's under
-    DDP), ``learn_gate`` (None in one process; under DDP the learner's readiness that all ranks agreed on
+    DDP), ``evaluation_record`` (the run summary's count of the evaluations and their best return,
+    ``middleware.summary``; rank 0's under DDP, so every rank reports the same), ``learn_gate`` (None in one process; under DDP the learner's readiness that all ranks agreed on
     at the end of the previous iteration, and during an iteration this rank's vote for the next).
 
     Per-step: ``trajectories`` (this iteration's transitions as one batch, ``data.batch``), ``episodes``
@@ -201,6 +202,7 @@ class OnlineRLContext(Context):
     last_eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)
     eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)
     eval_output: Optional[Dict[str, Any]] = persistent(None, sync=Sync.RANK0)
+    evaluation_record: Optional[Dict[str, Any]] = persistent(None, sync=Sync.RANK0)
     learn_gate: Optional[bool] = persistent(None, sync=Sync.MIN, distributed_default=False)
 
     trajectories: Any = per_step(None)
@@ -225,7 +227,7 @@ class OfflineRLContext(Context):
     ``progress.csv``, the progress bar and ``--max-env-step`` read it unchanged), ``env_episode`` (0: no env
     episode is collected), ``train_epoch`` (passes over its shard that every rank has completed: the
     minimum over ranks), ``train_iter`` (learner updates, the same on every rank), and the evaluation fields
-    (rank 0's under DDP) as in ``OnlineRLContext``.
+    and ``evaluation_record`` (rank 0's under DDP) as in ``OnlineRLContext``.
 
     Per-step: ``train_data`` (the last batch), ``train_output`` (learner statistics), ``checkpoints_saved``
     (rank 0's checkpoint files of this iteration, so every rank writes its RNG state beside them), and,
@@ -240,6 +242,7 @@ class OfflineRLContext(Context):
     last_eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)
     eval_value: float = persistent(float("-inf"), sync=Sync.RANK0)
     eval_output: Optional[Dict[str, Any]] = persistent(None, sync=Sync.RANK0)
+    evaluation_record: Optional[Dict[str, Any]] = persistent(None, sync=Sync.RANK0)
 
     train_data: Any = per_step(None)
     train_output: Any = per_step(None)

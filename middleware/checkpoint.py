@@ -291,8 +291,11 @@ class CkptSaver:
         if not (self._new_evaluation(ctx) and ctx.eval_value > self._best):
             return False
         self._best = ctx.eval_value
-        if evaluated_now:
-            evaluated = (self._policy.state_dict(), ctx.persistent_state())
+        if evaluated_now:  # at the env_step its evaluation is labelled with: under DDP the final evaluation runs
+            # after the iteration's collection, when ctx.env_step holds only this rank's share of it
+            ctx_state = ctx.persistent_state()
+            ctx_state["env_step"] = ctx.eval_output.get("env_step", ctx.env_step)
+            evaluated = (self._policy.state_dict(), ctx_state)
         else:
             evaluated = self._evaluated_state(ctx.last_eval_iter) if self._evaluated_state is not None else None
         self._save(ctx, BEST, evaluated)  # latest stays the newest of all: a resume after a kill starts here

@@ -9,7 +9,10 @@ import numpy as np
 
 from data.env_loop import EnvLoop
 from engine.context import OnlineRLContext, StopReason
+from engine.distributed import get_world_size
 from engine.protocols import EvalPolicy, VectorEnv, require
+
+from .termination import global_env_step
 
 __all__ = ["InteractionEvaluator", "evaluate_episodes", "NewEvaluation", "EvaluationCancelled", "evaluation_due",
            "evaluation_output", "publish_evaluation", "final_evaluation", "success_rate"]
@@ -146,6 +149,11 @@ class InteractionEvaluator:
         seed: evaluation ``k`` resets env i with ``seed + 100000 + k * num_envs + i``.
         on_evaluation: called with ``ctx`` right after each evaluation is published, while the weights are the
             ones evaluated (``CkptSaver.on_evaluation`` writes a new best from them).
+
+    An evaluation is labelled (``eval_output["env_step"]``) with the env steps the ranks agree on at the end
+    of its iteration (``middleware.termination.global_env_step``): in one process, and at an iteration's start
+    under DDP, ``ctx.env_step``; after the iteration's collection under DDP (``final_evaluation``), also the
+    other ranks' share, which ``ctx.env_step`` holds only once the ddp middleware has summed the counts.
     """
 
     def __init__(self, policy: EvalPolicy, env: VectorEnv, *, eval_freq: int, n_episode: int,
@@ -159,6 +167,7 @@ class InteractionEvaluator:
         self._stop_value = float(stop_value)
         self._seed = seed + 100_000
         self._count = 0
+        self._world_size = get_world_size()
         if self._n_episode <= 0:
             raise ValueError(f"env.n_evaluator_episode must be positive, got {self._n_episode}")
 
@@ -175,7 +184,8 @@ class InteractionEvaluator:
         start = time.perf_counter()
         episodes = evaluate_episodes(self._loop, self._n_episode, self._seed + self._count * self._loop.num_envs)
         self._count += 1
-        output = evaluation_output(episodes, train_iter=ctx.train_iter, env_step=ctx.env_step,
+        output = evaluation_output(episodes, train_iter=ctx.train_iter,
+                                   env_step=global_env_step(ctx, self._world_size),
                                    duration=time.perf_counter() - start)
         publish_evaluation(ctx, output, self._stop_value if stop_value is None else stop_value)
         if self._on_evaluation is not None:
@@ -187,8 +197,10 @@ def final_evaluation(evaluator: InteractionEvaluator,
     """Middleware for the end of a pipeline, after its termination stage: when the run ends at its budget
     (``max_env_step``, ``max_train_iter``) with updates the last evaluation has not seen, the final weights are
     evaluated once. The summary's ``eval_return``, progress.csv's last evaluation and the best checkpoint then
-    speak of the policy the run ends with, not of the one ``eval_freq`` updates before. It stops nothing: the
-    result is published without a stop value (the run has ended at its budget already).
+    speak of the policy the run ends with, not of the one ``eval_freq`` updates before, at the env_step the run
+    ends at (under DDP the count the ranks agree on at the end of the iteration, not rank 0's share of it so
+    far). It stops nothing: the result is published without a stop value (the run has ended at its budget
+    already).
 
     ``seen``: told of ``ctx`` just before, when this iteration's evaluator has evaluated already: the final
     evaluation replaces ``ctx.eval_output``, and a stage that reads it after the iteration (the run summary's best

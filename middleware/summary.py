@@ -8,7 +8,10 @@ final ``baton:`` line):
   policy, checkpoint load) to its end (the last iteration, the final checkpoint); not summed over a resume.
 
 The summary's ``best_eval_return`` and ``evaluations`` are the whole run's too: a resume takes them back
-from the checkpoint (``restore_record``), whose ``best_eval_value`` is what ``best.pth.tar`` holds.
+from the checkpoint (``restore_record``), whose ``best_eval_value`` is what ``best.pth.tar`` holds. They are
+counted in the context (``RECORD_FIELD``, rank 0's under DDP), so every rank reports rank 0's count: another
+rank sees only the last of the evaluations rank 0 published in an iteration (a final evaluation replaces the
+iteration's periodic one).
 """
 from __future__ import annotations
 
@@ -25,8 +28,9 @@ __all__ = ["RunSummary", "RunClock", "restore_record", "SUMMARY_FILE", "WALL_TIM
 SUMMARY_FILE = "summary.json"
 #: the ctx fields the summary keeps (so every checkpoint holds them) and takes back at a resume: the run's
 #: training seconds so far, and ``{"evaluations", "eval_iter", "best_eval_return"}`` of the evaluations it
-#: counted (``eval_iter``: the ``last_eval_iter`` of the latest one). The record is replaced, never changed
-#: in place: a checkpoint of older weights (a background evaluation's best) keeps the record of its time.
+#: counted (``eval_iter``: the ``last_eval_iter`` of the latest one), a context field with ``Sync.RANK0``
+#: (``engine.context``). The record is replaced, never changed in place: a checkpoint of older weights (a
+#: background evaluation's best) keeps the record of its time.
 WALL_TIME_FIELD = "wall_time_s"
 RECORD_FIELD = "evaluation_record"
 
@@ -131,9 +135,7 @@ class RunSummary:
         self._extra = extra
         self.clock = clock if clock is not None else RunClock()
         self._adopted = False
-        self._best = -math.inf
-        self._evals = 0
-        self._seen_eval_iter = -1
+        self._no_record: Dict[str, Any] = {"evaluations": 0, "eval_iter": -1, "best_eval_return": -math.inf}
         self.result: Dict[str, Any] = {}
 
     def __call__(self, ctx: OnlineRLContext):
@@ -147,27 +149,28 @@ class RunSummary:
             self.clock.stop()
 
     def _adopt(self, ctx: OnlineRLContext) -> None:
-        """Take back what the run's earlier processes counted (a resumed ctx), once; mark the fields kept."""
+        """Take back what the run's earlier processes counted (a resumed ctx), once; mark the fields kept. An
+        evaluation that ``ctx`` holds without a record (a context made by hand) counts as seen."""
         if self._adopted:
             return
         self._adopted = True
-        record = getattr(ctx, RECORD_FIELD, None) or {}
-        self._evals = int(record.get("evaluations", 0))
-        self._best = float(record.get("best_eval_return", -math.inf))
-        self._seen_eval_iter = int(record.get("eval_iter", ctx.last_eval_iter))
+        self._no_record = {**self._no_record, "eval_iter": ctx.last_eval_iter}
         self.clock.carry(getattr(ctx, WALL_TIME_FIELD, None))
         ctx.keep(WALL_TIME_FIELD, RECORD_FIELD)
 
+    def _record(self, ctx: OnlineRLContext) -> Dict[str, Any]:
+        """The evaluations counted so far: ``ctx``'s record (a resumed one's), its missing keys filled in."""
+        return {**self._no_record, **(getattr(ctx, RECORD_FIELD, None) or {})}
+
     def track_evaluation(self, ctx: OnlineRLContext) -> None:
         """Count the evaluation in ``ctx`` (once) into the best return and the number of evaluations: after each
-        iteration, and from a stage that is about to replace it (``middleware.evaluator.final_evaluation``)."""
-        if ctx.eval_output is None or ctx.last_eval_iter == self._seen_eval_iter:
+        iteration, and from a stage that is about to replace it (``middleware.evaluator.final_evaluation``).
+        Under DDP the record then reaches the other ranks with the evaluation: they count nothing themselves."""
+        record = self._record(ctx)
+        if ctx.eval_output is None or ctx.last_eval_iter == record["eval_iter"]:
             return
-        self._seen_eval_iter = ctx.last_eval_iter
-        self._evals += 1
-        self._best = max(self._best, ctx.eval_value)
-        setattr(ctx, RECORD_FIELD, {"evaluations": self._evals, "eval_iter": ctx.last_eval_iter,
-                                    "best_eval_return": self._best})
+        setattr(ctx, RECORD_FIELD, {"evaluations": int(record["evaluations"]) + 1, "eval_iter": ctx.last_eval_iter,
+                                    "best_eval_return": max(float(record["best_eval_return"]), ctx.eval_value)})
 
     def on_finish(self, ctx: OnlineRLContext) -> None:
         self._adopt(ctx)  # a run that ended before its first iteration: what it resumed from
@@ -176,17 +179,19 @@ class RunSummary:
         wall = self.clock.wall_time_s()
         setattr(ctx, WALL_TIME_FIELD, wall)  # the final checkpoint, written after this, carries it
         reason = ctx.stop_reason or (StopReason.FINISHED if ctx.finish else StopReason.MAX_STEP)
+        record = self._record(ctx)
+        best = float(record["best_eval_return"])
         self.result = {
             "stop_reason": str(reason),
             "eval_return": ctx.eval_value if ctx.eval_output is not None else None,
-            "best_eval_return": self._best if math.isfinite(self._best) else None,
+            "best_eval_return": best if math.isfinite(best) else None,
             "env_step": ctx.env_step,
             "env_episode": ctx.env_episode,
             "train_iter": ctx.train_iter,
             "wall_time_s": wall,
             "elapsed_s": self.clock.elapsed_s(),
             "time_to_stop_value_s": wall if reason == StopReason.STOP_VALUE else None,
-            "evaluations": self._evals,
+            "evaluations": int(record["evaluations"]),
         }
         agent_means = (ctx.eval_output or {}).get("agent_means")
         if agent_means is not None:  # several agents per env: the last evaluation's return of each

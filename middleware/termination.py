@@ -6,7 +6,18 @@ from typing import Callable, Optional
 from engine.context import OnlineRLContext, StopReason
 from engine.distributed import get_world_size
 
-__all__ = ["termination_checker"]
+__all__ = ["termination_checker", "global_env_step"]
+
+
+def global_env_step(ctx: OnlineRLContext, world_size: int) -> int:
+    """``ctx.env_step`` as the ranks will agree on it at the end of the current iteration.
+
+    Under DDP ``ctx.env_step`` holds, until the ddp middleware sums the ranks' counts at the end of the
+    iteration, the global count before it plus this rank's own collection. Every rank collects as much per
+    iteration (``ctx.collect_stats``), so the global count after the iteration is this one plus the other
+    ranks' equal share. In one process, or before the iteration's collection, it is ``ctx.env_step``."""
+    stats = getattr(ctx, "collect_stats", None) if world_size > 1 else None
+    return ctx.env_step + ((world_size - 1) * stats.get("env_steps", 0) if stats else 0)
 
 
 def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Optional[int] = None,
@@ -18,16 +29,15 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
 
     Under DDP ``ctx.env_step`` holds, until the ddp middleware sums the ranks' counts at the end of the
     iteration, the global count before it plus this rank's own collection: the budget would be seen an
-    iteration late, and every rank would collect once more. Every rank collects as much per iteration
-    (``ctx.collect_stats``), so the global count after the iteration is this one plus the other ranks' equal
-    share; the run stops in the iteration that reaches the budget, overshooting it by less than the ranks'
-    share of one iteration."""
+    iteration late, and every rank would collect once more. The budget is checked against the count the
+    ranks will agree on (``global_env_step``): the run stops in the iteration that reaches the budget,
+    overshooting it by less than the ranks' share of one iteration."""
     for name, value in (("max_env_step", max_env_step), ("max_train_iter", max_train_iter)):
         if value is not None and (not isinstance(value, int) or value < 0):
             raise ValueError(f"{name} must be a non-negative int or None, got {value!r}")
     if not isinstance(patience, int) or patience < 0:
         raise ValueError(f"policy.eval.evaluator.patience must be a non-negative int (0: off), got {patience!r}")
-    others = get_world_size() - 1
+    world_size = get_world_size()
     plateau = {"best": float("-inf"), "since": 0, "seen": None}
 
     def _no_better_evaluation(ctx: OnlineRLContext) -> bool:
@@ -46,9 +56,7 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
         return plateau["since"] >= patience
 
     def _termination_checker(ctx: OnlineRLContext) -> None:
-        stats = getattr(ctx, "collect_stats", None) if others else None
-        env_step = ctx.env_step + (others * stats.get("env_steps", 0) if stats else 0)
-        if max_env_step is not None and env_step >= max_env_step:
+        if max_env_step is not None and global_env_step(ctx, world_size) >= max_env_step:
             ctx.finish = True
             ctx.stop_reason = ctx.stop_reason or StopReason.MAX_ENV_STEP
         if max_train_iter is not None and ctx.train_iter >= max_train_iter:

@@ -110,6 +110,59 @@ def counters_and_stop(out_dir):
                                "stop_reason": ctx.stop_reason, "seen": seen})
 
 
+class ConstantPolicy:
+    """An eval policy that always acts 0."""
+
+    def forward(self, obs, **kwargs):
+        return {"action": torch.zeros(len(obs), dtype=torch.long)}
+
+
+def final_evaluation_run(out_dir):
+    """The standard head and tail around a toy middle: each rank collects 8 env steps and makes one update per
+    iteration, the budget (48) ends the third iteration; rank 0 evaluates (scores 1, 10) at the start of the
+    second and third, and its final evaluation (score 5) the last weights. Dumps every rank's summary and
+    its view of the last evaluation."""
+    import middleware.evaluator as evaluator_module
+    from data.envs import make_vector_env
+    from engine.registry import ENV_REGISTRY
+    from middleware import InteractionEvaluator, RunSummary, termination_checker
+    from middleware.ddp import DDPMiddleware
+
+    scores = iter([1.0, 10.0, 5.0])
+    evaluator_module.evaluate_episodes = lambda *args, **kwargs: {"returns": [next(scores)], "lengths": [1]}
+    rank = get_rank()
+
+    def collector(ctx):
+        ctx.env_step += 8
+        ctx.collect_stats = {"samples": 8, "env_steps": 8, "episodes": 0, "duration": 0.0}
+
+    def learner(ctx):
+        ctx.train_iter += 1
+
+    env_type = ENV_REGISTRY.get("cartpole")  # never stepped: the evaluations' returns are scripted
+    env = make_vector_env(env_type, env_type.default_config(), 1, seed=0)
+    summary = RunSummary(out_dir, write=False)
+    task = Task()
+    try:
+        with task.start(ctx=OnlineRLContext()):
+            task.use(DDPMiddleware(ToyLearn()))
+            task.use(summary)
+            evaluator = InteractionEvaluator(ConstantPolicy(), env, eval_freq=1, n_episode=1)
+            if rank == 0:
+                task.use(evaluator)
+            task.use(collector)
+            task.use(learner)
+            task.use(termination_checker(max_env_step=48))
+            if rank == 0:
+                task.use(evaluator_module.final_evaluation(evaluator, seen=summary.track_evaluation))
+            task.run(max_step=10)
+            output = task.ctx.eval_output
+    finally:
+        env.close()
+    _dump(out_dir, "final", {"summary": summary.result, "eval_env_step": output["env_step"],
+                             "eval_train_iter": output["train_iter"], "eval_return": output["mean"]})
+
+
 def first_observations(out_dir):
     """The first observations of this rank's collector envs, seeded as serial_pipeline seeds them."""
     from pipelines.assembly import rank_seed

@@ -111,6 +111,18 @@ def test_ckpt_saver_best_periodic_and_final(tmp_path):
     assert latest["ctx"]["train_iter"] == 4 and latest["policy"]["w"].tolist() == [4.0, 4.0]
 
 
+def test_a_best_written_as_its_evaluation_is_published_holds_the_env_step_it_is_labelled_with(tmp_path):
+    """Under DDP the final evaluation runs after the iteration's collection: rank 0's ctx.env_step (40) is its
+    own share so far, the evaluation is labelled with the count the ranks agree on (48), which best holds."""
+    saver = CkptSaver(Model(), str(tmp_path))
+    ctx = OnlineRLContext(env_step=40, train_iter=3)
+    ctx.eval_value, ctx.last_eval_iter = 5.0, 3
+    ctx.eval_output = {"mean": 5.0, "train_iter": 3, "env_step": 48}
+    saver.on_evaluation(ctx)
+    best = load_checkpoint(str(tmp_path / "best.pth.tar"))["ctx"]
+    assert (best["env_step"], best["train_iter"], ctx.env_step) == (48, 3, 40)
+
+
 def test_ckpt_saver_error_keeps_last_good_checkpoint(tmp_path):
     model = Model()
     saver = CkptSaver(model, str(tmp_path), train_freq=1)
