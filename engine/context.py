@@ -178,8 +178,9 @@ class OnlineRLContext(Context):
     ``eval_value`` (latest evaluation return; ``last_eval_value`` holds the same, DI-engine's name),
     ``eval_output`` (latest evaluation details: returns, lengths; the evaluation fields are rank 0's under
     DDP), ``evaluation_record`` (the run summary's count of the evaluations and their best return,
-    ``middleware.summary``; rank 0's under DDP, so every rank reports the same), ``learn_gate`` (None in one process; under DDP the learner's readiness that all ranks agreed on
-    at the end of the previous iteration, and during an iteration this rank's vote for the next).
+    ``middleware.summary``; rank 0's under DDP, so every rank reports the same), ``learn_gate`` (None in one
+    process; under DDP the learner's readiness that all ranks agreed on at the end of the previous iteration,
+    and during an iteration this rank's vote for the next).
 
     Per-step: ``trajectories`` (this iteration's transitions as one batch, ``data.batch``), ``episodes``
     (whole episodes collected this iteration), ``train_data`` (the batch the learner used),
