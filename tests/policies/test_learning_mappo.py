@@ -31,7 +31,7 @@ def test_mappo_spreads_the_agents_far_beyond_chance_on_simple_spread(tmp_path):
 @pytest.mark.timeout(600)
 def test_mappo_with_box_actions_moves_the_agents_towards_the_landmarks(tmp_path):
     """mpe2's continuous actions (a force in [0, 1] each way): the untrained mean action scores about -24 per
-    agent; seed 0 passes -21.5 by about 20k env steps (BENCHMARKS.md, "Several agents": -13.4 at 1M)."""
+    agent; seed 0 passes -21.5 by about 20k env steps (BENCHMARKS.md, "MAPPO with Box actions": -13.4 at 1M)."""
     main, create = copy.deepcopy(config.main_config), copy.deepcopy(config.create_config)
     main.env.stop_value = -21.5
     main.env.env_kwargs = dict(continuous_actions=True)
