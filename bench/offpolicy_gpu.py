@@ -77,7 +77,7 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, ca
     eval_return = summary.get("eval_return")
     return dict(env_steps_per_s=(learning["end_env_step"] - learning["env_step"]) / max(span, 1e-9),
                 updates_per_s=(learning["end_train_iter"] - learning["train_iter"]) / max(span, 1e-9),
-                settle_s=learning["t"] - learning["first"],
+                settle_s=learning["t"] - learning["first"], span_s=span,
                 eval_return=float("nan") if eval_return is None else float(eval_return),
                 env_step=float(learning["end_env_step"]))
 
@@ -102,7 +102,8 @@ def main() -> None:
                                                                 args.random_steps))
             rows.append(row)
             print(f"{algo} {mode}: {row['env_steps_per_s']:.0f} env steps/s, {row['updates_per_s']:.0f} updates/s "
-                  f"from update {SETTLED_ITER} on ({row['settle_s']:.1f} s to get there from the first); "
+                  f"over {row.get('span_s', 0.0):.1f} s from update {SETTLED_ITER} on ({row['settle_s']:.1f} s to get "
+                  f"there from the first); "
                   f"{row['env_step']:.0f} env steps in all",
                   flush=True)
     for algo in args.algos.split(","):

@@ -136,5 +136,5 @@ class PaddedAgents:
 
     def _refusal(self, agent: str, obs: gym.Space, action: gym.Space) -> str:
         return (f"env {self._name()}: agent {agent} observes {obs} and acts in {action}; padding joins agents that "
-                f"observe a flat Box and act in a Discrete space (baton's multi-agent algorithms take those): other "
-                f"spaces need a wrapper of your env that flattens them")
+                f"observe a flat Box and act in a Discrete space: other spaces need a wrapper of your env that "
+                f"flattens them (agents with Box actions train on one Box that every agent shares)")

@@ -73,7 +73,8 @@ def _shared_space(spaces: Mapping[str, gym.Space], what: str, env_name: str) -> 
                               f"are batched along one axis and share one network, so they need equal spaces. For "
                               f"flat Box observations and Discrete actions set env.pad_agents=true (each agent's "
                               f"observation zero-padded to the largest, its actions masked to its own; "
-                              f"data.agent_padding); otherwise train each group of agents apart")
+                              f"data.agent_padding; Box actions are not padded); otherwise train each group of agents "
+                              f"apart")
     return groups[0][0]
 
 

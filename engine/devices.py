@@ -20,8 +20,8 @@ from typing import Any, Optional
 from .host import host_available_bytes
 from .slurm import slurm_layout
 
-__all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device", "to_device_async",
-           "DeviceError", "size_torch_threads", "usable_cores", "free_memory"]
+__all__ = ["BACKENDS", "visible_gpu_count", "local_world_size", "resolve_backend", "rank_device", "parse_device",
+           "to_device_async", "DeviceError", "size_torch_threads", "usable_cores", "free_memory"]
 
 logger = logging.getLogger(__name__)
 

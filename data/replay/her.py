@@ -72,7 +72,7 @@ def goal_functions(env: gym.Env, her: HerParams) -> Tuple[GoalFunction, Optional
         engine.config.ConfigError: the observation is not a dict with both goal keys, or the env has no
             ``compute_reward``; each names what is missing and the fix.
     """
-    if not isinstance(env, gym.Env):  # a PettingZoo env: several agents, spaces per agent
+    if hasattr(env, "possible_agents"):  # a PettingZoo env: several agents, spaces per agent
         raise ConfigError(f"policy.other.replay_buffer.her relabels the goals of a goal-conditioned gymnasium env "
                           f"(one agent); {type(env).__name__} is not one (several agents per env train without it): "
                           f"set her.strategy='none'")

@@ -20,8 +20,9 @@ matter of seconds). Each teacher is trained once per call, in a temporary direct
 the datasets are all the script leaves. ``--work DIR`` keeps the teachers' runs in
 ``DIR/<name>_teacher_seed<seed>`` instead (checkpoints, logs), and a later call with the same ``--work`` and
 ``--seed`` reuses a teacher whose run there reached its stop value (a run that stopped short, killed or out of
-budget, is trained again; its directory is moved aside, not deleted). Each dataset is recorded with ``baton record``'s code (``commands.record``), and an existing dataset
-is left as it is (``--overwrite`` to record it again). The root is ``--root``, else
+budget, is trained again; its directory is moved aside, not deleted). Each dataset is recorded with ``baton
+record``'s code (``commands.record``), and an existing dataset is left as it is (``--overwrite`` to record it
+again). The root is ``--root``, else
 ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``. Each step's figures (training time, dataset returns)
 are printed.
 """
@@ -36,6 +37,7 @@ import time
 from typing import Any, Dict, Optional
 
 from data.offline import DatasetNotFoundError, dataset_root, open_dataset
+from engine.context import StopReason
 
 DATASETS = {
     # name: (teacher, episodes, eps, envs recording side by side)
@@ -76,7 +78,6 @@ def teacher_run_dir(teacher: str, work: str, seed: int) -> str:
 def finished_teacher(exp: str) -> bool:
     """Whether the run in ``exp`` reached its stop value: its ``summary.json`` says so and its best checkpoint
     is there. A run killed or stopped by its budget has a best checkpoint too, of a teacher short of the bar."""
-    from engine.context import StopReason
     from middleware.summary import SUMMARY_FILE
 
     try:
@@ -112,6 +113,10 @@ def train_teacher(teacher: str, work: str, seed: int) -> str:
     print(f"trained the {teacher} teacher in {time.perf_counter() - start:.1f} s: best evaluation "
           f"{summary['best_eval_return']:.1f}, {summary['env_step']} env steps, {summary['train_iter']} updates",
           flush=True)
+    if summary["stop_reason"] != StopReason.STOP_VALUE:
+        print(f"warning: the {teacher} teacher stopped at {summary['stop_reason']} short of its stop value "
+              f"{changes.get('env.stop_value')}: its datasets are recorded from its best checkpoint, and a later "
+              f"call with this --work trains it again", flush=True)
     return ckpt
 
 

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Mapping
@@ -88,8 +90,21 @@ class PettingZooEnvType(GymEnvType):
         return task
 
     def _names_a_module(self, env_id: str) -> bool:
-        """Whether ``env_id`` has the shape of a module path, dotted or one name (no gymnasium id, nothing to run)."""
-        return all(part.isidentifier() for part in env_id.split("."))
+        """Whether ``env_id`` has the shape of a module path (no gymnasium id, nothing to run): dotted, or one name
+        of a module outside the standard library that exists (a word given to ``--env`` imports nothing else:
+        Python's ``this`` or ``antigravity`` would run as they are imported)."""
+        if not all(part.isidentifier() for part in env_id.split(".")):
+            return False
+        if "." in env_id:
+            return True
+        if env_id in sys.stdlib_module_names:
+            return False
+        if env_id in sys.modules:
+            return True
+        try:
+            return importlib.util.find_spec(env_id) is not None
+        except (ImportError, ValueError):
+            return False
 
     def has_task(self, env_id: str) -> bool:
         """Whether ``env_id`` names a module that makes a PettingZoo env (``baton train --algo mappo --env
@@ -141,6 +156,11 @@ class PettingZooEnvType(GymEnvType):
         return kwargs
 
     @staticmethod
+    def _given(settings: Any) -> str:
+        """What the user gave the env, to begin an error about making it: ``env.env_kwargs`` where set."""
+        return f"env.env_kwargs={dict(settings.env_kwargs)}: " if settings.env_kwargs else ""
+
+    @staticmethod
     def _arguments(module: Any, factory: Any) -> str:
         """The arguments the env's class takes (PettingZoo's ``raw_env``, which ``parallel_env`` passes them to)."""
         target = getattr(module, "raw_env", None) or factory
@@ -178,11 +198,11 @@ class PettingZooEnvType(GymEnvType):
         except TypeError as err:
             if "max_cycles" in kwargs and "max_cycles" in str(err):
                 raise ConfigError(self._no_max_cycles(task)) from err
-            raise ConfigError(f"env.env_kwargs={dict(settings.env_kwargs)}: {task} refused its arguments ({err}); "
-                              f"it takes {self._arguments(module, factory)}") from err
+            raise ConfigError(f"{self._given(settings)}{task} refused its arguments ({err}); it takes "
+                              f"{self._arguments(module, factory)}") from err
         except Exception as err:  # noqa: BLE001 - the env's own check of a value (mpe2's N=0): named, one line
-            raise ConfigError(f"env.env_kwargs={dict(settings.env_kwargs)}: making {task} failed with "
-                              f"{type(err).__name__}: {err}; it takes {self._arguments(module, factory)}") from err
+            raise ConfigError(f"{self._given(settings)}making {task} failed with {type(err).__name__}: {err}; it "
+                              f"takes {self._arguments(module, factory)}") from err
         env = as_parallel(env, task)
         return PaddedAgents(env) if settings.pad_agents else env
 

@@ -16,8 +16,8 @@ import torch
 import data.replay.device as placement
 from data.replay import (FrameStackStorage, PrioritizedReplayParams, PrioritizedSampler, ReplayBuffer,
                          ReplayBufferParams, RingStorage, UniformSampler)
-from data.replay.device import (DeferredCheck, DeferredReadout, PinnedStaging, ReplayMemoryError, ensure_fits, free_bytes,
-                                resolve_replay_device)
+from data.replay.device import (DeferredCheck, DeferredReadout, PinnedStaging, ReplayMemoryError, ensure_fits,
+                                free_bytes, resolve_replay_device)
 from data.replay.reshard import load_shards
 from data.replay.sumtree import DeviceSumTree, SumTree
 from engine.devices import DeviceError

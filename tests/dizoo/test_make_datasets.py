@@ -35,7 +35,7 @@ def test_a_kept_teacher_is_reused_only_for_its_seed_and_once_it_reached_its_stop
         reason = "max_env_step" if len(trained) == 1 else "stop_value"  # the first run falls short
         with open(os.path.join(exp_name, "summary.json"), "w") as f:
             json.dump({"stop_reason": reason}, f)
-        return {"best_eval_return": 0.0, "env_step": 1, "train_iter": 1}
+        return {"best_eval_return": 0.0, "env_step": 1, "train_iter": 1, "stop_reason": reason}
 
     import pipelines
     monkeypatch.setattr(pipelines, "serial_pipeline", serial_pipeline)

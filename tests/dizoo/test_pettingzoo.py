@@ -216,3 +216,15 @@ def test_hindsight_replay_on_a_multi_agent_env_is_refused_by_name():
     with pytest.raises(ConfigError, match=r"her relabels the goals of a goal-conditioned gymnasium env \(one agent\); "
                                           r".* set her.strategy='none'"):
         build_pipeline((main, create), max_env_step=64)
+
+
+def test_a_word_given_to_env_imports_no_module_of_the_standard_library():
+    """``has_task`` imports the module an id names: a word of the standard library's (``this`` prints, and
+    ``antigravity`` opens a browser, as they are imported) is never taken for one."""
+    import sys
+
+    from dizoo.pettingzoo.envs import PETTINGZOO
+
+    for word in ("this", "antigravity", "no_such_module_xyz"):
+        assert not PETTINGZOO.has_task(word), word
+        assert word not in sys.modules, word  # not imported to find out
