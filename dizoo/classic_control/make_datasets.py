@@ -78,10 +78,8 @@ def teacher_run_dir(teacher: str, work: str, seed: int) -> str:
 def finished_teacher(exp: str) -> bool:
     """Whether the run in ``exp`` reached its stop value: its ``summary.json`` says so and its best checkpoint
     is there. A run killed or stopped by its budget has a best checkpoint too, of a teacher short of the bar."""
-    from middleware.summary import SUMMARY_FILE
-
     try:
-        with open(os.path.join(exp, SUMMARY_FILE)) as f:
+        with open(os.path.join(exp, "summary.json")) as f:  # the run's summary (middleware.summary)
             reason = json.load(f).get("stop_reason")
     except (OSError, ValueError):
         return False
