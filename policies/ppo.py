@@ -49,7 +49,7 @@ from engine.registry import POLICY_REGISTRY
 
 from data.obs import Obs, first_leaf
 
-from .accel import hot_path
+from .accel import hot_path, warn_once
 from .advantages import mean_shares, normalise_advantages, weighted_mean
 from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OnlineEvalParams, PolicyParams
@@ -184,6 +184,9 @@ class PPOPolicy(Policy):
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         params = self.params
+        if params.other:  # a DI-engine config's replay or exploration settings, or HER's: none of it applies
+            warn_once("policy.other holds %s, which %s does not read (it has no replay buffer and no exploration "
+                      "schedule): these settings change nothing; remove them", sorted(params.other), self.algo)
         model_obs, action_dim = self._model_input(cfg["model"], observation_space, action_space)
         self.model = self.placement.build(lambda: self._make_model(model_obs, action_dim))
         learn = params.learn

@@ -164,3 +164,20 @@ def test_the_linear_schedule_anneals_to_zero_at_the_budget_and_reports_its_rate(
     policy.anneal_learning_rate(0.5)
     assert policy.learn_mode.forward(_batch(False))["learning_rate"] == pytest.approx(5e-4)
     assert not _policy(PPOPolicy, gym.spaces.Discrete(3)).anneals_learning_rate
+
+
+def test_settings_under_policy_other_that_ppo_does_not_read_are_warned_of(monkeypatch, caplog):
+    """``policy.other`` is free-form for the on-policy algorithms (DI-engine configs keep a replay buffer and an
+    epsilon there): whatever it holds changes nothing, and the run says so once."""
+    import logging
+
+    import policies.accel
+
+    monkeypatch.setattr(policies.accel, "_WARNED", set())
+    cfg = EasyDict(deep_merge(PPOPolicy.default_config(), dict(other=dict(replay_buffer=dict(her=dict(k=4))))))
+    with caplog.at_level(logging.WARNING, logger="policies.accel"):
+        PPOPolicy(cfg, OBS, gym.spaces.Discrete(2))
+        PPOPolicy(EasyDict(PPOPolicy.default_config()), OBS, gym.spaces.Discrete(2))  # nothing there: no warning
+    assert [r.getMessage() for r in caplog.records] == [
+        "policy.other holds ['replay_buffer'], which PPO does not read (it has no replay buffer and no exploration "
+        "schedule): these settings change nothing; remove them"]
