@@ -15,7 +15,7 @@ from engine.config_rules import ValueRules, lookup
 from engine.host import gib, host_memory_bytes
 from engine.params import Params, param, section
 
-from .accel import accel_modes
+from .accel import accel_modes, warn_once
 from .placement import DeviceParams
 
 __all__ = ["PolicyParams", "OffPolicyParams", "CollectParams", "EvaluatorParams", "OnlineEvaluatorParams", "OfflineEvalParams", "OnlineEvalParams",
@@ -234,3 +234,12 @@ def refuse_recurrent_keys(policy_cls: type, policy_type: str, user_policy: Mappi
                               f"recurrent ({why}): for recurrent PPO set policy.type='ppo_lstm' (baton train --algo "
                               f"ppo_lstm), for several agents' recurrent Q networks qmix, vdn or iql with "
                               f"policy.model.recurrent=true, or remove policy.{path}")
+
+
+def warn_unread_other(other: Mapping[str, Any], algo: str) -> None:
+    """Warn once where a policy that reads nothing under ``policy.other`` (the on-policy ones, whose section is
+    free-form so that DI-engine configs load) is given settings there: a replay buffer, an exploration schedule
+    or hindsight goals would change nothing."""
+    if other:
+        warn_once("policy.other holds %s, which %s does not read (it has no replay buffer and no exploration "
+                  "schedule): these settings change nothing; remove them", sorted(other), algo)

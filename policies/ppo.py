@@ -49,10 +49,10 @@ from engine.registry import POLICY_REGISTRY
 
 from data.obs import Obs, first_leaf
 
-from .accel import hot_path, warn_once
+from .accel import hot_path
 from .advantages import mean_shares, normalise_advantages, weighted_mean
 from .base import Policy, resolve_shape, space_dims
-from .defaults import CollectParams, OnlineEvalParams, PolicyParams
+from .defaults import CollectParams, OnlineEvalParams, PolicyParams, warn_unread_other
 from .greedy import ActorOut, GreedyActor
 from .lr_schedules import LR_SCHEDULES, adaptive_lr, linear_lr
 from .masks import action_mask, masked_argmax, masked_logits, observation_has_mask
@@ -165,8 +165,7 @@ class PPOParams(PolicyParams):
     eval: OnlineEvalParams = section(OnlineEvalParams)
     """How often the policy is evaluated, and when a run stops for want of progress."""
     other: Dict[str, Any] = param({})
-    """Free-form; PPO keeps nothing here (it has no replay buffer and no exploration schedule, what DI-engine
-    configs keep under ``other``): declared so that DI-engine-style configs with an ``other`` section load."""
+    """Free-form and unread (DI-engine configs keep a replay and exploration here): such configs load, warned."""
 
 
 @POLICY_REGISTRY.register("ppo")
@@ -184,9 +183,7 @@ class PPOPolicy(Policy):
                  device: Optional[str | torch.device] = None) -> None:
         super().__init__(cfg, observation_space, action_space, device)
         params = self.params
-        if params.other:  # a DI-engine config's replay or exploration settings, or HER's: none of it applies
-            warn_once("policy.other holds %s, which %s does not read (it has no replay buffer and no exploration "
-                      "schedule): these settings change nothing; remove them", sorted(params.other), self.algo)
+        warn_unread_other(params.other, self.algo)
         model_obs, action_dim = self._model_input(cfg["model"], observation_space, action_space)
         self.model = self.placement.build(lambda: self._make_model(model_obs, action_dim))
         learn = params.learn
