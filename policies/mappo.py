@@ -16,8 +16,10 @@ Both share the actor (and the critic) over agents, with the agent's index one-ho
 
 The agents' actions are ``Discrete`` (a categorical over the actor's logits, masked where the env gives a mask), or
 a flat ``Box`` each (mpe2's ``continuous_actions=True``, SISL's Multiwalker): a Gaussian whose mean is the actor's
-output and whose log standard deviation is one learned vector shared by the agents (PPO's, ``policy.model.
-init_log_std``), the sample clipped to the agent's bounds for the env and learned from as drawn (``raw_action``).
+output added to the middle of the bounds (so that an untrained actor's draws are spread over them, not half
+clipped at a bound) and whose log standard deviation is one learned vector shared by the agents (PPO's,
+``policy.model.init_log_std``), the sample clipped to the agent's bounds for the env and learned from as drawn
+(``raw_action``).
 """
 from __future__ import annotations
 
@@ -87,7 +89,7 @@ class AgentsActorCritic(nn.Module):
     def __init__(self, obs_dim: int, state_dim: Optional[int], num_agents: int, action_dim: int,
                  actor_hidden: List[int], critic_hidden: List[int], agent_id: bool = True,
                  feature_norm: bool = False, activation: str = "tanh", continuous: bool = False,
-                 init_log_std: float = 0.0) -> None:
+                 init_log_std: float = 0.0, action_center: Optional[torch.Tensor] = None) -> None:
         super().__init__()
         self.num_agents, self.agent_id, self.centralised = num_agents, agent_id, state_dim is not None
         self.continuous = continuous
@@ -104,6 +106,9 @@ class AgentsActorCritic(nn.Module):
         self.critic_head = _orthogonal(OutputLinear(critic_hidden[-1] if critic_hidden else critic_in, 1), 1.0)
         if continuous:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+            # the mean starts at the middle of the bounds (mpe2's [0, 1]: 0.5, not 0, where half the draws clip)
+            center = torch.zeros(action_dim) if action_center is None else torch.as_tensor(action_center).float()
+            self.register_buffer("action_center", center)
 
     def _with_ids(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` ``[..., N, F]`` with each agent's one-hot index appended (``agent_id``)."""
@@ -112,7 +117,8 @@ class AgentsActorCritic(nn.Module):
     def actor_out(self, obs: Any) -> torch.Tensor:
         """The logits ``[..., N, A]``, or the Gaussian's mean (``continuous``): the actor's output alone, for a
         module that only acts (``policies.greedy``)."""
-        return self.actor_head(self.actor(self._with_ids(obs[OBS_KEY].float()))).float()
+        out = self.actor_head(self.actor(self._with_ids(obs[OBS_KEY].float()))).float()
+        return out + self.action_center if self.continuous else out
 
     def value(self, obs: Any) -> torch.Tensor:
         """Each agent's value ``[..., N]``."""
@@ -151,10 +157,21 @@ class MAPPOPolicy(PPOPolicy):
                           *(("its critic reads", "use policy 'ippo', whose critic reads each agent's observation")
                             if self.centralised else ()), continuous=True)
         self.continuous, self._structured, self._image = rows.continuous, True, False
+        self._center = self._action_center(action_space) if rows.continuous else None
         self._masked = rows.masked
         self._num_agents, self._obs_dim = rows.num_agents, rows.obs_dim
         self._state_dim = rows.state_dim if self.centralised else None
         return observation_space, rows.action_dim
+
+    @staticmethod
+    def _action_center(action_space: gym.Space) -> Optional[torch.Tensor]:
+        """Box actions: the middle of an agent's bounds, where the Gaussian's mean starts (the agents share one
+        space); 0 where a bound is infinite. None for discrete actions."""
+        if not isinstance(action_space, gym.spaces.Box):
+            return None
+        center = (torch.as_tensor(action_space.low[0], dtype=torch.float64)
+                  + torch.as_tensor(action_space.high[0], dtype=torch.float64)) / 2
+        return torch.where(torch.isfinite(center), center, torch.zeros_like(center)).float()
 
     def _loss_weight(self, inputs: tuple) -> torch.Tensor:
         """The agents that acted (``alive`` 1): one that left its row's episode early is in the batch, with its
@@ -166,7 +183,7 @@ class MAPPOPolicy(PPOPolicy):
         return AgentsActorCritic(self._obs_dim, self._state_dim, self._num_agents, action_dim,
                                  model.actor_head_hidden_size_list, model.critic_head_hidden_size_list,
                                  model.agent_id, model.feature_norm, model.activation, self.continuous,
-                                 model.init_log_std)
+                                 model.init_log_std, self._center)
 
 
 @POLICY_REGISTRY.register("ippo")

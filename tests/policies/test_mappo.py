@@ -147,5 +147,6 @@ def test_box_actions_act_from_a_shared_gaussian_within_the_bounds_and_resume(tmp
     assert greedy.shape == (64, 3, 2) and (greedy >= 0).all() and (greedy <= 1).all()
     (mean, log_std), _ = policy.model(obs)
     torch.testing.assert_close(log_std, torch.full_like(mean, 0.5))  # one vector shared by the agents
+    assert (mean - 0.5).abs().max() < 0.1  # untrained, the mean sits at the middle of the bounds [0, 1]
     with pytest.raises(SpaceMismatchError, match="a flat Box action space each \\(3 agents"):
         cls(dict(cls.default_config(), type=algo), rows, gym.spaces.Box(0.0, 1.0, (3, 2, 2), np.float32))
