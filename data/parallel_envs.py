@@ -35,7 +35,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-__all__ = ["ParallelEnvBatch", "AgentSpaceError", "EnvModuleError", "env_seeds", "OBS_KEY", "ALIVE_KEY", "STATE_KEY", "MASK_KEY"]
+__all__ = ["ParallelEnvBatch", "AgentSpaceError", "EnvModuleError", "env_seeds", "is_agent_rows", "OBS_KEY", "ALIVE_KEY",
+           "STATE_KEY", "MASK_KEY"]
 
 #: the keys of a row's observation
 OBS_KEY, ALIVE_KEY, STATE_KEY, MASK_KEY = "obs", "alive", "state", "action_mask"
@@ -76,6 +77,12 @@ def _shared_space(spaces: Mapping[str, gym.Space], what: str, env_name: str) -> 
                               f"data.agent_padding; Box actions are not padded); otherwise train each group of agents "
                               f"apart")
     return groups[0][0]
+
+
+def is_agent_rows(space: gym.Space) -> bool:
+    """Whether ``space`` is a row of several agents (``ParallelEnvBatch``'s ``single_observation_space``): a Dict
+    with the agents' ``obs`` and ``alive``."""
+    return isinstance(space, gym.spaces.Dict) and OBS_KEY in space.spaces and ALIVE_KEY in space.spaces
 
 
 def _keys_of(value: Any) -> str:

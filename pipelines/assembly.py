@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from data.envs import make_vector_env
-from data.parallel_envs import ALIVE_KEY, OBS_KEY
+from data.parallel_envs import is_agent_rows
 from data.replay import ReplayBuffer
 from engine.config import ConfigError, RunParams, compile_config, save_config
 from engine.context import Context
@@ -268,7 +268,7 @@ def _build_policy(policy_cls: type, cfg: Any, observation_space: gym.Space, acti
     the env, a config value it refuses is a ``ConfigError``."""
     device = ddp_ctx.device if ddp_ctx.device != "cpu" else None
     env = stages.env_params(cfg)
-    if _agent_rows(observation_space) and not getattr(policy_cls, "multi_agent", False):
+    if is_agent_rows(observation_space) and not getattr(policy_cls, "multi_agent", False):
         raise SpaceMismatchError(f"env {env.env_id!r} (type {env.type!r}) has several agents in each env, which "
                                  f"policy {cfg.policy.type!r} does not train (it trains one agent per env): use an "
                                  f"algorithm for several agents (baton train --list-algos, the 'agents' column)")
@@ -278,11 +278,6 @@ def _build_policy(policy_cls: type, cfg: Any, observation_space: gym.Space, acti
         raise SpaceMismatchError(f"env {env.env_id!r} (type {env.type!r}): {err}") from err
     except ValueError as err:  # a value of its config the policy refuses: the user's to fix
         raise ConfigError(f"policy {cfg.policy.type!r}: {err}") from err
-
-
-def _agent_rows(space: gym.Space) -> bool:
-    """Whether ``space`` is the observation of several agents per env row (``data.parallel_envs``)."""
-    return isinstance(space, gym.spaces.Dict) and OBS_KEY in space.spaces and ALIVE_KEY in space.spaces
 
 
 def _run_dir(cfg: Mapping[str, Any], explicit: bool, resume: Union[bool, str], force: bool, main: bool,

@@ -7,7 +7,7 @@ from typing import NamedTuple, Optional
 import gymnasium as gym
 import torch
 
-from data.parallel_envs import ALIVE_KEY, MASK_KEY, OBS_KEY, STATE_KEY
+from data.parallel_envs import ALIVE_KEY, MASK_KEY, OBS_KEY, STATE_KEY, is_agent_rows
 
 from .spaces import SpaceMismatchError
 
@@ -33,11 +33,11 @@ def agent_rows(observation_space: gym.Space, action_space: gym.Space, name: str,
     row, agents without one shared ``Discrete`` action space (or, where ``continuous``, a flat ``Box`` too),
     observations that are not flat per agent, or (where ``state_reader`` names what reads the global state) an env
     without ``state()``, with ``instead`` the advice."""
-    spaces = getattr(observation_space, "spaces", None) or {}
-    if not isinstance(observation_space, gym.spaces.Dict) or OBS_KEY not in spaces or ALIVE_KEY not in spaces:
+    if not is_agent_rows(observation_space):
         raise SpaceMismatchError(f"policy {name!r} trains the agents of a multi-agent env (an env type that "
                                  f"batches them, e.g. 'mpe': observations with {OBS_KEY!r} and {ALIVE_KEY!r} "
                                  f"keys), got the observation space {observation_space}")
+    spaces = observation_space.spaces
     if state_reader is not None and STATE_KEY not in spaces:
         raise SpaceMismatchError(f"policy {name!r}: {state_reader} the env's global state, and this env has no "
                                  f"state() (observation keys {sorted(spaces)}); {instead}")
