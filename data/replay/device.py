@@ -214,6 +214,16 @@ def _can_pin(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_available()
 
 
+def _copied_behind_event(value: torch.Tensor, device: torch.device) -> Tuple[torch.Tensor, Any]:
+    """``value`` (on the CUDA ``device``) copied to pinned host memory without waiting, and the event after the
+    copy on the device's stream: the host copy may be read once the event has passed."""
+    host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+    host.copy_(value, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return host, event
+
+
 class DeferredCheck:
     """A condition computed on the device and raised on the host without waiting for the device.
 
@@ -242,11 +252,7 @@ class DeferredCheck:
             return
         self._read(wait=False)
         if _can_pin(self.device):
-            flag = torch.empty((), dtype=torch.bool, pin_memory=True)
-            flag.copy_(bad, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(self.device))
-            self._pending.append((flag, event, message))
+            self._pending.append((*_copied_behind_event(bad, self.device), message))
         else:
             self._pending.append((bad, None, message))
         while len(self._pending) > self.MAX_PENDING:
@@ -303,11 +309,7 @@ class DeferredReadout:
         """``values``: a 1-d tensor on the device, one per name. Returns a dict of floats (module docstring)."""
         if host_path(self.device) or not _can_pin(self.device):
             return dict(zip(names, values.tolist()))
-        host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
-        host.copy_(values, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(self.device))
-        self._pending.append((list(names), host, event))
+        self._pending.append((list(names), *_copied_behind_event(values, self.device)))
         return self._newest()
 
     def _newest(self) -> Dict[str, float]:
