@@ -164,11 +164,9 @@ class MAPPOPolicy(PPOPolicy):
         return observation_space, rows.action_dim
 
     @staticmethod
-    def _action_center(action_space: gym.Space) -> Optional[torch.Tensor]:
-        """Box actions: the middle of an agent's bounds, where the Gaussian's mean starts (the agents share one
-        space); 0 where a bound is infinite. None for discrete actions."""
-        if not isinstance(action_space, gym.spaces.Box):
-            return None
+    def _action_center(action_space: gym.spaces.Box) -> torch.Tensor:
+        """The middle of an agent's bounds (a Box ``[N, A]`` of agents that share one space), where the Gaussian's
+        mean starts; 0 where a bound is infinite."""
         center = (torch.as_tensor(action_space.low[0], dtype=torch.float64)
                   + torch.as_tensor(action_space.high[0], dtype=torch.float64)) / 2
         return torch.where(torch.isfinite(center), center, torch.zeros_like(center)).float()
