@@ -19,6 +19,7 @@ above its counters, trains on to that budget without stopping at the stop value 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -30,6 +31,7 @@ from engine.config import CONFIG_FILE, RunParams
 from engine.context import OnlineRLContext, StopReason
 from engine.distributed import broadcast_object
 from engine.rng import set_rng_state
+from engine.sync import DISTRIBUTED_DEFAULT_KEY
 from middleware.checkpoint import CheckpointError, load_checkpoint, load_newest_checkpoint, load_shard, shard_path
 from middleware.summary import restore_record
 
@@ -94,6 +96,7 @@ def _load_learn_state(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext,
         raise CheckpointError(f"{path} does not fit this config's model ({str(err).splitlines()[0]}): resume with "
                               f"the config that wrote it, or start a new run under another --exp-name") from err
     ctx.load_persistent_state(state["ctx"])
+    _forget_rank_agreements(ctx)
     saved_reason = ctx.stop_reason
     ctx.finish, ctx.stop_reason, ctx.stop_detail = False, None, None  # a resumed run goes on
     best = state.get("best_eval_value", float("-inf"))
@@ -104,6 +107,17 @@ def _load_learn_state(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext,
                 ctx.train_iter, state.get("world_size", 1))
     _stop_if_finished(cfg, ctx, saved_reason, max_env_step, max_train_iter)
     return path, state
+
+
+def _forget_rank_agreements(ctx: OnlineRLContext) -> None:
+    """The fields data-parallel ranks agree on afresh (those declaring a ``distributed_default``: the learner
+    gate) back to their one-process default. A checkpoint of N ranks holds their last agreement (an open
+    gate), which a run of one process would follow instead of its own buffer: resumed without the saved replay,
+    it trained on its first collect (a sequence replay then had nothing whole to sample, and the run failed).
+    Under DDP the ddp middleware sets them to their distributed default before the ranks first agree."""
+    for field in dataclasses.fields(ctx):
+        if DISTRIBUTED_DEFAULT_KEY in field.metadata:
+            setattr(ctx, field.name, field.default)
 
 
 def _stop_if_finished(cfg: Mapping[str, Any], ctx: OnlineRLContext, saved_reason: Optional[str],

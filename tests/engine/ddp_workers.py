@@ -274,6 +274,33 @@ def sharded_replay_run(out_dir, resume=False, max_env_step=256):
                                                        "summary": summary})
 
 
+def learn_gate_run(out_dir, resume=False, max_env_step=256):
+    """CartPole DQN without its replay buffer in the checkpoints (the default), fresh or resumed; each rank dumps,
+    per iteration, whether its learner's buffer was ready and how many updates it made."""
+    from pipelines import build_pipeline
+    from dizoo.classic_control.cartpole.config.cartpole_dqn_config import create_config, main_config
+
+    main = copy.deepcopy(main_config)
+    main.exp_name = os.path.join(out_dir, "exp")
+    main.env.stop_value = 1e9
+    main.env.collector_env_num = 2
+    main.policy.collect.n_sample = 16
+    main.policy.learn.batch_size = 64
+    main.log = dict(progress=False, tensorboard=False, csv=False)
+    pipeline = build_pipeline((main, copy.deepcopy(create_config)), seed=0, max_env_step=max_env_step,
+                              resume=resume)
+    steps = []
+    before = {"train_iter": pipeline.ctx.train_iter}
+
+    def record(ctx):
+        steps.append([bool(ctx.learner_ready), ctx.train_iter - before["train_iter"]])
+        before["train_iter"] = ctx.train_iter
+
+    pipeline.insert_after("learner", record, name="record_gate")
+    summary = pipeline.run()
+    _dump(out_dir, "resumed" if resume else "fresh", {"steps": steps, "summary": summary})
+
+
 def obs_norm_run(out_dir):
     """Observation normalisation under DDP: a RunningObsNorm fed different data per rank, merged; then a tiny
     SAC Pendulum run with ``policy.obs_norm=True`` (a merge every iteration) that writes a checkpoint."""

@@ -97,3 +97,18 @@ def test_one_rank_saved_resumes_on_two_dealt_between_them(tmp_path):
     assert abs(sum(parts[0].values()) - sum(parts[1].values())) <= 1
     ends = [_read(tmp_path, "resumed", r)["summary"] for r in range(2)]
     assert ends[0]["env_step"] == ends[1]["env_step"] >= env_step + 64
+
+
+@pytest.mark.distributed
+def test_two_ranks_resumed_on_one_learn_only_once_the_buffer_is_ready(tmp_path):
+    """The learner gate a DDP run agreed on last is no vote of a one-process run: resumed alone without the
+    saved replay (``ckpt.save_replay_buffer=False``), the learner waits for its own buffer, as a fresh run does
+    (a recurrent QMIX run crashed instead: 'too few complete transitions to sample from yet')."""
+    launch(ddp_workers.learn_gate_run, nprocs=2, args=(str(tmp_path),), timeout=TIMEOUT)
+    fresh = _read(tmp_path, "fresh", 0)
+    assert any(updates for _, updates in fresh["steps"])  # the saved run trained: its gate was open at the end
+    ddp_workers.learn_gate_run(str(tmp_path), resume=True, max_env_step=fresh["summary"]["env_step"] + 256)
+    steps = _read(tmp_path, "resumed", 0)["steps"]
+    assert not steps[0][0]  # one collect of 16: below batch_size 64
+    assert all(updates == 0 for ready, updates in steps if not ready), steps
+    assert any(updates for _, updates in steps)  # and it trains once its buffer is ready
