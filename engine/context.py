@@ -144,8 +144,11 @@ class Context:
         return {name: _plain(getattr(self, name)) for name in sorted(self._kept) if hasattr(self, name)}
 
     def load_persistent_state(self, state: Dict[str, Any]) -> None:
+        """Set the fields of ``persistent_state()``'s dict, each kept from now on, as it was where it was saved
+        (a middleware's own ``keep`` field too: a resumed rank 0 hands it on to the other ranks)."""
         for name, value in state.items():
             setattr(self, name, value)
+        self.keep(*(name for name in state if name not in self._kept))
 
 
 def _plain(value: Any) -> Any:

@@ -1,7 +1,7 @@
 """Stopping by budget (env steps or train iterations) or when evaluations stop improving."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from engine.context import OnlineRLContext, StopReason
 from engine.distributed import get_world_size
@@ -38,22 +38,20 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
     if not isinstance(patience, int) or patience < 0:
         raise ValueError(f"policy.eval.evaluator.patience must be a non-negative int (0: off), got {patience!r}")
     world_size = get_world_size()
-    plateau = {"best": float("-inf"), "since": 0, "seen": None}
 
     def _no_better_evaluation(ctx: OnlineRLContext) -> bool:
-        if plateau["seen"] is None:  # first call: a resumed run's restored evaluation is no new one
-            plateau["seen"] = ctx.last_eval_iter
-            if ctx.last_eval_iter >= 0:
-                plateau["best"] = ctx.eval_value
+        plateau = getattr(ctx, PLATEAU_FIELD, None)
+        if plateau is None:  # first call of a run without a count: its restored evaluation is no new one
+            record = getattr(ctx, "evaluation_record", None) or {}
+            best = record.get("best_eval_return", ctx.eval_value) if ctx.last_eval_iter >= 0 else float("-inf")
+            _count(ctx, best=best, since=0, seen=ctx.last_eval_iter)
             return False
         if ctx.last_eval_iter < 0 or ctx.last_eval_iter == plateau["seen"]:
             return False
-        plateau["seen"] = ctx.last_eval_iter
-        if ctx.eval_value > plateau["best"]:
-            plateau["best"], plateau["since"] = ctx.eval_value, 0
-        else:
-            plateau["since"] += 1
-        return plateau["since"] >= patience
+        better = ctx.eval_value > plateau["best"]
+        since = 0 if better else plateau["since"] + 1
+        _count(ctx, best=ctx.eval_value if better else plateau["best"], since=since, seen=ctx.last_eval_iter)
+        return since >= patience
 
     def _termination_checker(ctx: OnlineRLContext) -> None:
         if max_env_step is not None and global_env_step(ctx, world_size) >= max_env_step:
@@ -67,3 +65,17 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
             ctx.stop_reason = ctx.stop_reason or StopReason.PLATEAU
 
     return _termination_checker
+
+
+#: the context field of the patience count, ``{"best", "since", "seen"}`` (the best evaluation, the evaluations
+#: since it, the ``last_eval_iter`` counted last): kept in the context, so checkpoints hold it and a resumed run
+#: counts on (it counted from its last evaluation again, so a run requeued often never reached its patience);
+#: one counted after its checkpoint was written is counted again at the resume, from ``seen``
+PLATEAU_FIELD = "evaluation_plateau"
+
+
+def _count(ctx: OnlineRLContext, **plateau: Any) -> None:
+    """Replace the patience count in ``ctx`` (never changed in place: a checkpoint of an earlier state, a
+    background evaluation's best, keeps the count of its time), kept across iterations and in checkpoints."""
+    setattr(ctx, PLATEAU_FIELD, plateau)
+    ctx.keep(PLATEAU_FIELD)

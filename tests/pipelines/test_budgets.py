@@ -30,6 +30,30 @@ def test_patience_stops_after_that_many_evaluations_without_a_new_best():
     assert ctx.finish and ctx.stop_reason == StopReason.PLATEAU
 
 
+@pytest.mark.parametrize("saved_after_counting", [True, False])
+def test_patience_goes_on_across_a_resume(saved_after_counting):
+    """A resumed run counts on from the evaluations without a new best that it had, against its best, not its
+    last evaluation: a run requeued between its evaluations must stop where one that was never stopped does (it
+    started over from the last evaluation, so a run preempted often never reached its patience). The checkpoint
+    may be written before or after the termination stage counted the iteration's evaluation."""
+    check = termination_checker(patience=2)
+    ctx = OnlineRLContext()
+    for iteration, value in [(10, 3.0), (20, 2.0)]:  # one evaluation without a new best
+        _evaluated(ctx, iteration, value)
+        if iteration == 20 and not saved_after_counting:
+            saved = copy.deepcopy(ctx.persistent_state())  # what a checkpoint holds: a snapshot
+        check(ctx)
+    if saved_after_counting:
+        saved = copy.deepcopy(ctx.persistent_state())
+    resumed, check = OnlineRLContext(), termination_checker(patience=2)
+    resumed.load_persistent_state(saved)
+    check(resumed)  # the first iteration after the resume: no new evaluation yet
+    assert not resumed.finish
+    _evaluated(resumed, 30, 2.5)  # below the best (3.0), above the last (2.0): the second without a new best
+    check(resumed)
+    assert resumed.finish and resumed.stop_reason == StopReason.PLATEAU
+
+
 def test_a_bad_patience_is_a_config_error(tmp_path):
     from engine.config import ConfigError
     from pipelines import build_pipeline
