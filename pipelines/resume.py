@@ -255,13 +255,33 @@ def _restore_shards(path: str, saved_ranks: int, main_state: Optional[Dict[str, 
         return
     try:
         loaded = load_shards(buffer, plan, lambda n: read(n)["replay_buffer"], empty_buffer)
-    except (TypeError, ValueError) as err:  # frame stacks, sequences: only whole shards of the same envs and rank
-        logger.warning("rank %d starts with an empty replay buffer: the %d saved shard(s) cannot be loaded into "
-                       "this run's %d rank(s) (%s)", rank, saved_ranks, world_size, err)
+    except (TypeError, ValueError) as err:  # frame stacks, sequences, hindsight: only whole shards of the same envs
+        _load_one_whole_shard(buffer, plan, read, rank, saved_ranks, world_size, err)
         return
     if saved_ranks != world_size:
         logger.info("rank %d of %d took %d transitions from saved shard(s) %s of %d", rank, world_size, loaded,
                     sorted({piece[0] for piece in plan}), saved_ranks)
+
+
+def _load_one_whole_shard(buffer: Any, plan: list, read: Callable[[int], Any], rank: int, saved_ranks: int,
+                          world_size: int, err: Exception) -> None:
+    """What a storage that cannot merge shards (its transitions read their neighbours: frame stacks, sequences,
+    hindsight episodes) keeps on fewer ranks than saved it: the first whole shard of ``plan`` (this rank's own), as
+    saved, rather than nothing; the other shards are left out, with a warning naming them. A shard dealt out in
+    parts (more ranks than saved it), or of another env layout, leaves the buffer empty, with a warning."""
+    whole = [shard for shard, _, parts in plan if parts == 1]
+    if whole:
+        try:
+            buffer.load_state_dict(read(whole[0])["replay_buffer"])
+        except (TypeError, ValueError) as why:
+            err = why
+        else:
+            logger.warning("rank %d keeps saved shard %d alone (%d transitions) and leaves out shard(s) %s: the %d "
+                           "saved shard(s) cannot be merged into this run's %d rank(s) (%s)", rank, whole[0],
+                           len(buffer), whole[1:], saved_ranks, world_size, err)
+            return
+    logger.warning("rank %d starts with an empty replay buffer: the %d saved shard(s) cannot be loaded into "
+                   "this run's %d rank(s) (%s)", rank, saved_ranks, world_size, err)
 
 
 def _read_shard(path: str, n: int, main_state: Optional[Dict[str, Any]], train_iter: int) -> Optional[Dict[str, Any]]:

@@ -79,9 +79,8 @@ def test_her_on_an_env_without_goals_is_refused(tmp_path):
         build_pipeline((main, copy.deepcopy(create_config)), max_env_step=64, exp_name=str(tmp_path / "run"))
 
 
-@pytest.mark.distributed
-@pytest.mark.timeout(240)
-def test_her_under_ddp_each_rank_keeps_its_own_episodes(tmp_path):
+def _bits_config_file(tmp_path):
+    """A config file of 4 bits with its buffer in the checkpoints, and the environment of a ``--nproc`` run."""
     config = tmp_path / "bits_config.py"
     config.write_text(
         "from easydict import EasyDict\n"
@@ -91,7 +90,13 @@ def test_her_under_ddp_each_rank_keeps_its_own_episodes(tmp_path):
         "                other=dict(replay_buffer=dict(her=dict(strategy='future', k=4)))),\n"
         "    ckpt=dict(save_replay_buffer=True)))\n"
         "create_config = EasyDict(dict(env=dict(type='bit_flipping'), policy=dict(type='dqn')))\n")
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60")
+    return config, dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", BATON_DDP_TIMEOUT="60")
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_her_under_ddp_each_rank_keeps_its_own_episodes(tmp_path):
+    config, env = _bits_config_file(tmp_path)
     done = subprocess.run([sys.executable, "-m", "commands", "train", "-c", str(config), "--nproc", "2",
                            "--max-env-step", "256", "env.stop_value=none"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=200)
@@ -100,6 +105,26 @@ def test_her_under_ddp_each_rank_keeps_its_own_episodes(tmp_path):
     assert summary["world_size"] == 2 and summary["env_step"] >= 256 and summary["train_iter"] > 0
     ckpt = sorted(os.listdir(tmp_path / "bits_seed0" / "ckpt"))
     assert any("rank1" in name for name in ckpt), ckpt  # rank 1's buffer, its own episodes, in its own shard
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_her_saved_by_two_ranks_resumes_on_one_with_its_own_shard(tmp_path):
+    """Hindsight episodes cannot be merged across shards; on fewer ranks each keeps its own whole shard (it
+    started with an empty buffer, every saved transition lost)."""
+    config, env = _bits_config_file(tmp_path)
+    train = [sys.executable, "-m", "commands", "train", "-c", str(config), "env.stop_value=none"]
+    done = subprocess.run(train + ["--nproc", "2", "--max-env-step", "256"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run(train + ["--max-env-step", "257", "--resume"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 keeps saved shard 0 alone (128 transitions) and leaves out shard(s) [1]" in done.stderr
+    from middleware.checkpoint import load_checkpoint
+
+    latest = load_checkpoint(str(tmp_path / "bits_seed0" / "ckpt" / "latest.pth.tar"))
+    assert latest["replay_buffer"]["storage"]["size"] == 128 + 2  # its shard, then the 1 env step left (2 envs)
 
 
 @pytest.mark.slow
