@@ -20,7 +20,7 @@ from data.replay import (FrameStackStorage, PrioritizedReplayParams, Prioritized
 from data.replay.device import resolve_replay_device
 from data.replay.her import HindsightStorage, goal_functions
 from engine.config import ConfigError, RunParams, plain
-from engine.distributed import DistributedError, default_timeout
+from engine.distributed import DistributedError, default_timeout, get_world_size
 from engine.preemption import PreemptParams, PreemptionGuard
 from engine.profile import StageProfile
 from engine.protocols import VectorEnv
@@ -220,11 +220,14 @@ def random_collect(policy: Policy) -> Any:
 
 def off_policy_learner(policy: Policy, buffer: ReplayBuffer) -> OffPolicyLearner:
     """``update_per_collect`` updates of ``policy.learn.batch_size`` transitions: sampled rows, or for a recurrent
-    policy ``batch_size / seq_len`` whole sequences (``data.replay.SequenceStorage``)."""
+    policy ``batch_size / seq_len`` whole sequences (``data.replay.SequenceStorage``). Updates wait for the
+    random warm-up's data: ``policy.random_collect_size`` counts global env steps (``random_collect``), so under
+    DDP each rank's buffer holds its share of it, not the whole (which kept every rank collecting with the
+    untrained policy until its own buffer held as much as all ranks' random data)."""
     params = policy.params
+    warmup = math.ceil(getattr(params, "random_collect_size", 0) / get_world_size())
     return OffPolicyLearner(policy.learn_mode, buffer, batch_size=_batch_rows(policy),
-                            update_per_collect=params.learn.update_per_collect,
-                            warmup=getattr(params, "random_collect_size", 0),
+                            update_per_collect=params.learn.update_per_collect, warmup=warmup,
                             priority=getattr(params, "priority", False))
 
 

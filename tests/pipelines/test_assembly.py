@@ -78,3 +78,15 @@ def test_a_run_its_budget_ends_evaluates_its_last_weights_once(quick_cartpole_co
         evaluated = [row for row in csv.DictReader(f) if row.get("eval/episode_return_mean")]
     assert len(evaluated) == 2 and int(evaluated[-1]["train_iter"]) == summary["train_iter"]
     assert float(evaluated[-1]["eval/episode_return_mean"]) == summary["eval_return"]
+
+
+@pytest.mark.parametrize("world_size, warmup", [(1, 1000), (2, 500), (3, 334)])
+def test_the_learner_waits_for_its_share_of_the_random_warm_up(quick_cartpole_config, monkeypatch, world_size,
+                                                               warmup):
+    """``random_collect_size`` counts global env steps: under DDP each rank's buffer holds its share of the random
+    data, and its learner starts there, not once its own buffer alone holds all ranks' random data."""
+    main, create = quick_cartpole_config
+    main.policy.random_collect_size = 1000
+    monkeypatch.setattr("pipelines.stages.get_world_size", lambda: world_size)
+    with build_pipeline((main, create), max_env_step=64) as pipeline:
+        assert pipeline["learner"]._warmup == warmup
