@@ -46,7 +46,7 @@ from .accel import hot_path, warn_once
 from .base import Policy, resolve_shape, space_dims
 from .defaults import CollectParams, OffPolicyParams, OnlineEvalParams
 from .distributional import categorical_projection, quantile_huber_loss, support
-from .greedy import GreedyActor
+from .greedy import ExpectedQ, GreedyActor
 from .normalisation import model_obs
 from .masks import action_mask, masked_argmax, observation_has_mask
 from .models import Q_DISTRIBUTIONS, QNetwork
@@ -237,8 +237,8 @@ class QValuePolicy(Policy):
         return {"action": self._greedy(obs, "eval")}
 
     def greedy_module(self) -> torch.nn.Module:
-        """``argmax_a Q(obs, a)`` (``Policy.greedy_module``)."""
-        return GreedyActor(self.model, discrete=True, image=self.model.is_image)
+        """``argmax_a Q(obs, a)`` of the expected values, noise off, as eval acts (``Policy.greedy_module``)."""
+        return GreedyActor(ExpectedQ(self.model), discrete=True, image=self.model.is_image)
 
     def _explore(self, action: torch.Tensor, eps: float, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``action`` with each row replaced by a uniformly random (legal, with a ``mask``) action with

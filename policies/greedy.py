@@ -27,8 +27,9 @@ import torch
 from torch import nn
 
 from .masks import action_mask, masked_argmax
+from .noisy import set_noise
 
-__all__ = ["GreedyActor", "NotExportableError", "TanhMean", "ActorOut"]
+__all__ = ["GreedyActor", "NotExportableError", "TanhMean", "ActorOut", "ExpectedQ"]
 
 
 class NotExportableError(TypeError):
@@ -111,3 +112,17 @@ class ActorOut(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.model.actor_out(obs)
+
+
+class ExpectedQ(nn.Module):
+    """``[B, A]`` Q-values of a ``QNetwork`` as its eval mode acts on them: a distributional head's expected
+    values (the argmax over its atoms would be no action), and noisy layers on their mean weights (a trace of
+    the noise would act at random). The network is a copy, so the live one keeps its noise for collection."""
+
+    def __init__(self, q_network: nn.Module) -> None:
+        super().__init__()
+        self.q_network = copy.deepcopy(q_network)
+        set_noise(self.q_network, False)
+
+    def forward(self, obs: Any) -> torch.Tensor:
+        return self.q_network.expectation(self.q_network(obs))

@@ -198,6 +198,21 @@ def test_noisy_policy_explores_without_epsilon_and_evaluates_on_the_mean():
                 == evaluated[0]).all()
 
 
+
+@pytest.mark.parametrize("distribution,noisy", [("categorical", True), ("quantile", False), ("none", True)])
+def test_greedy_module_acts_as_the_eval_mode(distribution, noisy):
+    """What ``baton export`` writes: the argmax of the expected values (not of a distribution's atoms), on the
+    noisy layers' mean weights (the same action at every call), leaving the live network's noise on."""
+    torch.manual_seed(0)
+    policy = _policy(model=dict(distribution=distribution, noisy=noisy, n_atoms=5),
+                     other=dict(eps=dict(start=0.0 if noisy else 0.5, end=0.0 if noisy else 0.05)))
+    obs = torch.from_numpy(np.random.default_rng(1).standard_normal((64, 3)).astype(np.float32))
+    greedy = policy.greedy_module()
+    first = greedy(obs)
+    assert first.shape == (64,) and torch.equal(first, greedy(obs))
+    assert torch.equal(first, policy.eval_mode.forward(obs)["action"])
+    assert not noisy or policy.model.torso[0].noise
+
 def test_set_noise_reaches_every_model_of_the_policy():
     policy = _policy()
     assert policy.set_noise(False)
