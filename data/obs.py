@@ -251,6 +251,8 @@ def to_device(value: Obs, device: torch.device) -> Obs:
         return value if value.device == device else value.to(device)
     if isinstance(value, np.ndarray):  # a policy called by hand on an env's own observation
         return torch.as_tensor(value, device=device)
+    if not isinstance(value, TreeValue) and _is_nested(value):  # ... or on a dict of its arrays: as the loop makes it
+        return to_device(to_tensor(value), device)
     return value if all(leaf.device == device for _, leaf in flatten(value)) else value.to(device)
 
 

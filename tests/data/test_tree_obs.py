@@ -22,7 +22,7 @@ from data.env_loop import EnvLoop
 from data.envs import GymEnvType, make_vector_env
 from data.nstep import NStepBuilder
 from data.obs import (all_finite, cat, from_plain, is_tree, leaves, nbytes, num_rows, replace_rows, space_nbytes,
-                      stack, to_plain, to_tensor)
+                      stack, to_device, to_plain, to_tensor)
 from data.replay import FrameStackStorage, PrioritizedSampler, ReplayBuffer, RingStorage, ReplayMemoryError
 from data.replay import device as placement
 from data.replay.reshard import load_shards, shard_plan
@@ -112,6 +112,14 @@ def test_to_tensor_makes_trees_that_share_memory_and_flat_arrays_stay_tensors():
     flat = to_tensor(vec)
     assert type(flat) is torch.Tensor and not is_tree(flat)
 
+
+
+def test_to_device_takes_an_env_s_own_dict_observation_as_a_tree():
+    """A policy called by hand on a gymnasium vector env's dict of arrays (or on dicts of tensors) gets a tree."""
+    obs = {"image": np.zeros((2, 3, 5, 5), np.uint8), "nav": {"vec": torch.ones(2, 4)}, "pair": (np.arange(2),)}
+    tree = to_device(obs, torch.device("cpu"))
+    assert is_tree(tree) and [(path, leaf.dtype) for path, leaf in leaves(tree)] == [
+        (("image",), torch.uint8), (("nav", "vec"), torch.float32), (("pair", "0"), torch.int64)]
 
 def test_replace_rows_puts_final_dicts_into_every_leaf_and_keeps_the_input():
     obs = {"image": np.zeros((3, 2), np.uint8), "nav": {"dir": np.zeros(3, np.int64)}, "pair": (np.zeros(3),)}

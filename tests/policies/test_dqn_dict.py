@@ -11,7 +11,7 @@ from easydict import EasyDict
 
 from data.envs import ENV_REGISTRY, make_vector_env
 from data.env_loop import EnvLoop
-from data.obs import is_tree
+from data.obs import is_tree, to_tensor
 from data.replay import ReplayBuffer
 from engine.config_merge import deep_merge
 from middleware import StepCollector
@@ -48,6 +48,17 @@ def test_masked_acting_never_takes_an_illegal_action(cls):
         illegal += int((~action_mask(step.obs)[torch.arange(2), step.out["action"]]).sum())
     assert taken == 720 and illegal == 0
 
+
+
+@pytest.mark.parametrize("cls", [DQNPolicy, RainbowPolicy])
+def test_eval_mode_takes_the_env_s_dict_of_arrays(cls):
+    """Acting by hand (docs/after_training.md): the vector env's own dict observation, as the env loop's tree."""
+    env = _taxi()
+    policy = _policy(cls, env)
+    obs, _ = env.reset(seed=0)
+    action = policy.eval_mode.forward(obs)["action"]
+    assert torch.equal(action, policy.eval_mode.forward(to_tensor(obs))["action"])
+    assert torch.equal(action, policy.eval_mode.forward({k: torch.as_tensor(v) for k, v in obs.items()})["action"])
 
 def test_unmasked_random_acting_does_take_illegal_actions():
     """The check above can fail: without the mask, random Taxi actions are often illegal."""

@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from data.action_masks import with_action_mask
 from data.env_loop import EnvLoop
-from data.obs import is_tree, num_rows
+from data.obs import is_tree, num_rows, to_tensor
 from engine.config import deep_merge
 from engine.context import OnlineRLContext
 from engine.registry import POLICY_REGISTRY
@@ -368,3 +368,12 @@ def test_trains_and_resumes_from_algo_and_env(tmp_path, algo, env_id):
     assert first["env_step"] == 64 and first["train_iter"] == 4
     resumed = serial_pipeline((main, create), max_env_step=128, resume=True)
     assert resumed["env_step"] == 128 and resumed["train_iter"] == 8
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_eval_mode_takes_the_env_s_dict_of_arrays(algo):
+    """Acting by hand (docs/after_training.md): the vector env's own dict of arrays acts as the env loop's tree."""
+    env = _vector(ENVS["taxi"])
+    policy = _policy(algo, env)
+    obs, _ = env.reset(seed=0)
+    assert torch.equal(policy.eval_mode.forward(obs)["action"], policy.eval_mode.forward(to_tensor(obs))["action"])
