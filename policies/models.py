@@ -99,10 +99,10 @@ class QNetwork(nn.Module):
                 return self.head(x).float()
             adv = self.advantage(x).float()
             return self.value(x).float() + adv - adv.mean(dim=-1, keepdim=True)
-        shape = (x.shape[0], self.action_dim, self.n_atoms)  # x: [B, features] (obs may be a tree)
+        shape = (*x.shape[:-1], self.action_dim, self.n_atoms)  # x: [B, features], or [features] for one obs
         if self.dueling:
             adv = self.advantage(x).float().view(shape)
-            out = self.value(x).float().unsqueeze(1) + adv - adv.mean(dim=1, keepdim=True)
+            out = self.value(x).float().unsqueeze(-2) + adv - adv.mean(dim=-2, keepdim=True)
         else:
             out = self.head(x).float().view(shape)
         return out.log_softmax(dim=-1) if self.distribution == "categorical" else out
@@ -140,7 +140,8 @@ class QNetwork(nn.Module):
             x += b
             np.maximum(x, 0.0, out=x)
         w, b = self._host_layers[-1]
-        return torch.from_numpy((x @ w + b).argmax(axis=1))
+        action = (x @ w + b).argmax(axis=-1)
+        return torch.from_numpy(action) if action.ndim else torch.tensor(int(action))  # one of an unbatched obs
 
 
 #: what an actor-critic is built for: a Box observation's shape (its size for vectors), or a Dict/Tuple space

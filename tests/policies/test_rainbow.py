@@ -241,6 +241,8 @@ def test_every_combination_learns_acts_and_round_trips(distribution, noisy, duel
     obs = torch.zeros(2, 3)
     assert policy.collect_mode.forward(obs, eps=0.0)["action"].shape == (2,)
     assert policy.eval_mode.forward(obs)["action"].shape == (2,)
+    one = torch.tensor([0.5, -0.2, 0.1])  # one observation, unbatched: its action, unbatched (as PPO and SAC act)
+    assert torch.equal(policy.eval_mode.forward(one)["action"], policy.eval_mode.forward(one[None])["action"][0])
     other = _policy(DQNPolicy, priority=priority, priority_IS_weight=priority,
                     model=dict(distribution=distribution, noisy=noisy, dueling=dueling, n_atoms=3),
                     learn=dict(double_q=double_q), other=dict(eps=dict(start=0.0 if noisy else 0.5,
