@@ -17,7 +17,8 @@ from commands.saved_run import load_saved_run
 from policies.greedy import GreedyActor, NotExportableError
 from trained_runs import train_tiny
 
-RUNS = [("dqn", "CartPole-v1"), ("ppo", "CartPole-v1"), ("ppo", "Pendulum-v1"), ("sac", "Pendulum-v1")]
+RUNS = [("dqn", "CartPole-v1"), ("ppo", "CartPole-v1"), ("ppo", "Pendulum-v1"), ("sac", "Pendulum-v1"),
+        ("rainbow", "CartPole-v1")]  # a distributional head on noisy layers: their expected values, the mean weights
 
 
 @pytest.fixture(scope="module")
