@@ -15,7 +15,9 @@ Two warnings, one line each: a config that differs from the run's ``config.json`
 the dotted keys, old -> new), and a run that has nothing left to train, which then stops at once without an
 iteration: its checkpoint is at or past the budget given now, or it stopped at its stop value or its budget
 and no larger budget is given (``finished_reason``). A run that reached its stop value, resumed with a budget
-above its counters, trains on to that budget without stopping at the stop value again.
+above its counters, trains on to that budget without stopping at the stop value again. A third warning: an
+off-policy run whose checkpoint holds no replay buffer (``ckpt.save_replay_buffer=False``, the default) starts
+from an empty one and makes no update until it fills again.
 """
 from __future__ import annotations
 
@@ -76,7 +78,8 @@ def resume_run(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer
             raise CheckpointError(error)
         path, saved_ranks = found[0], found[1].get("world_size", 1)
     main_state = found[1] if found else None
-    _restore_shards(path, int(saved_ranks), main_state, ctx.train_iter, rank, world_size, buffer, empty_buffer)
+    _restore_shards(path, int(saved_ranks), main_state, ctx.train_iter, rank, world_size, buffer, empty_buffer,
+                    trains=not ctx.finish)
 
 
 def _load_learn_state(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, saver: Any,
@@ -237,7 +240,7 @@ def warn_config_changes(cfg: Mapping[str, Any]) -> Dict[str, Tuple[Any, Any]]:
 
 
 def _restore_shards(path: str, saved_ranks: int, main_state: Optional[Dict[str, Any]], train_iter: int, rank: int,
-                    world_size: int, buffer: Any, empty_buffer: Callable[[], Any]) -> None:
+                    world_size: int, buffer: Any, empty_buffer: Callable[[], Any], trains: bool = True) -> None:
     shards: Dict[int, Optional[Dict[str, Any]]] = {}
 
     def read(n: int) -> Optional[Dict[str, Any]]:
@@ -252,6 +255,10 @@ def _restore_shards(path: str, saved_ranks: int, main_state: Optional[Dict[str, 
     plan = [piece for piece in shard_plan(saved_ranks, world_size, rank)
             if read(piece[0]) is not None and read(piece[0]).get("replay_buffer") is not None]
     if not plan:
+        if rank == 0 and trains:  # unsaid, an off-policy run made no update for its whole warm-up again
+            logger.warning("resuming with an empty replay buffer: %s holds none (ckpt.save_replay_buffer=False), so "
+                           "the learner waits until the buffer holds policy.random_collect_size transitions (and a "
+                           "batch) again before it updates; ckpt.save_replay_buffer=True keeps it in latest", path)
         return
     try:
         loaded = load_shards(buffer, plan, lambda n: read(n)["replay_buffer"], empty_buffer)

@@ -107,14 +107,16 @@ def test_resume_with_another_config_warns_with_the_keys_that_differ(quick_cartpo
     serial_pipeline((main, create), seed=0, max_env_step=64, exp_name=run)
     with caplog.at_level(logging.INFO, logger="pipelines.resume"):
         serial_pipeline((main, create), seed=0, max_env_step=128, exp_name=run, resume=True)  # a larger budget
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "pipelines.resume"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "pipelines.resume"
+                and "replay buffer" not in r.getMessage()]  # its replay is not saved (the test below)
     caplog.clear()
     main.policy.learn.learning_rate = 0.001
     main.env.n_evaluator_episode = 3
     main.env.stop_value = 1e10  # a goal, like a budget: told at info level only
     with caplog.at_level(logging.INFO, logger="pipelines.resume"):
         serial_pipeline((main, create), seed=0, max_env_step=192, exp_name=run, resume=True)
-    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name == "pipelines.resume"]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name == "pipelines.resume"
+                 and "replay buffer" not in r.getMessage()]
     assert f"resuming {run} with a config that differs from its config.json in 2 key(s): " \
            "env.n_evaluator_episode 2 -> 3; policy.learn.learning_rate 0.002 -> 0.001" in warning
     assert "stop_value" not in warning
@@ -163,3 +165,23 @@ def test_resume_of_a_run_at_its_stop_value_stops_at_once_unless_given_a_budget(q
     assert "training on to the budget given (max_env_step" in caplog.records[0].getMessage()
     with open(os.path.join(run, "config.json")) as f:
         assert json.load(f)["env"]["stop_value"] == 0.0  # the run's own goal, as it was
+
+
+def test_resume_without_a_saved_replay_buffer_says_the_learner_starts_from_an_empty_one(quick_cartpole_config, caplog):
+    """An off-policy run resumed from a checkpoint without its replay (``ckpt.save_replay_buffer=False``, the
+    default) fills its buffer again before it learns (Pendulum SAC resumed at 800 of its 1,000 warm-up steps
+    made no update in the 400 steps after): one warning says so, and none where the buffer was saved."""
+    main, create = quick_cartpole_config
+    main.log.tensorboard = False
+    run = main.exp_name
+    serial_pipeline((main, create), seed=0, max_env_step=64, exp_name=run)
+    with caplog.at_level(logging.WARNING, logger="pipelines.resume"):
+        serial_pipeline((main, create), seed=0, max_env_step=128, exp_name=run, resume=True)
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "pipelines.resume"]
+    assert "empty replay buffer" in warning and "ckpt.save_replay_buffer=True" in warning
+    caplog.clear()
+    main.ckpt = dict(save_replay_buffer=True)
+    serial_pipeline((main, create), seed=0, max_env_step=64, exp_name=run + "_saved")
+    with caplog.at_level(logging.WARNING, logger="pipelines.resume"):
+        serial_pipeline((main, create), seed=0, max_env_step=128, exp_name=run + "_saved", resume=True)
+    assert not [r for r in caplog.records if r.name == "pipelines.resume"]
