@@ -206,6 +206,8 @@ def model_obs(obs: Any, device: torch.device, normalisation: Normalisation, imag
     (``policies.keyed_obs_norm``). Why not cast a tree: its encoders cast each key themselves (an image stays uint8
     until scaled); why plain dicts: ``torch.compile`` traces them, where a treetensor breaks the graph at every
     key lookup (``policies.encoders``), so each algorithm's hot paths compile with either kind of observation."""
+    if isinstance(obs, np.ndarray):  # a policy called by hand on an env's own array: cast as a tensor of it is
+        obs = torch.from_numpy(obs)
     if isinstance(obs, torch.Tensor):
         obs = obs.to(device)
         return obs if image else normalisation.norm_obs(obs.float())

@@ -284,3 +284,15 @@ def test_a_value_normalisation_of_targets_that_barely_vary_floors_their_variance
     plain.observe(torch.full((64,), 3.0))
     plain.merge()
     assert plain(torch.tensor([3.1])).item() > 100
+
+
+@pytest.mark.parametrize("obs_norm", [True, False])
+@pytest.mark.parametrize("cls", [PPOPolicy, SACPolicy, TD3Policy])
+def test_eval_mode_takes_an_env_s_float64_array_as_a_float32_tensor(cls, obs_norm):
+    """Acting by hand on an env of one's own, whose observations are float64 arrays (numpy's default): as a tensor
+    of them is taken, cast to float32 (it was a dtype error from the first layer without ``policy.obs_norm``)."""
+    model = dict(SMALL) if "actor_head_hidden_size_list" in cls.default_config()["model"] else {}
+    policy = cls(EasyDict(deep_merge(cls.default_config(), dict(obs_norm=obs_norm, model=model))), OBS, BOX)
+    obs = _data(2)[2].numpy().astype(np.float64)
+    expected = policy.eval_mode.forward(torch.from_numpy(obs).float())["action"]
+    assert torch.equal(policy.eval_mode.forward(obs)["action"], expected)
