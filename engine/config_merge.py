@@ -64,9 +64,21 @@ def check_type(key_path: str, default: Any, value: Any) -> None:
     base = next((kind for kind in (bool, int, float, str, list, tuple) if isinstance(default, kind)), None)
     if not (fits(base, value) if base is not None else isinstance(value, type(default))):
         raise ConfigError(f"config key {key_path!r} expects {_type_label(default)} "
-                          f"(default {default!r}), got {_type_label(value)}: {value!r}")
+                          f"(default {default!r}), got {_type_label(value)}: {value!r}{_env_object_hint(value)}")
     if isinstance(default, float) and isinstance(value, float) and math.isnan(value):
         raise ConfigError(f"config key {key_path!r} is NaN")
+
+
+def _env_object_hint(value: Any) -> str:
+    """What to give instead of an env class or object where a config wants an id (SB3 takes an instance): a config
+    holds plain values, written to ``config.json`` and read by every rank, which each make their own envs."""
+    if not (hasattr(value, "reset") and hasattr(value, "step")):
+        return ""
+    name = value.__name__ if isinstance(value, type) else type(getattr(value, "unwrapped", value)).__name__
+    return (f". A config names an env by its gymnasium id, not a class or an env object (each rank and vector env "
+            f"makes its own): register it, gymnasium.register(id='{name}-v0', entry_point={name}), and give "
+            f"env.env_id='{name}-v0', or 'my_module:{name}-v0' for a module that registers it on import "
+            f"(docs/observations.md)")
 
 
 def unknown_key_message(key_path: str, key: Any, valid: Mapping[str, Any], *, root: Optional[Mapping[str, Any]] = None,

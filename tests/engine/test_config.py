@@ -70,6 +70,19 @@ def test_wrong_type_names_field_and_both_types(tmp_path, path, value, expect):
     assert "policy." + ".".join(path) in msg and expect in msg and type(value).__name__ in msg
 
 
+@pytest.mark.parametrize("as_object", [True, False])
+def test_an_env_class_or_object_for_the_env_id_says_to_register_it(tmp_path, as_object):
+    """SB3 takes an env object; a config names an env by an id each rank can make (the message says how)."""
+    import gymnasium as gym
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    main = _main(tmp_path)
+    main["env"] = dict(main.get("env", {}), env_id=gym.make("CartPole-v1") if as_object else CartPoleEnv)
+    with pytest.raises(ConfigError, match=r"env\.env_id.*register it, gymnasium\.register\(id='CartPoleEnv-v0', "
+                                          r"entry_point=CartPoleEnv\).*env\.env_id='CartPoleEnv-v0'"):
+        compile_config(main, CREATE, save=False)
+
+
 def test_int_accepted_for_float(tmp_path):
     cfg = compile_config(_main(tmp_path, learn=dict(learning_rate=1)), CREATE, save=False)
     assert cfg.policy.learn.learning_rate == 1
