@@ -12,7 +12,9 @@ preprocessing and the action scaling inside. The batch size is free. Run it with
 A Dict or Tuple observation is one input per key (neither format carries a tree), named by its key path
 (``camera``, ``position``; ``pos.0`` for a Tuple's first space inside ``pos``), in the space's order with the
 legal-action mask last: a masked env's policy takes ``(observation, action_mask)``, and its greedy action is the
-best legal one. The inputs and their order are printed and returned (``inputs``).
+best legal one. Only the keys acting reads are inputs (``acting_inputs``): a file of MAPPO, IPPO, QMIX, VDN or IQL
+takes the agents' ``obs`` (and mask), not the global ``state`` or ``alive`` that only training reads. The inputs
+and their order are printed and returned (``inputs``).
 
 - ``torchscript`` (``.pt``): ``torch.jit.trace`` of the module (the acting path has no data-dependent
   control flow to lose in a trace). torch marks TorchScript as deprecated in favour of ``torch.export``; the
@@ -51,8 +53,8 @@ from policies.masks import ACTION_MASK_KEY
 from .run_options import FORMATS
 from .saved_run import load_saved_run
 
-__all__ = ["export_policy", "export_run", "export_main", "observation_inputs", "input_name", "LeavesIn", "FORMATS",
-           "ExportError"]
+__all__ = ["export_policy", "export_run", "export_main", "observation_inputs", "acting_inputs", "input_name",
+           "LeavesIn", "FORMATS", "ExportError"]
 
 #: format -> file extension
 EXPORT_EXTRA = 'pip install -c constraints.txt -e ".[export]"'
@@ -96,6 +98,27 @@ def observation_inputs(observation_space: gym.Space) -> List[Tuple[Tuple[str, ..
     return sorted(found, key=lambda item: item[0] == (ACTION_MASK_KEY,))  # stable: the mask last
 
 
+def acting_inputs(module: torch.nn.Module, observation_space: gym.Space) -> List[Tuple[Tuple[str, ...], gym.Space]]:
+    """``observation_inputs`` less the leaves ``module`` (a greedy module) never reads: a file that acts needs only
+    what acting reads. MAPPO's and QMIX's rows carry the global ``state`` (for the critic and the mixer) and each
+    agent's ``alive`` beside the observations; their actors read neither, and a deployment that acts per agent
+    has no global state to feed. Found by tracing the module once on every leaf: a leaf is read where the traced
+    graph uses its input; where the trace fails, every leaf stays (the export names the failure)."""
+    inputs = observation_inputs(observation_space)
+    if isinstance(observation_space, gym.spaces.Box):
+        return inputs
+    example = tuple(_leaf_example(space, 2, seed=0) for _, space in inputs)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph = torch.jit.trace(LeavesIn(module, [p for p, _ in inputs]).eval(), example, check_trace=False).graph
+    except Exception:  # noqa: BLE001 -- export_policy traces again and names the reason
+        return inputs
+    used = [bool(value.uses()) for value in list(graph.inputs())[1:]]  # the first input is the module itself
+    kept = [item for item, read in zip(inputs, used) if read]
+    return kept or inputs
+
+
 def input_name(path: Tuple[str, ...]) -> str:
     """An input's name: ``obs`` for a Box observation, else the key path joined by dots."""
     return ".".join(path) if path else "obs"
@@ -135,8 +158,8 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
     """
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    inputs = observation_inputs(observation_space)
     module = policy.greedy_module().eval()
+    inputs = acting_inputs(module, observation_space)
     if not isinstance(observation_space, gym.spaces.Box):
         module = LeavesIn(module, [path for path, _ in inputs]).eval()
     example = tuple(_leaf_example(space, 2, seed=0) for _, space in inputs)
@@ -273,7 +296,7 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
     space = run.policy.observation_space
     path = export_policy(run.policy, space, output or default_output(run_dir, run.ckpt, fmt), fmt)
     inputs = [dict(name=input_name(p), dtype=_input_dtype(leaf), shape=list(leaf.shape or ()))
-              for p, leaf in observation_inputs(space)]
+              for p, leaf in acting_inputs(run.policy.greedy_module().eval(), space)]
     return {"path": path, "format": fmt, "ckpt": run.ckpt, "policy": run.cfg.policy.type,
             "env_id": env_params(run.cfg).env_id, "env": env_label(run.cfg), "inputs": inputs,
             "action_space": str(run.policy.action_space)}

@@ -150,3 +150,31 @@ def test_box_actions_act_from_a_shared_gaussian_within_the_bounds_and_resume(tmp
     assert (mean - 0.5).abs().max() < 0.1  # untrained, the mean sits at the middle of the bounds [0, 1]
     with pytest.raises(SpaceMismatchError, match="a flat Box action space each \\(3 agents"):
         cls(dict(cls.default_config(), type=algo), rows, gym.spaces.Box(0.0, 1.0, (3, 2, 2), np.float32))
+
+
+@pytest.mark.parametrize("algo, masked", [("mappo", False), ("mappo", True), ("qmix", False), ("qmix", True)])
+def test_an_exported_file_takes_what_acting_reads(tmp_path, algo, masked):
+    """The global state and ``alive`` are the critic's and the mixer's: the file of a decentralised actor takes
+    the agents' observations (and their masks), nothing a deployment that acts per agent cannot give."""
+    from commands.export import acting_inputs, export_policy
+    from engine.registry import POLICY_REGISTRY
+
+    spaces = {"obs": gym.spaces.Box(-1, 1, (3, 4), np.float32), "alive": gym.spaces.Box(0, 1, (3,), np.int8),
+              "state": gym.spaces.Box(-1, 1, (12,), np.float32)}
+    if masked:
+        spaces["action_mask"] = gym.spaces.MultiBinary([3, 5])
+    rows = gym.spaces.Dict(spaces)
+    cls = POLICY_REGISTRY.get(algo)
+    policy = cls(dict(cls.default_config(), type=algo), rows, gym.spaces.MultiDiscrete([5, 5, 5]))
+    inputs = acting_inputs(policy.greedy_module().eval(), rows)
+    assert [path for path, _ in inputs] == [("obs",)] + ([("action_mask",)] if masked else [])
+    path = export_policy(policy, rows, str(tmp_path / "policy.pt"), "torchscript")  # checks the file acts alike
+    obs = torch.randn(7, 3, 4)
+    mask = torch.ones(7, 3, 5, dtype=torch.int8)
+    mask[:, :, 0] = 0
+    args = (obs, mask) if masked else (obs,)
+    tree = {"obs": obs, "alive": torch.ones(7, 3, dtype=torch.int8), "state": torch.randn(7, 12)}
+    if masked:
+        tree["action_mask"] = mask
+    expected = policy.eval_mode.forward(tree)["action"]
+    torch.testing.assert_close(torch.jit.load(path)(*args), expected.long())
