@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional
 from engine.context import OnlineRLContext, StopReason
 from engine.distributed import get_world_size
 
-__all__ = ["termination_checker", "global_env_step"]
+__all__ = ["termination_checker", "global_env_step", "restart_count", "PLATEAU_FIELD"]
 
 
 def global_env_step(ctx: OnlineRLContext, world_size: int) -> int:
@@ -43,7 +43,10 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
         plateau = getattr(ctx, PLATEAU_FIELD, None)
         if plateau is None:  # first call of a run without a count: its restored evaluation is no new one
             record = getattr(ctx, "evaluation_record", None) or {}
-            best = record.get("best_eval_return", ctx.eval_value) if ctx.last_eval_iter >= 0 else float("-inf")
+            # the larger: a checkpoint from before the count was kept has the record's best, which lacks an
+            # evaluation the resumed run's first iteration made (the summary records it after this stage)
+            best = max(float(record.get("best_eval_return", float("-inf"))), ctx.eval_value) \
+                if ctx.last_eval_iter >= 0 else float("-inf")
             _count(ctx, best=best, since=0, seen=ctx.last_eval_iter)
             return False
         if ctx.last_eval_iter < 0 or ctx.last_eval_iter == plateau["seen"]:
@@ -72,6 +75,14 @@ def termination_checker(max_env_step: Optional[int] = None, max_train_iter: Opti
 #: counts on (it counted from its last evaluation again, so a run requeued often never reached its patience);
 #: one counted after its checkpoint was written is counted again at the resume, from ``seen``
 PLATEAU_FIELD = "evaluation_plateau"
+
+
+def restart_count(ctx: OnlineRLContext) -> None:
+    """Count the evaluations without a new best afresh, against the run's best so far (a resumed run that had
+    stopped on its patience and is given a larger budget)."""
+    plateau = getattr(ctx, PLATEAU_FIELD, None)
+    if plateau:
+        _count(ctx, **dict(plateau, since=0))
 
 
 def _count(ctx: OnlineRLContext, **plateau: Any) -> None:

@@ -36,6 +36,7 @@ from engine.rng import set_rng_state
 from engine.sync import DISTRIBUTED_DEFAULT_KEY
 from middleware.checkpoint import CheckpointError, load_checkpoint, load_newest_checkpoint, load_shard, shard_path
 from middleware.summary import restore_record
+from middleware.termination import PLATEAU_FIELD, restart_count
 
 from . import stages
 
@@ -128,7 +129,9 @@ def _stop_if_finished(cfg: Mapping[str, Any], ctx: OnlineRLContext, saved_reason
     """Finish ``ctx`` before its first iteration when the run has nothing left to train, saying so; or turn
     the stop value off when a run that reached it is given a larger budget."""
     stop_value = stages.env_params(cfg).stop_value
-    reason, why = finished_reason(ctx, saved_reason, stop_value, max_env_step, max_train_iter)
+    patience = ((cfg.get("policy") or {}).get("eval") or {}).get("evaluator", {}).get("patience", 0)
+    plateau = getattr(ctx, PLATEAU_FIELD, None)
+    reason, why = finished_reason(ctx, saved_reason, stop_value, max_env_step, max_train_iter, patience)
     run = RunParams.pick(cfg).exp_name
     if reason is not None:
         logger.warning("the run in %s has nothing left to train: %s; stopping without training", run, why)
@@ -138,17 +141,24 @@ def _stop_if_finished(cfg: Mapping[str, Any], ctx: OnlineRLContext, saved_reason
                        "to the budget given (%s) without stopping at it", run, ctx.eval_value, stop_value,
                        _budgets(max_env_step, max_train_iter))
         cfg["env"]["stop_value"] = math.inf  # the compiled config: what the evaluator and config.json get
+    elif saved_reason == StopReason.PLATEAU and plateau and patience and plateau["since"] >= patience:
+        # its count would stop it again at its next evaluation that is no new best: the budget given is the goal
+        logger.warning("the run in %s stopped after %d evaluations without a new best (policy.eval.evaluator."
+                       "patience); training on to the budget given (%s), its patience counted afresh", run,
+                       plateau["since"], _budgets(max_env_step, max_train_iter))
+        restart_count(ctx)
 
 
 def finished_reason(ctx: OnlineRLContext, saved_reason: Optional[str], stop_value: float,
-                    max_env_step: Optional[int], max_train_iter: Optional[int]
+                    max_env_step: Optional[int], max_train_iter: Optional[int], patience: int = 0
                     ) -> Tuple[Optional[StopReason], str]:
     """Why a run restored into ``ctx`` has nothing left to train, as ``(reason, words)``; ``(None, "")`` when
     it has. ``saved_reason``: the stop reason its checkpoint holds.
 
     Nothing is left when a budget given now is met already, or when the run stopped at its stop value (still
-    met by its last evaluation under the ``stop_value`` of this config) or at its budget, and no budget is
-    given now: a budget above the counters (``max_env_step`` or ``max_train_iter``) trains on.
+    met by its last evaluation under the ``stop_value`` of this config), at its budget, or after ``patience``
+    evaluations without a new best (its count still meets this config's ``patience``), and no budget is given
+    now: a budget above the counters (``max_env_step`` or ``max_train_iter``) trains on.
 
     Examples:
         >>> ctx = OnlineRLContext(env_step=1000, train_iter=80, eval_value=200.0)
@@ -177,6 +187,11 @@ def finished_reason(ctx: OnlineRLContext, saved_reason: Optional[str], stop_valu
     if saved_reason in (StopReason.MAX_ENV_STEP, StopReason.MAX_TRAIN_ITER):
         return StopReason(saved_reason), (f"it stopped at its budget ({saved_reason}) at env_step {ctx.env_step}, "
                                           f"train_iter {ctx.train_iter}; {more}")
+    plateau = getattr(ctx, PLATEAU_FIELD, None)
+    if saved_reason == StopReason.PLATEAU and plateau and patience and plateau["since"] >= patience:
+        return StopReason.PLATEAU, (f"it stopped after {plateau['since']} evaluations in a row without a new best "
+                                    f"(policy.eval.evaluator.patience {patience}) at train_iter {ctx.train_iter}; "
+                                    f"{more}, or a larger patience")
     return None, ""
 
 

@@ -54,6 +54,21 @@ def test_patience_goes_on_across_a_resume(saved_after_counting):
     assert resumed.finish and resumed.stop_reason == StopReason.PLATEAU
 
 
+def test_a_checkpoint_without_a_count_keeps_the_first_evaluation_of_its_resume():
+    """A checkpoint written before the count was kept: the first resumed iteration may evaluate before the
+    termination stage first runs (the summary records it after); that evaluation counts as the best it is."""
+    check = termination_checker(patience=2)
+    ctx = OnlineRLContext()
+    ctx.evaluation_record = {"best_eval_return": 3.0}
+    _evaluated(ctx, 40, 5.0)  # the resumed run's first evaluation, above the record's best
+    check(ctx)
+    for iteration, value in [(50, 4.0), (60, 4.5)]:  # two without a new best against 5.0
+        assert not ctx.finish
+        _evaluated(ctx, iteration, value)
+        check(ctx)
+    assert ctx.finish and ctx.stop_reason == StopReason.PLATEAU
+
+
 def test_a_bad_patience_is_a_config_error(tmp_path):
     from engine.config import ConfigError
     from pipelines import build_pipeline
@@ -94,6 +109,33 @@ def test_an_offline_run_given_no_budget_stops_at_a_plateau_or_the_default(tmp_pa
     assert f"stops at {OFFLINE_DEFAULT_UPDATES:,} updates or after 2 evaluations in a row" in caplog.text
     assert summary["stop_reason"] == "plateau" and summary["train_iter"] < OFFLINE_DEFAULT_UPDATES
     assert json.load(open(f"{summary['run_dir']}/summary.json"))["stop_reason"] == "plateau"
+
+
+def test_a_run_stopped_on_its_patience_resumes_to_a_larger_budget_with_a_fresh_count(tmp_path, caplog):
+    """The count is in the checkpoint: given no budget, a run that stopped on its patience has nothing left to
+    train; given a larger one, it trains on to it with its patience counted afresh (its saved count would stop it
+    at the next evaluation that is no new best, whatever the budget)."""
+    from pipelines import serial_pipeline
+
+    from dizoo.classic_control.cartpole.config.cartpole_bc_config import create_config, main_config
+    main = copy.deepcopy(main_config)
+    main.exp_name, main.log = str(tmp_path / "run"), dict(progress=False)
+    main.env.stop_value = 1e9
+    main.policy.eval.evaluator.eval_freq = 5
+    main.policy.eval.evaluator.patience = 2
+    first = serial_pipeline((copy.deepcopy(main), create_config))
+    assert first["stop_reason"] == "plateau"
+    with caplog.at_level("WARNING"):
+        again = serial_pipeline((copy.deepcopy(main), create_config), resume=True)
+    assert again["train_iter"] == first["train_iter"] and again["stop_reason"] == "plateau"
+    assert "nothing left to train: it stopped after 2 evaluations in a row without a new best" in caplog.text
+    caplog.clear()
+    budget = first["train_iter"] + 40  # eight evaluations more
+    with caplog.at_level("WARNING"):
+        more = serial_pipeline((copy.deepcopy(main), create_config), resume=True, max_train_iter=budget)
+    assert "its patience counted afresh" in caplog.text
+    assert more["train_iter"] >= first["train_iter"] + 10  # at least the two evaluations of a fresh count
+    assert more["stop_reason"] in ("plateau", "max_train_iter")
 
 
 def test_algo_env_runs_get_their_familys_budget(tmp_path, monkeypatch, capsys):
