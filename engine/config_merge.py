@@ -71,14 +71,18 @@ def check_type(key_path: str, default: Any, value: Any) -> None:
 
 def _env_object_hint(value: Any) -> str:
     """What to give instead of an env class or object where a config wants an id (SB3 takes an instance): a config
-    holds plain values, written to ``config.json`` and read by every rank, which each make their own envs."""
+    holds plain values, written to ``config.json`` and read by every rank and env worker, which each make their
+    own envs, so the id must be one each of those processes can make: the id the object was made from, or a
+    ``module:Id`` whose module registers it on import (an id registered in the script alone does not reach them)."""
     if not (hasattr(value, "reset") and hasattr(value, "step")):
         return ""
+    made_from = getattr(getattr(value, "spec", None), "id", None)
+    if isinstance(made_from, str) and made_from:
+        return f". A config names an env by its gymnasium id, not an env object: give env.env_id={made_from!r}"
     name = value.__name__ if isinstance(value, type) else type(getattr(value, "unwrapped", value)).__name__
-    return (f". A config names an env by its gymnasium id, not a class or an env object (each rank and vector env "
-            f"makes its own): register it, gymnasium.register(id='{name}-v0', entry_point={name}), and give "
-            f"env.env_id='{name}-v0', or 'my_module:{name}-v0' for a module that registers it on import "
-            f"(docs/observations.md)")
+    return (f". A config names an env by its gymnasium id, not a class or an env object (each rank and env worker "
+            f"makes its own): in a module of yours, register it on import, gymnasium.register(id='{name}-v0', "
+            f"entry_point={name}), and give env.env_id='your_module:{name}-v0' (docs/observations.md)")
 
 
 def unknown_key_message(key_path: str, key: Any, valid: Mapping[str, Any], *, root: Optional[Mapping[str, Any]] = None,

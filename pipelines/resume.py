@@ -15,9 +15,13 @@ Two warnings, one line each: a config that differs from the run's ``config.json`
 the dotted keys, old -> new), and a run that has nothing left to train, which then stops at once without an
 iteration: its checkpoint is at or past the budget given now, or it stopped at its stop value or its budget
 and no larger budget is given (``finished_reason``). A run that reached its stop value, resumed with a budget
-above its counters, trains on to that budget without stopping at the stop value again. A third warning: an
-off-policy run whose checkpoint holds no replay buffer (``ckpt.save_replay_buffer=False``, the default) starts
-from an empty one and makes no update until it fills again.
+above its counters, trains on to that budget without stopping at the stop value again; one that stopped on its
+patience counts it afresh. A third warning: an off-policy run with a random warm-up whose checkpoint holds no
+replay buffer (``ckpt.save_replay_buffer=False``, the default) starts from an empty one and makes no update until
+it holds the warm-up's transitions again.
+
+What the ranks agreed on (the learner gate) is not restored: a resumed run agrees afresh, on its own number of
+ranks. A replay that cannot merge shards keeps each rank's own whole shard on fewer ranks (``_restore_shards``).
 """
 from __future__ import annotations
 
@@ -79,8 +83,9 @@ def resume_run(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer
             raise CheckpointError(error)
         path, saved_ranks = found[0], found[1].get("world_size", 1)
     main_state = found[1] if found else None
+    random_steps = ((cfg.get("policy") or {}).get("random_collect_size") or 0) if not ctx.finish else 0
     _restore_shards(path, int(saved_ranks), main_state, ctx.train_iter, rank, world_size, buffer, empty_buffer,
-                    trains=not ctx.finish)
+                    warmup=math.ceil(random_steps / world_size))
 
 
 def _load_learn_state(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, saver: Any,
@@ -255,7 +260,10 @@ def warn_config_changes(cfg: Mapping[str, Any]) -> Dict[str, Tuple[Any, Any]]:
 
 
 def _restore_shards(path: str, saved_ranks: int, main_state: Optional[Dict[str, Any]], train_iter: int, rank: int,
-                    world_size: int, buffer: Any, empty_buffer: Callable[[], Any], trains: bool = True) -> None:
+                    world_size: int, buffer: Any, empty_buffer: Callable[[], Any], warmup: int = 0) -> None:
+    """Fill ``buffer`` with the saved shards this rank takes (module docstring); ``warmup``: the transitions this
+    rank's learner waits for in an empty buffer (its share of ``policy.random_collect_size``), said once when the
+    checkpoint holds no replay (a wait of one batch goes unsaid)."""
     shards: Dict[int, Optional[Dict[str, Any]]] = {}
 
     def read(n: int) -> Optional[Dict[str, Any]]:
@@ -270,10 +278,11 @@ def _restore_shards(path: str, saved_ranks: int, main_state: Optional[Dict[str, 
     plan = [piece for piece in shard_plan(saved_ranks, world_size, rank)
             if read(piece[0]) is not None and read(piece[0]).get("replay_buffer") is not None]
     if not plan:
-        if rank == 0 and trains:  # unsaid, an off-policy run made no update for its whole warm-up again
+        if rank == 0 and warmup > 0:  # unsaid, an off-policy run made no update for its whole warm-up again
             logger.warning("resuming with an empty replay buffer: %s holds none (ckpt.save_replay_buffer=False), so "
-                           "the learner waits until the buffer holds policy.random_collect_size transitions (and a "
-                           "batch) again before it updates; ckpt.save_replay_buffer=True keeps it in latest", path)
+                           "the learner waits until the buffer holds %d transitions again (policy.random_collect_size, "
+                           "now collected by the policy) before it updates; ckpt.save_replay_buffer=True keeps the "
+                           "buffer in latest", path, warmup)
         return
     try:
         loaded = load_shards(buffer, plan, lambda n: read(n)["replay_buffer"], empty_buffer)
@@ -288,11 +297,12 @@ def _restore_shards(path: str, saved_ranks: int, main_state: Optional[Dict[str, 
 def _load_one_whole_shard(buffer: Any, plan: list, read: Callable[[int], Any], rank: int, saved_ranks: int,
                           world_size: int, err: Exception) -> None:
     """What a storage that cannot merge shards (its transitions read their neighbours: frame stacks, sequences,
-    hindsight episodes) keeps on fewer ranks than saved it: the first whole shard of ``plan`` (this rank's own), as
-    saved, rather than nothing; the other shards are left out, with a warning naming them. A shard dealt out in
-    parts (more ranks than saved it), or of another env layout, leaves the buffer empty, with a warning."""
+    hindsight episodes) keeps on fewer ranks than saved it: the first readable whole shard of ``plan`` (this
+    rank's own, unless its file was missing or stale), as saved, rather than nothing; the other shards are left
+    out, with a warning naming them. A shard dealt out in parts (more ranks than saved it), or of another env
+    layout, leaves the buffer empty, with a warning; a plan of one whole shard failed as it is (not tried twice)."""
     whole = [shard for shard, _, parts in plan if parts == 1]
-    if whole:
+    if whole and len(plan) > 1:
         try:
             buffer.load_state_dict(read(whole[0])["replay_buffer"])
         except (TypeError, ValueError) as why:

@@ -64,7 +64,8 @@ class OffPolicyParams(PolicyParams):
     (``data.nstep.check_nstep``)."""
     random_collect_size: int = param(1000, rule="not_negative")
     """Env steps acted uniformly at random (over the action bounds) before the policy acts (varied warm-up data);
-    the learner also waits until the buffer holds as many transitions (and at least a batch). 0: none."""
+    the learner also waits until the buffer holds as many transitions (and at least a batch; under DDP the
+    count is of all ranks' env steps, and each rank's buffer waits for its share). 0: none."""
 
 
 @dataclass

@@ -117,11 +117,12 @@ class ActorOut(nn.Module):
 class ExpectedQ(nn.Module):
     """``[B, A]`` Q-values of a ``QNetwork`` as its eval mode acts on them: a distributional head's expected
     values (the argmax over its atoms would be no action), and noisy layers on their mean weights (a trace of
-    the noise would act at random). The network is a copy, so the live one keeps its noise for collection."""
+    the noise would act at random). The network is a copy, kept on the CPU (where ``GreedyActor`` puts it), so the
+    live one keeps its noise for collection."""
 
     def __init__(self, q_network: nn.Module) -> None:
         super().__init__()
-        self.q_network = copy.deepcopy(q_network)
+        self.q_network = copy.deepcopy(q_network).cpu()
         set_noise(self.q_network, False)
 
     def forward(self, obs: Any) -> torch.Tensor:

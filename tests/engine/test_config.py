@@ -70,16 +70,19 @@ def test_wrong_type_names_field_and_both_types(tmp_path, path, value, expect):
     assert "policy." + ".".join(path) in msg and expect in msg and type(value).__name__ in msg
 
 
-@pytest.mark.parametrize("as_object", [True, False])
-def test_an_env_class_or_object_for_the_env_id_says_to_register_it(tmp_path, as_object):
-    """SB3 takes an env object; a config names an env by an id each rank can make (the message says how)."""
+@pytest.mark.parametrize("given, says", [
+    ("object", r"give env\.env_id='CartPole-v1'"),
+    ("class", r"register it on import, gymnasium\.register\(id='CartPoleEnv-v0', entry_point=CartPoleEnv\), and "
+              r"give env\.env_id='your_module:CartPoleEnv-v0'")])
+def test_an_env_class_or_object_for_the_env_id_says_what_to_give(tmp_path, given, says):
+    """SB3 takes an env object; a config names an env by an id every rank and env worker can make: the id the
+    object was made from, or a class registered by a module of the user's."""
     import gymnasium as gym
     from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
     main = _main(tmp_path)
-    main["env"] = dict(main.get("env", {}), env_id=gym.make("CartPole-v1") if as_object else CartPoleEnv)
-    with pytest.raises(ConfigError, match=r"env\.env_id.*register it, gymnasium\.register\(id='CartPoleEnv-v0', "
-                                          r"entry_point=CartPoleEnv\).*env\.env_id='CartPoleEnv-v0'"):
+    main["env"] = dict(main.get("env", {}), env_id=gym.make("CartPole-v1") if given == "object" else CartPoleEnv)
+    with pytest.raises(ConfigError, match=r"env\.env_id.*" + says):
         compile_config(main, CREATE, save=False)
 
 

@@ -170,15 +170,21 @@ def test_resume_of_a_run_at_its_stop_value_stops_at_once_unless_given_a_budget(q
 def test_resume_without_a_saved_replay_buffer_says_the_learner_starts_from_an_empty_one(quick_cartpole_config, caplog):
     """An off-policy run resumed from a checkpoint without its replay (``ckpt.save_replay_buffer=False``, the
     default) fills its buffer again before it learns (Pendulum SAC resumed at 800 of its 1,000 warm-up steps
-    made no update in the 400 steps after): one warning says so, and none where the buffer was saved."""
+    made no update in the 400 steps after): one warning says so, naming the wait, and none where the buffer was
+    saved or the wait is one batch (no random warm-up)."""
     main, create = quick_cartpole_config
     main.log.tensorboard = False
     run = main.exp_name
     serial_pipeline((main, create), seed=0, max_env_step=64, exp_name=run)
     with caplog.at_level(logging.WARNING, logger="pipelines.resume"):
         serial_pipeline((main, create), seed=0, max_env_step=128, exp_name=run, resume=True)
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "pipelines.resume"]
-    assert "empty replay buffer" in warning and "ckpt.save_replay_buffer=True" in warning
+    assert not [r for r in caplog.records if r.name == "pipelines.resume"]  # random_collect_size 0: a batch
+    main.policy.random_collect_size = 200
+    with caplog.at_level(logging.WARNING, logger="pipelines.resume"):
+        serial_pipeline((main, create), seed=0, max_env_step=192, exp_name=run, resume=True)
+    [warning] = [r.getMessage() for r in caplog.records if "empty replay" in r.getMessage()]  # and the change
+    assert "holds 200 transitions" in warning
+    assert "ckpt.save_replay_buffer=True" in warning
     caplog.clear()
     main.ckpt = dict(save_replay_buffer=True)
     serial_pipeline((main, create), seed=0, max_env_step=64, exp_name=run + "_saved")
