@@ -53,3 +53,42 @@ def test_pendulum_trains_through_the_captured_update(algo, tmp_path, caplog):
                                   exp_name=str(tmp_path / algo))
     assert "cannot capture" not in caplog.text, caplog.text
     assert summary["eval_return"] > -400, summary
+
+
+@pytest.mark.parametrize("algo", ["dqn", "sac", "td3"])
+def test_the_captured_learner_waits_for_nothing_once_it_runs(algo, tmp_path):
+    """The whole learner stage (the buffer's readiness, indices drawn on the device, the captured update, the
+    statistics' read-back, DQN's priorities where on) under ``torch.cuda.set_sync_debug_mode("error")`` once its
+    graphs are captured: a host wait for the device anywhere in it fails the run, naming the operation (the
+    guide's "no host sync in a hot loop"; tests/gpu/test_device_envs.py checks the pieces alone)."""
+    import importlib
+
+    from pipelines import build_pipeline
+
+    family = "cartpole" if algo == "dqn" else "pendulum"
+    module = importlib.import_module(f"dizoo.classic_control.{family}.config.{family}_{algo}_config")
+    main = copy.deepcopy(module.main_config)
+    main.policy.cuda = True
+    main.policy.compile = "cudagraph_update"
+    main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn"
+    main.env.stop_value = float("inf")
+    main.log = dict(progress=False)
+    strict_from = 100  # updates: the graphs are captured by then (warm-up and capture wait, once)
+    checked = []
+
+    def strict(ctx):
+        if ctx.train_iter >= strict_from:
+            torch.cuda.set_sync_debug_mode("error")
+            checked.append(ctx.train_iter)
+
+    def lenient(ctx):
+        torch.cuda.set_sync_debug_mode(0)
+
+    pipeline = build_pipeline((main, copy.deepcopy(module.create_config)), seed=0, max_env_step=3000,
+                              exp_name=str(tmp_path / algo))
+    pipeline.insert_before("learner", strict, name="strict").insert_after("learner", lenient, name="lenient")
+    try:
+        summary = pipeline.run()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert len(checked) >= 5, (checked, summary)
