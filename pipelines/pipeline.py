@@ -164,7 +164,9 @@ class Pipeline:
         """Run the stages until the context finishes (or ``max_step`` iterations), then release the
         pipeline's resources; returns the run summary (or ``ctx`` for a pipeline without one)."""
         if self._closed:
-            raise RuntimeError("this pipeline has run already (its envs are closed): build a new one")
+            raise RuntimeError("this pipeline has run already (its envs are closed): to train on, build one on the "
+                               "same run, build_pipeline(cfg, max_env_step=LARGER, exp_name=summary['run_dir'], "
+                               "resume=True) (docs/middleware.md)")
         try:
             task = Task()
             with task.start(ctx=self.ctx):
