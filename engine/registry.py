@@ -13,7 +13,9 @@ import importlib
 
 from typing import Any, Dict, Iterable, List
 
-__all__ = ["Registry", "POLICY_REGISTRY", "ENV_REGISTRY", "CONFIG_SECTIONS", "UnknownTypeError"]
+from .config_rules import ConfigError
+
+__all__ = ["Registry", "POLICY_REGISTRY", "ENV_REGISTRY", "CONFIG_SECTIONS", "UnknownTypeError", "ImportNamesError"]
 
 
 class UnknownTypeError(KeyError):
@@ -21,6 +23,11 @@ class UnknownTypeError(KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the whole message
         return str(self.args[0])
+
+
+class ImportNamesError(ConfigError, ImportError):
+    """A module of ``create_config.<kind>.import_names`` that cannot be imported: the config names a file of the
+    user's that is not on the path, so it is a config error (one ``baton:`` line), and still an ``ImportError``."""
 
 
 class Registry:
@@ -45,8 +52,11 @@ class Registry:
         for module in names:
             try:
                 importlib.import_module(module)
-            except ImportError as err:
-                raise ImportError(f"create_config {self.kind}.import_names: cannot import {module!r}: {err}") from err
+            except ImportError as err:  # what the command line hands over: a path away from the user's own file
+                raise ImportNamesError(f"create_config {self.kind}.import_names: cannot import {module!r} "
+                                       f"({type(err).__name__}: {err}); put the directory holding it on PYTHONPATH "
+                                       f"(as running the config file as a script does for its own directory), "
+                                       f"or install its package") from err
 
     def get(self, name: str) -> Any:
         if name not in self._items:

@@ -77,7 +77,10 @@ CASES += [
     ("main_config not a dict", lambda tmp: ["-c", _config_with(tmp, "main_config = EasyDict(", "main_config = list(")],
      r"my_config.py: main_config must be a dict, got list"),
     ("run directory that cannot be made", lambda tmp: ["-c", CARTPOLE_DQN, "--exp-name", str(tmp / "file" / "run")],
-     r"cannot write the run directory .*file/run: .*give --exp-name a directory you can write"),
+     r"cannot write the run directory .*file/run: .*give --exp-name a directory you can write"),    ("algorithm module that cannot be imported",
+     lambda tmp: ["-c", _config_with(tmp, 'type="dqn")', 'type="my_algo", import_names=["my_algo"])')],
+     r"create_config policy.import_names: cannot import 'my_algo' \(ModuleNotFoundError: .*\); put the directory "
+     r"holding it on PYTHONPATH"),
 ]
 
 
