@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Type
+from typing import Any, Dict, List, Mapping, Optional, Type
 
 from easydict import EasyDict
 
@@ -41,6 +41,10 @@ class RunParams(Params):
     """Seeds the envs (env ``i`` gets ``seed + i``), torch, and each DDP rank (``pipelines.assembly.rank_seed``)."""
     torch_threads: int = param(0, rule="not_negative")
     """torch's intra-op threads; 0: this process's share of the cores, less one (``OMP_NUM_THREADS`` wins)."""
+    import_names: List[str] = param([])
+    """Modules imported before the policy and env types are looked up: those of ``create_config.policy`` and
+    ``create_config.env``'s ``import_names`` (an algorithm or env type of your own), recorded here so that the
+    run's ``config.json`` alone rebuilds it (``baton eval``, ``baton export``, ``load_saved_run``)."""
 
 
 def base_config() -> Dict[str, Any]:
@@ -108,8 +112,7 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     user_env = dict(main_config.get("env", {}))
     policy_type = _type_name(create_config, main_config, "policy")
     env_type = _type_name(create_config, main_config, "env")
-    POLICY_REGISTRY.import_modules(create_config.get("policy", {}).get("import_names", []))
-    ENV_REGISTRY.import_modules(create_config.get("env", {}).get("import_names", []))
+    imported = _import_names(main_config, create_config)
     policy_cls = POLICY_REGISTRY.get(policy_type)
     env_cls = ENV_REGISTRY.get(env_type)
 
@@ -126,6 +129,7 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
         policy_cls.check_user_keys(policy_type, user_policy)
     user = dict(main_config, policy=user_policy, env=user_env)
     merged = deep_merge(defaults, user, path="")
+    merged["import_names"] = imported
     if seed is not None:
         merged["seed"] = int(seed)
     if exp_name is not None:
@@ -140,6 +144,20 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     if save:
         save_config(cfg)
     return cfg
+
+
+def _import_names(main_config: Mapping[str, Any], create_config: Mapping[str, Any]) -> List[str]:
+    """Import the modules a config names (``create_config.policy``/``.env``'s ``import_names``, and the compiled
+    config's own ``import_names``, which a saved ``config.json`` holds) and return them, each once, in order."""
+    names: List[str] = []
+    saved = main_config.get("import_names") or []
+    for registry, modules in ((POLICY_REGISTRY, create_config.get("policy", {}).get("import_names", [])),
+                              (ENV_REGISTRY, create_config.get("env", {}).get("import_names", [])),
+                              (POLICY_REGISTRY, saved if isinstance(saved, list) else [])):
+        new = [module for module in modules if module not in names]
+        registry.import_modules(new)
+        names.extend(new)
+    return names
 
 
 def save_config(cfg: Mapping[str, Any]) -> str:

@@ -43,3 +43,22 @@ def test_list_algos_reads_its_class():
     assert declared_facts(f"{MODULE}:TinyQPolicy", "tiny_q", ("pipeline", "action_spaces")) == {
         "pipeline": "off_policy", "action_spaces": ("discrete",)}
     assert declared_facts(MODULE, "tiny_q", ("pipeline",)) == {"pipeline": "off_policy"}
+
+
+def test_its_saved_run_loads_in_a_process_that_never_imported_it(tmp_path, monkeypatch):
+    """``baton eval`` / ``baton export`` / ``load_saved_run`` read the run's config.json alone: the module named by
+    ``create_config.policy.import_names`` is recorded there (``import_names``), so they find the algorithm."""
+    import json
+    import sys
+
+    from commands import load_saved_run
+    from engine.registry import POLICY_REGISTRY
+
+    summary = build_pipeline(_config(tmp_path), max_env_step=256).run()
+    with open(os.path.join(summary["run_dir"], "config.json")) as f:
+        assert json.load(f)["import_names"] == [MODULE]
+    policy_cls = POLICY_REGISTRY.get("tiny_q")
+    monkeypatch.delitem(POLICY_REGISTRY._items, "tiny_q")  # as in a fresh `baton eval` process
+    monkeypatch.delitem(sys.modules, MODULE)
+    run = load_saved_run(summary["run_dir"], "latest")
+    assert type(run.policy).__name__ == policy_cls.__name__
