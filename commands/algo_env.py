@@ -17,6 +17,9 @@ env family is chosen by the id:
 the config afresh) registers the type before compiling. Before anything runs, the algorithm is built once on
 the env's spaces: one that does not fit (``dqn`` on ``Pendulum-v1``) fails at once, naming the action space
 and the algorithms that do fit.
+
+An algorithm of the user's own module is ``--algo my_module:my_algo``: the module (on ``PYTHONPATH``) is imported
+and named in ``create_config.policy.import_names``, as a config file of that algorithm would name it.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ from policies.base import SpaceMismatchError
 from .algo_fit import AlgoEnvError
 from .catalog import ATARI_TYPE, GYM_TYPE
 
-__all__ = ["AlgoEnvError", "build_config", "algo_support", "default_budget", "GYM_TYPE"]
+__all__ = ["AlgoEnvError", "build_config", "registered_algo", "algo_support", "default_budget", "GYM_TYPE"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
             env whose spaces no baton algorithm takes, or an algo that does not fit the env's spaces (names
             the action space and the algos that do).
     """
+    module, algo = registered_algo(algo)
     algos = POLICY_REGISTRY.names()
     if algo not in algos:
         close = difflib.get_close_matches(algo.lower(), algos, n=1, cutoff=0.6)
@@ -88,10 +92,25 @@ def build_config(algo: str, env_id: str) -> Tuple[Dict[str, Any], Dict[str, Any]
         logger.info("--env %s registers no episode limit: its episodes are cut at %s steps, so that an evaluation "
                     "ends (env.max_episode_steps=N to choose)", env_id, f"{DEFAULT_EPISODE_LIMIT:,}")
     create: Dict[str, Any] = dict(env=dict(type=env_type), policy=dict(type=algo))
+    if module:  # every process (--nproc's ranks) and the run's config.json import it too
+        create["policy"]["import_names"] = [module]
     if env_type == GYM_TYPE:
         create["env"]["import_names"] = [__name__]
     exp_name = f"{algo}_{re.sub(r'[^A-Za-z0-9._-]+', '_', env_id)}"
     return dict(exp_name=exp_name, env=env, policy=_hindsight(algo, env_id, observation_space)), create
+
+
+def registered_algo(algo: str) -> Tuple[str, str]:
+    """``(module, name)`` of ``--algo``: ``"my_module:my_algo"`` (an algorithm of the user's own module, as ``--env``
+    takes ``"my_module:MyEnv-v0"``) imports the module, which registers ``my_algo``; a plain name has no module.
+
+    Raises:
+        engine.registry.ImportNamesError: the module cannot be imported (naming it and PYTHONPATH).
+    """
+    module, _, name = algo.rpartition(":")
+    if module:
+        POLICY_REGISTRY.import_modules([module])
+    return module, name
 
 
 def _hindsight(algo: str, env_id: str, observation_space: gym.Space) -> Dict[str, Any]:
@@ -116,6 +135,7 @@ def default_budget(algo: str) -> Optional[int]:
     """The env-step budget of an ``--algo/--env`` run given none: the algorithm family's
     (``Policy.default_env_steps``: DQN 500k, PPO, A2C and SAC 1M); None for algorithms that learn from a
     dataset, whose pipeline has an update budget of its own. Logged, so the end is never a surprise."""
+    algo = registered_algo(algo)[1]
     steps = getattr(POLICY_REGISTRY.get(algo), "default_env_steps", None)
     if steps is not None:
         logger.info("--algo %s sets a budget of %s env steps (--max-env-step N to choose)", algo, f"{steps:,}")

@@ -78,7 +78,8 @@ def _parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train the pipeline of a config file, or of --algo on --env")
     train.add_argument("-c", "--config", default=None, help="path of a config file (main_config, create_config)")
-    train.add_argument("--algo", default=None, help="instead of -c: a registered algorithm (--list-algos) ...")
+    train.add_argument("--algo", default=None, help="instead of -c: a registered algorithm (--list-algos), or "
+                       "MODULE:NAME of your own module ...")
     train.add_argument("--env", default=None, metavar="ENV_ID", help="... on a gymnasium id, e.g. CartPole-v1, "
                                                                      "ALE/Pong-v5 (--list-envs)")
     train.add_argument("--list-algos", action="store_true", help="print the algorithms and the actions they take")

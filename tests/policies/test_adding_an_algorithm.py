@@ -62,3 +62,20 @@ def test_its_saved_run_loads_in_a_process_that_never_imported_it(tmp_path, monke
     monkeypatch.delitem(sys.modules, MODULE)
     run = load_saved_run(summary["run_dir"], "latest")
     assert type(run.policy).__name__ == policy_cls.__name__
+
+
+def test_algo_module_colon_name_trains_it_from_defaults(tmp_path, monkeypatch):
+    """``--algo MODULE:NAME`` (as ``--env module:EnvId-v0``): the module is imported and recorded, so every rank and
+    the run's config.json find the algorithm; a bad module is one line naming PYTHONPATH."""
+    from commands.algo_env import build_config
+    from commands.cli import main
+
+    main_cfg, create = build_config(f"{MODULE}:tiny_q", "CartPole-v1")
+    assert create["policy"] == {"type": "tiny_q", "import_names": [MODULE]}
+    assert main_cfg["exp_name"] == "tiny_q_CartPole-v1"
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--algo", f"{MODULE}:tiny_q", "--env", "CartPole-v1", "--max-env-step", "256",
+                 "--no-progress"]) == 0
+    assert os.path.isfile(tmp_path / "tiny_q_CartPole-v1_seed0" / "ckpt" / "latest.pth.tar")
+    with pytest.raises(ConfigError, match="cannot import 'no_such_module'.*PYTHONPATH"):
+        build_config("no_such_module:tiny_q", "CartPole-v1")
