@@ -122,6 +122,11 @@ class Shape:
     offline: bool = False
     #: whether checkpoints keep the replay buffer (``ckpt.save_replay_buffer``): not one refilled from a dataset
     saves_buffer: bool = True
+    #: the keys of the ``policy`` section its stages read (the head and tail: the evaluator's), which an algorithm's
+    #: ``Params`` must declare (``check_policy_class``)
+    policy_keys: Tuple[str, ...] = ("eval.evaluator.eval_freq", "eval.evaluator.patience")
+    #: the policy methods its stages call beyond the three modes' (on-policy: ``_value`` for GAE)
+    policy_methods: Tuple[str, ...] = ()
 
     def open(self, run: Run) -> Tuple[gym.Space, gym.Space]:
         """Open the data source (envs, a dataset), registering what must be closed in ``run.resources``;
@@ -249,7 +254,25 @@ def _shape_of(policy_cls: type, name: str, shapes: Mapping[str, Type[Shape]]) ->
     if declared not in shapes:
         raise ConfigError(f"policy {name!r} ({policy_cls.__module__}.{policy_cls.__name__}) declares pipeline = "
                           f"{declared!r}, which no standard pipeline has; declare one of {', '.join(sorted(shapes))}")
-    return shapes[declared]()
+    shape = shapes[declared]()
+    check_policy_class(policy_cls, name, shape)
+    return shape
+
+
+def check_policy_class(policy_cls: type, name: str, shape: Shape) -> None:
+    """Refuse an algorithm whose ``Params`` lacks a key its shape's stages read, or a method they call, naming
+    each: an algorithm of the user's own writes its ``Params`` from scratch (docs/own_algorithm.md), and a key left
+    out was an ``AttributeError`` in the middle of the assembly."""
+    declared = {info.path for info in policy_cls.Params.fields_info()}
+    missing = [f"policy.{key}" for key in shape.policy_keys if key not in declared]
+    methods = [method for method in shape.policy_methods if not callable(getattr(policy_cls, method, None))]
+    if missing or methods:
+        lacks = ", ".join(missing) + (" and " if missing and methods else "") + \
+            " and ".join(f"a {method}(obs) method" for method in methods)
+        raise ConfigError(f"policy {name!r} ({policy_cls.__module__}.{policy_cls.__name__}) declares no {lacks}, "
+                          f"which its pipeline ({policy_cls.pipeline!r}) reads: add them (its sections deriving from "
+                          f"policies.defaults' CollectParams and OnlineEvalParams, data.replay's ReplayBufferParams; "
+                          f"docs/own_algorithm.md)")
 
 
 def _context_class(context: Optional[type], shape: Shape) -> type:

@@ -47,6 +47,7 @@ class OfflineShape(Shape):
     background_eval = False
     offline = True
     saves_buffer = False
+    policy_keys = Shape.policy_keys + ("learn.batch_size", "learn.update_per_iter")
 
     def open(self, run: Run) -> Tuple[gym.Space, gym.Space]:
         """Every rank opens the dataset and checks it against the env before anything is written: all fail

@@ -33,6 +33,7 @@ class _OnlineShape(Shape):
     """Collector envs of ``env.collector_env_num``, seeded from the rank's seed."""
 
     context = OnlineRLContext
+    policy_keys = Shape.policy_keys + ("discount_factor", "collect.n_sample", "learn.batch_size")
 
     def open(self, run: Run) -> Tuple[gym.Space, gym.Space]:
         self.collector_env = make_vector_env(run.env_type, run.cfg.env, stages.env_params(run.cfg).collector_env_num,
@@ -56,6 +57,8 @@ class _OnlineShape(Shape):
 
 class OffPolicyShape(_OnlineShape):
     """Collected n-step transitions go into a replay buffer, which the learner samples."""
+
+    policy_keys = _OnlineShape.policy_keys + ("learn.update_per_collect", "other.replay_buffer")
 
     def prepare(self, run: Run) -> Optional[ReplayBuffer]:
         super().prepare(run)
@@ -99,6 +102,9 @@ class OffPolicyShape(_OnlineShape):
 
 class OnPolicyShape(_OnlineShape):
     """What was just collected is learnt from, after its advantages are estimated; no buffer."""
+
+    policy_keys = _OnlineShape.policy_keys + ("collect.gae_lambda", "learn.epoch_per_collect")
+    policy_methods = ("_value",)  # the values GAE bootstraps from (CollectMode.value)
 
     def middle(self, run: Run, pipeline: Pipeline, buffer: Any) -> None:
         self._collect(run, pipeline, on_policy=True)

@@ -4,15 +4,27 @@ its row of --list-algos all come from the class)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pytest
 from easydict import EasyDict
 
 from commands.class_facts import declared_facts
 from engine.config import ConfigError
+from engine.params import section
 from pipelines import build_pipeline
+from policies.base import PolicyParams
+from tiny_q import TinyQLearn, TinyQModel
 
 MODULE = "tiny_q"  # tests/policies/tiny_q.py, importable as the test files' directory is on the path
+
+
+@dataclass
+class BareParams(PolicyParams):
+    """A ``policy`` section with the algorithm's own keys only, none of those its pipeline reads."""
+
+    model: TinyQModel = section(TinyQModel)
+    learn: TinyQLearn = section(TinyQLearn)
 
 
 def _config(tmp_path, **learn):
@@ -79,3 +91,21 @@ def test_algo_module_colon_name_trains_it_from_defaults(tmp_path, monkeypatch):
     assert os.path.isfile(tmp_path / "tiny_q_CartPole-v1_seed0" / "ckpt" / "latest.pth.tar")
     with pytest.raises(ConfigError, match="cannot import 'no_such_module'.*PYTHONPATH"):
         build_config("no_such_module:tiny_q", "CartPole-v1")
+
+
+@pytest.mark.parametrize("pipeline,missing", [
+    ("off_policy", r"policy.eval.evaluator.eval_freq, .*policy.collect.n_sample, policy.other.replay_buffer, "),
+    ("on_policy", r"policy.eval.evaluator.eval_freq, .*policy.learn.epoch_per_collect and a _value\(obs\) method"),
+])
+def test_a_params_without_the_keys_its_pipeline_reads_is_refused_naming_them(pipeline, missing, tmp_path,
+                                                                             monkeypatch):
+    """The standard pipeline reads some keys of every algorithm's ``policy`` section (``Shape.policy_keys``): an
+    algorithm whose ``Params`` lacks one is refused at build, naming each, not an AttributeError mid-assembly."""
+    from engine.registry import POLICY_REGISTRY
+    from tiny_q import TinyQPolicy
+
+    bare = type("BarePolicy", (TinyQPolicy,), {"Params": BareParams, "pipeline": pipeline})
+    monkeypatch.setitem(POLICY_REGISTRY._items, "tiny_q", bare)
+    with pytest.raises(ConfigError, match=rf"BarePolicy.*declares no {missing}"):
+        build_pipeline(_config(tmp_path), max_env_step=64)
+    assert not (tmp_path / "tiny_seed0").exists()
