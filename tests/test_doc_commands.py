@@ -83,10 +83,16 @@ BLOCKS = [b for b in ALL_BLOCKS if b[0].rsplit("-", 1)[0] in CHAINED]
 
 
 def make_workdir(tmp_path_factory, name: str):
-    """A directory that sees the repository's ``dizoo/`` and has the ``docs/img`` the README writes to."""
+    """A directory that sees the repository's ``dizoo/`` and has the ``docs/img`` the README writes to, and the
+    files the pages tell the reader to save: a ```python block whose first line is ``# NAME.py``
+    (docs/own_algorithm.md's algorithm and config, which its commands train)."""
     path = tmp_path_factory.mktemp(name)
     os.symlink(os.path.join(ROOT, "dizoo"), path / "dizoo")
     os.makedirs(path / "docs" / "img")
+    for page in FILES:
+        for file_name, code in re.findall(r"```python\n# ([\w.]+\.py)\n(.*?)```", open(page, encoding="utf-8").read(),
+                                          flags=re.S):
+            (path / file_name).write_text(code)
     return path
 
 

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from engine.registry import CONFIG_SECTIONS
+from engine.registry import CONFIG_SECTIONS, POLICY_REGISTRY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [os.path.join(ROOT, "docs", name) for name in sorted(os.listdir(os.path.join(ROOT, "docs")))
@@ -33,6 +33,9 @@ def test_docs_example_runs(name, index, code, tmp_path, monkeypatch):
     # process compile configs without it
     CONFIG_SECTIONS.names()  # the entry points loaded into the registry the example's copy starts from
     monkeypatch.setattr(CONFIG_SECTIONS, "_items", dict(CONFIG_SECTIONS._items))
+    # likewise an algorithm an example registers (docs/own_algorithm.md)
+    POLICY_REGISTRY.names()
+    monkeypatch.setattr(POLICY_REGISTRY, "_items", dict(POLICY_REGISTRY._items))
     module = types.ModuleType("__docs__")  # a real module: dataclasses defined in an example look theirs up
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(code, f"{name}[{index}]", "exec"), module.__dict__)
