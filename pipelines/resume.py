@@ -206,9 +206,11 @@ def _budgets(max_env_step: Optional[int], max_train_iter: Optional[int]) -> str:
 
 
 #: keys left out of ``warn_config_changes``: the run directory itself, how this invocation shows its
-#: progress (``--no-progress``, ``--profile``), and the stop value, a goal like the budgets (which are no
-#: config keys): changing it is how a finished run is trained further, and it is logged, at info level
-QUIET_KEYS = ("exp_name", "log.progress", "log.profile", "env.stop_value")
+#: progress (``--no-progress``, ``--profile``), the modules the config imports (``import_names``: where its types
+#: come from, not how it trains; a run saved before the key existed lacks it), and the stop value, a goal like the
+#: budgets (which are no config keys): changing it is how a finished run is trained further, and it is logged, at
+#: info level
+QUIET_KEYS = ("exp_name", "log.progress", "log.profile", "import_names", "env.stop_value")
 
 
 def config_changes(saved: Mapping[str, Any], now: Mapping[str, Any]) -> Dict[str, Tuple[Any, Any]]:
