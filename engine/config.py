@@ -25,8 +25,8 @@ from .fileio import atomic_write_json
 from .params import Params, param
 from .registry import CONFIG_SECTIONS, ENV_REGISTRY, POLICY_REGISTRY
 
-__all__ = ["ConfigError", "compile_config", "check_values", "config_sections", "run_rules", "RunParams", "ValueRules", "plain",
-           "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
+__all__ = ["ConfigError", "compile_config", "check_values", "config_sections", "run_rules", "RunParams", "ValueRules",
+           "plain", "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
 
 CONFIG_FILE = "config.json"
 
@@ -151,11 +151,12 @@ def _import_names(main_config: Mapping[str, Any], create_config: Mapping[str, An
     config's own ``import_names``, which a saved ``config.json`` holds) and return them, each once, in order."""
     names: List[str] = []
     saved = main_config.get("import_names") or []
-    for registry, modules in ((POLICY_REGISTRY, create_config.get("policy", {}).get("import_names", [])),
-                              (ENV_REGISTRY, create_config.get("env", {}).get("import_names", [])),
-                              (POLICY_REGISTRY, saved if isinstance(saved, list) else [])):
+    for registry, modules, key in (
+            (POLICY_REGISTRY, create_config.get("policy", {}).get("import_names", []), None),
+            (ENV_REGISTRY, create_config.get("env", {}).get("import_names", []), None),
+            (POLICY_REGISTRY, saved if isinstance(saved, list) else [], "import_names (the run's config.json)")):
         new = [module for module in modules if module not in names]
-        registry.import_modules(new)
+        registry.import_modules(new, key)
         names.extend(new)
     return names
 

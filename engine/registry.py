@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Optional
 
 from .config_rules import ConfigError
 
@@ -47,13 +47,14 @@ class Registry:
         self._items[name] = obj
         return obj
 
-    def import_modules(self, names: Iterable[str]) -> None:
-        """Import modules that register types (DI-engine's ``import_names``)."""
+    def import_modules(self, names: Iterable[str], key: Optional[str] = None) -> None:
+        """Import modules that register types (DI-engine's ``import_names``); ``key``: the config key that named
+        them, for the error (default ``create_config <kind>.import_names``)."""
         for module in names:
             try:
                 importlib.import_module(module)
             except ImportError as err:  # what the command line hands over: a path away from the user's own file
-                raise ImportNamesError(f"create_config {self.kind}.import_names: cannot import {module!r} "
+                raise ImportNamesError(f"{key or f'create_config {self.kind}.import_names'}: cannot import {module!r} "
                                        f"({type(err).__name__}: {err}); put the directory holding it on PYTHONPATH "
                                        f"(as running the config file as a script does for its own directory), "
                                        f"or install its package") from err

@@ -74,6 +74,14 @@ def test_its_saved_run_loads_in_a_process_that_never_imported_it(tmp_path, monke
     monkeypatch.delitem(sys.modules, MODULE)
     run = load_saved_run(summary["run_dir"], "latest")
     assert type(run.policy).__name__ == policy_cls.__name__
+    saved = os.path.join(summary["run_dir"], "config.json")
+    with open(saved) as f:
+        cfg = json.load(f)
+    with open(saved, "w") as f:  # the module gone from the path of the process that reads the run
+        json.dump(dict(cfg, import_names=["no_such_module_of_the_run"]), f)
+    with pytest.raises(ConfigError, match=r"^import_names \(the run's config.json\): cannot import "
+                                          r"'no_such_module_of_the_run'.*PYTHONPATH"):
+        load_saved_run(summary["run_dir"], "latest")
 
 
 def test_algo_module_colon_name_trains_it_from_defaults(tmp_path, monkeypatch):
