@@ -109,7 +109,7 @@ def registered_algo(algo: str) -> Tuple[str, str]:
     """
     module, _, name = algo.rpartition(":")
     if module:
-        POLICY_REGISTRY.import_modules([module])
+        POLICY_REGISTRY.import_modules([module], key="--algo")
     return module, name
 
 

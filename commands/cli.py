@@ -11,8 +11,8 @@ Usage::
     baton tune -c CONFIG --trials N [--jobs K] [--study-dir DIR] --max-env-step N KEY=DIST ... [KEY=VALUE ...]
     baton record -c CONFIG --ckpt PATH --episodes N --dataset NAME [--eps E] [--root DIR]
     baton plot RUN_DIR... [-o out.png] [--x env_step|wall_time_s] [--label NAME]
-    baton eval RUN_DIR [--ckpt best|latest|PATH] [--episodes N] [--seed S] [-o FILE] [--video DIR [--gif]]
-    baton export RUN_DIR --format torchscript|onnx [--ckpt best|latest|PATH] [-o FILE]
+    baton eval RUN_DIR [--ckpt best|latest|PATH] [--episodes N] [--seed S] [-o FILE] [--video DIR [--gif]] [--import M]
+    baton export RUN_DIR --format torchscript|onnx [--ckpt best|latest|PATH] [-o FILE] [--import MODULE]
     baton report RUN_DIR... [--score final|best|eval] [--label NAME] [--json FILE]
 
 ``CONFIG`` is a Python file defining ``main_config`` and ``create_config`` (a dizoo config). Under

@@ -35,7 +35,7 @@ from middleware.evaluator import evaluate_episodes, success_rate
 from pipelines.stages import env_label, env_params
 
 from .run_options import EVAL_FILE
-from .saved_run import load_saved_run
+from .saved_run import import_user_modules, load_saved_run
 
 #: the most episodes one ``baton eval`` plays (a training evaluation's bound, ``data.envs.MAX_EVAL_EPISODES``,
 #: is 100 times smaller: this is the one-off evaluation that message points to)
@@ -145,6 +145,7 @@ def eval_main(args: argparse.Namespace) -> int:
     if args.video is not None:
         choose_gl_backend()  # before a MuJoCo env is made: headless machines render off screen
     try:
+        import_user_modules(args.imports)
         result = evaluate_run(args.run_dir, args.ckpt, args.episodes, args.seed, args.num_envs, args.output,
                               args.video, args.gif, args.video_episodes)
     except (ValueError, ImportError, VideoError, *USER_ERRORS) as err:

@@ -51,7 +51,7 @@ from policies.greedy import NotExportableError
 from policies.masks import ACTION_MASK_KEY
 
 from .run_options import FORMATS
-from .saved_run import load_saved_run
+from .saved_run import import_user_modules, load_saved_run
 
 __all__ = ["export_policy", "export_run", "export_main", "observation_inputs", "acting_inputs", "input_name",
            "LeavesIn", "FORMATS", "ExportError"]
@@ -314,6 +314,7 @@ def export_main(args: argparse.Namespace) -> int:
     from .user_errors import USER_ERRORS, exit_status, print_user_error
 
     try:
+        import_user_modules(args.imports)
         info = export_run(args.run_dir, args.format, args.ckpt, args.output)
     except (ValueError, ImportError, NotExportableError, *USER_ERRORS) as err:
         print_user_error(err)

@@ -28,6 +28,8 @@ PROGRESS_FILE = "progress.csv"
 #: what a missing run directory's line tells the user to give instead
 RUN_DIR_HINT = "give the directory a training run wrote: the path its last line printed as run_dir=..."
 
+_IMPORT_HELP = ("import MODULE first (repeatable): the module of an algorithm or env type of your own, which the run's "
+                "config.json names in import_names; baton imports nothing a run directory names")
 _CKPT_HELP = f"the checkpoint: {' or '.join(CKPT_NAMES)} of RUN_DIR/ckpt, or a path (default: best, else latest)"
 
 
@@ -46,6 +48,7 @@ def add_eval_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--gif", action="store_true", help="with --video: GIFs instead of mp4")
     parser.add_argument("--video-episodes", type=int, default=None, metavar="M",
                         help="with --video: film only the first M episodes")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help=_IMPORT_HELP)
     return parser
 
 
@@ -57,6 +60,7 @@ def add_export_options(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--ckpt", default=None, metavar="best|latest|PATH", help=_CKPT_HELP)
     parser.add_argument("-o", "--output", default=None,
                         help="the file to write (default RUN_DIR/policy_<checkpoint>.pt or .onnx)")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help=_IMPORT_HELP)
     return parser
 
 

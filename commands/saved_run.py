@@ -5,7 +5,8 @@ A run directory holds ``config.json`` (the compiled config the run trained with)
 ``best.pth.tar`` (the best evaluation so far) and ``latest.pth.tar`` (the newest state). A run trained under
 DDP is read the same way: rank 0 writes these files, and the other ranks' ``*.rank<r>.pth.tar`` shards hold
 replay and RNG state only, no weights. The checkpoint is read with ``torch.load(weights_only=True)``: nothing
-in it runs.
+in it runs; nor does anything of ``config.json``: the modules it records (``import_names``, an algorithm of the
+user's own) are imported by ``--import`` (``import_user_modules``), or by the caller, never from the file.
 
 The policy is rebuilt from ``config.json`` on the CPU, acting eagerly (``policy.cuda``, ``policy.device``,
 ``policy.compile`` and ``policy.amp`` are reset: the run's GPU may not be here, and a few episodes gain
@@ -16,7 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 from easydict import EasyDict
 
@@ -28,7 +29,7 @@ from pipelines.run_dir import RunDirError
 
 from .run_options import RUN_DIR_HINT
 
-__all__ = ["SavedRun", "load_run_config", "checkpoint_path", "load_saved_run", "CKPT_CHOICES"]
+__all__ = ["SavedRun", "load_run_config", "checkpoint_path", "load_saved_run", "import_user_modules", "CKPT_CHOICES"]
 
 #: what ``--ckpt`` names besides a path
 CKPT_CHOICES = {"best": BEST, "latest": LATEST}
@@ -67,6 +68,16 @@ def load_run_config(run_dir: str) -> EasyDict:
     policy.update(cuda=False, compile="none", amp="none")
     policy["device"] = {**(policy.get("device") or {}), "learn": None, "collect": None, "eval": None}
     return compile_config(saved, save=False)
+
+
+def import_user_modules(modules: Sequence[str]) -> None:
+    """Import the modules ``--import`` names (an algorithm or env type of the user's own): the only way a module a
+    run's ``config.json`` records is imported, by the user's word (``engine.config``: a run directory runs nothing).
+
+    Raises:
+        engine.registry.ImportNamesError: a module that cannot be imported, named.
+    """
+    POLICY_REGISTRY.import_modules(list(modules), key="--import")
 
 
 def checkpoint_path(run_dir: str, ckpt: Optional[str] = None) -> str:

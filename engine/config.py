@@ -14,6 +14,7 @@ by the env type (``data.envs.EnvParams``) and ``policy`` by the policy class (``
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Type
 
@@ -23,7 +24,7 @@ from .config_merge import deep_merge, plain, unknown_key_message
 from .config_rules import ConfigError, ValueRules
 from .fileio import atomic_write_json
 from .params import Params, param
-from .registry import CONFIG_SECTIONS, ENV_REGISTRY, POLICY_REGISTRY
+from .registry import CONFIG_SECTIONS, ENV_REGISTRY, POLICY_REGISTRY, UnknownTypeError
 
 __all__ = ["ConfigError", "compile_config", "check_values", "config_sections", "run_rules", "RunParams", "ValueRules",
            "plain", "deep_merge", "save_config", "base_config", "CONFIG_FILE"]
@@ -42,9 +43,9 @@ class RunParams(Params):
     torch_threads: int = param(0, rule="not_negative")
     """torch's intra-op threads; 0: this process's share of the cores, less one (``OMP_NUM_THREADS`` wins)."""
     import_names: List[str] = param([])
-    """Modules imported before the policy and env types are looked up: those of ``create_config.policy`` and
-    ``create_config.env``'s ``import_names`` (an algorithm or env type of your own), recorded here so that the
-    run's ``config.json`` alone rebuilds it (``baton eval``, ``baton export``, ``load_saved_run``)."""
+    """The modules ``create_config.policy`` and ``create_config.env``'s ``import_names`` imported (an algorithm or env
+    type of your own), recorded so that a reader of the run's ``config.json`` knows what to import before it
+    (``baton eval --import``); never imported from a ``config.json``: nothing read from a run directory runs."""
 
 
 def base_config() -> Dict[str, Any]:
@@ -113,8 +114,11 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     policy_type = _type_name(create_config, main_config, "policy")
     env_type = _type_name(create_config, main_config, "env")
     imported = _import_names(main_config, create_config)
-    policy_cls = POLICY_REGISTRY.get(policy_type)
-    env_cls = ENV_REGISTRY.get(env_type)
+    try:
+        policy_cls = POLICY_REGISTRY.get(policy_type)
+        env_cls = ENV_REGISTRY.get(env_type)
+    except UnknownTypeError as err:
+        raise _with_saved_modules(err, imported, create_config) from None
 
     defaults = base_config()
     defaults["policy"] = dict(type=policy_type, **_without(policy_cls.default_config(), "type"))
@@ -147,18 +151,35 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
 
 
 def _import_names(main_config: Mapping[str, Any], create_config: Mapping[str, Any]) -> List[str]:
-    """Import the modules a config names (``create_config.policy``/``.env``'s ``import_names``, and the compiled
-    config's own ``import_names``, which a saved ``config.json`` holds) and return them, each once, in order."""
+    """Import the modules ``create_config.policy``/``.env``'s ``import_names`` name (a config file of the user's,
+    code they run) and return them with the compiled config's own ``import_names`` (a saved ``config.json``'s),
+    each once, in order. Those of a ``config.json`` are recorded, never imported: a run directory is data, and
+    nothing read from it runs (a module file beside it, on the path, would run as it was imported); whoever reads
+    a run of their own algorithm imports its module first (``baton eval --import``; ``_with_saved_modules``)."""
     names: List[str] = []
-    saved = main_config.get("import_names") or []
-    for registry, modules, key in (
-            (POLICY_REGISTRY, create_config.get("policy", {}).get("import_names", []), None),
-            (ENV_REGISTRY, create_config.get("env", {}).get("import_names", []), None),
-            (POLICY_REGISTRY, saved if isinstance(saved, list) else [], "import_names (the run's config.json)")):
+    for registry, modules in ((POLICY_REGISTRY, create_config.get("policy", {}).get("import_names", [])),
+                              (ENV_REGISTRY, create_config.get("env", {}).get("import_names", []))):
         new = [module for module in modules if module not in names]
-        registry.import_modules(new, key)
+        registry.import_modules(new)
         names.extend(new)
-    return names
+    saved = main_config.get("import_names") or []
+    if not isinstance(saved, list) or not all(isinstance(module, str) for module in saved):
+        raise ConfigError(f"import_names must be a list of module names, got {saved!r}")
+    return names + [module for module in saved if module not in names]
+
+
+def _with_saved_modules(err: UnknownTypeError, names: List[str], create_config: Mapping[str, Any]) -> Exception:
+    """``err`` (a type no module imported so far registers), naming the modules a saved ``config.json`` records
+    and how to import them, where it records any (``_import_names``: baton imports none of a run's own)."""
+    imported = set(create_config.get("policy", {}).get("import_names", [])) | \
+        set(create_config.get("env", {}).get("import_names", []))
+    recorded = [module for module in names if module not in imported and module not in sys.modules]
+    if not recorded:
+        return err
+    return UnknownTypeError(f"{err}. The run records the module(s) {', '.join(map(repr, recorded))} "
+                            f"(its config.json's import_names), which baton never imports from a run's files (nothing "
+                            f"read from a run directory runs): import them yourself first (baton eval/export "
+                            f"--import {recorded[0]}; in Python, import {recorded[0]} before load_saved_run)")
 
 
 def save_config(cfg: Mapping[str, Any]) -> str:

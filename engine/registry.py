@@ -53,11 +53,13 @@ class Registry:
         for module in names:
             try:
                 importlib.import_module(module)
-            except ImportError as err:  # what the command line hands over: a path away from the user's own file
+            except ModuleNotFoundError as err:  # the module itself not found: a path away from the user's own file
+                if err.name is None or not (module == err.name or module.startswith(err.name + ".")):
+                    raise  # the module is there and its own import fails: the user's code, with its traceback
+                script = "" if key else " (as running the config file as a script does for its own directory)"
                 raise ImportNamesError(f"{key or f'create_config {self.kind}.import_names'}: cannot import {module!r} "
-                                       f"({type(err).__name__}: {err}); put the directory holding it on PYTHONPATH "
-                                       f"(as running the config file as a script does for its own directory), "
-                                       f"or install its package") from err
+                                       f"({type(err).__name__}: {err}); put the directory holding it on PYTHONPATH"
+                                       f"{script}, or install its package") from err
 
     def get(self, name: str) -> Any:
         if name not in self._items:

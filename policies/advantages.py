@@ -30,9 +30,11 @@ __all__ = ["normalise_advantages", "mean_shares", "weighted_mean"]
 
 def normalise_advantages(adv: torch.Tensor, weight: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``(adv - mean) / (std + 1e-8)`` over the minibatch's elements (those of weight 1 where ``weight`` is
-    given; the unbiased deviation, as ``Tensor.std``); under DDP over every rank's minibatch together."""
+    given; the unbiased deviation, as ``Tensor.std``); under DDP over every rank's minibatch together. One
+    element has no deviation (``Tensor.std`` gives NaN): it is 0 there, as in the weighted path (a rollout's
+    last minibatch may hold one transition)."""
     if weight is None and not is_distributed():
-        return (adv - adv.mean()) / (adv.std() + 1e-8)
+        return (adv - adv.mean()) / ((adv.std() if adv.numel() > 1 else adv.new_zeros(())) + 1e-8)
     w = torch.ones_like(adv) if weight is None else weight.to(adv.dtype)
     moments = torch.stack([w.sum(), (adv * w).sum(), (adv * adv * w).sum()]).double()
     if is_distributed():

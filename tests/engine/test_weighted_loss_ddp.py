@@ -27,3 +27,12 @@ def test_ranks_with_different_acting_counts_get_the_joined_batchs_gradient(tmp_p
     weighted_mean(model(x).squeeze(-1) * adv, mean_shares(weight)).backward()
     for got, want in zip(grads[0], model.parameters()):
         assert torch.allclose(torch.tensor(got), want.grad.flatten(), atol=1e-6)
+
+
+def test_one_advantage_normalises_to_zero_not_nan():
+    """A rollout's last minibatch may hold one transition (n_sample rounded up to whole vector steps): no
+    deviation, so 0, as the weighted path gives, not ``Tensor.std``'s NaN (a loss of NaN, a run stopped)."""
+    assert torch.equal(normalise_advantages(torch.tensor([3.0])), torch.tensor([0.0]))
+    assert torch.equal(normalise_advantages(torch.tensor([3.0]), torch.tensor([1.0])), torch.tensor([0.0]))
+    torch.testing.assert_close(normalise_advantages(torch.tensor([1.0, 3.0])), torch.tensor([-0.7071, 0.7071]),
+                               rtol=0, atol=1e-4)

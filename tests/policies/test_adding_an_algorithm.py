@@ -57,31 +57,42 @@ def test_list_algos_reads_its_class():
     assert declared_facts(MODULE, "tiny_q", ("pipeline",)) == {"pipeline": "off_policy"}
 
 
-def test_its_saved_run_loads_in_a_process_that_never_imported_it(tmp_path, monkeypatch):
-    """``baton eval`` / ``baton export`` / ``load_saved_run`` read the run's config.json alone: the module named by
-    ``create_config.policy.import_names`` is recorded there (``import_names``), so they find the algorithm."""
+def test_its_saved_run_names_its_module_and_loads_once_the_user_imports_it(tmp_path, monkeypatch, capsys):
+    """``baton eval`` / ``baton export`` / ``load_saved_run`` read the run's config.json, which records the module
+    of ``create_config.policy.import_names`` (``import_names``) but is never imported from: nothing read from a run
+    directory runs. A process that has not imported it is told which module to import and how (``--import``);
+    imported, the run loads. A module file planted beside a shared run directory does not run."""
     import json
     import sys
 
     from commands import load_saved_run
-    from engine.registry import POLICY_REGISTRY
+    from commands.cli import main
+    from engine.registry import POLICY_REGISTRY, UnknownTypeError
 
     summary = build_pipeline(_config(tmp_path), max_env_step=256).run()
-    with open(os.path.join(summary["run_dir"], "config.json")) as f:
-        assert json.load(f)["import_names"] == [MODULE]
+    run_dir = summary["run_dir"]
+    with open(os.path.join(run_dir, "config.json")) as f:
+        cfg = json.load(f)
+    assert cfg["import_names"] == [MODULE]
     policy_cls = POLICY_REGISTRY.get("tiny_q")
     monkeypatch.delitem(POLICY_REGISTRY._items, "tiny_q")  # as in a fresh `baton eval` process
     monkeypatch.delitem(sys.modules, MODULE)
-    run = load_saved_run(summary["run_dir"], "latest")
-    assert type(run.policy).__name__ == policy_cls.__name__
-    saved = os.path.join(summary["run_dir"], "config.json")
-    with open(saved) as f:
-        cfg = json.load(f)
-    with open(saved, "w") as f:  # the module gone from the path of the process that reads the run
-        json.dump(dict(cfg, import_names=["no_such_module_of_the_run"]), f)
-    with pytest.raises(ConfigError, match=r"^import_names \(the run's config.json\): cannot import "
-                                          r"'no_such_module_of_the_run'.*PYTHONPATH"):
-        load_saved_run(summary["run_dir"], "latest")
+    with pytest.raises(UnknownTypeError, match=rf"unknown policy type 'tiny_q'.*records the module\(s\) '{MODULE}'.*"
+                                               rf"--import {MODULE}"):
+        load_saved_run(run_dir, "latest")
+    assert main(["eval", run_dir, "--episodes", "1"]) == 2
+    assert f"--import {MODULE}" in capsys.readouterr().err
+    assert main(["eval", run_dir, "--episodes", "1", "--import", MODULE]) == 0  # the user's word: imported
+    assert type(load_saved_run(run_dir, "latest").policy).__name__ == policy_cls.__name__
+
+    (tmp_path / "planted.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with open(os.path.join(run_dir, "config.json"), "w") as f:  # a shared run directory naming a module of its own
+        json.dump(dict(cfg, import_names=["planted"]), f)
+    load_saved_run(run_dir, "latest")
+    assert not (tmp_path / "ran").exists() and "planted" not in sys.modules
+    assert main(["eval", run_dir, "--episodes", "1", "--import", "no_such_module_of_the_user"]) == 2
+    assert "--import: cannot import 'no_such_module_of_the_user'" in capsys.readouterr().err
 
 
 def test_algo_module_colon_name_trains_it_from_defaults(tmp_path, monkeypatch):
