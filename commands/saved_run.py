@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sys
 from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 from easydict import EasyDict
@@ -64,10 +65,23 @@ def load_run_config(run_dir: str) -> EasyDict:
     except (OSError, ValueError) as err:
         raise RunDirError(f"{path} cannot be read as JSON ({err})") from err
     saved = copy.deepcopy(saved)
+    _check_env_module(run_dir, saved)
     policy = saved.setdefault("policy", {})
     policy.update(cuda=False, compile="none", amp="none")
     policy["device"] = {**(policy.get("device") or {}), "learn": None, "collect": None, "eval": None}
     return compile_config(saved, save=False)
+
+
+def _check_env_module(run_dir: str, saved: Dict[str, Any]) -> None:
+    """Refuse a run whose env id names a module (``my_module:MyEnv-v0``, which gymnasium imports to make the env)
+    that this process has not imported: the id comes from a run directory, and nothing read from one runs. The
+    user's ``--import`` (or their own import) is the consent."""
+    env_id = (saved.get("env") or {}).get("env_id")
+    module = env_id.partition(":")[0] if isinstance(env_id, str) and ":" in env_id else None
+    if module and module not in sys.modules:
+        raise RunDirError(f"{run_dir}'s env {env_id!r} comes from the module {module!r}, which baton does not import "
+                          f"from a run's files (nothing read from a run directory runs): give --import {module} "
+                          f"(in Python, import {module} before load_saved_run)")
 
 
 def import_user_modules(modules: Sequence[str]) -> None:

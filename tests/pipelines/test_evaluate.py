@@ -303,3 +303,27 @@ def test_eval_video_on_a_full_disk_is_one_line_status_1_and_leaves_no_part_of_a_
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"baton: cannot write {videos}/") and "no space left" in err
     assert os.listdir(videos) == [] and not (tmp_path / "e.json").exists()
+
+
+def test_a_run_of_an_env_module_runs_it_only_on_the_user_s_import(cartpole_run, tmp_path, capsys, monkeypatch):
+    """``--env my_module:MyEnv-v0``: gymnasium imports the module to make the env. A run directory's config.json
+    naming one runs nothing: baton eval says which module to give ``--import``, and imports it only then."""
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_env_mod.py").write_text(
+        f"import gymnasium as gym\nopen({str(marker)!r}, 'w').close()\n"
+        "gym.register('PlantedCartPole-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv', "
+        "max_episode_steps=50)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "planted_env_mod", raising=False)
+    run = tmp_path / "planted"
+    shutil.copytree(cartpole_run, run)
+    with open(run / "config.json") as f:
+        cfg = json.load(f)
+    cfg["env"].update(type="gym", env_id="planted_env_mod:PlantedCartPole-v0")
+    with open(run / "config.json", "w") as f:
+        json.dump(cfg, f)
+    assert main(["eval", str(run), "--episodes", "1"]) == 2
+    err = _one_error_line(capsys)
+    assert "--import planted_env_mod" in err and not marker.exists()
+    assert main(["eval", str(run), "--episodes", "1", "--import", "planted_env_mod"]) == 0
+    assert marker.exists()
