@@ -305,7 +305,8 @@ def test_eval_video_on_a_full_disk_is_one_line_status_1_and_leaves_no_part_of_a_
     assert os.listdir(videos) == [] and not (tmp_path / "e.json").exists()
 
 
-def test_a_run_of_an_env_module_runs_it_only_on_the_user_s_import(cartpole_run, tmp_path, capsys, monkeypatch):
+def test_a_run_of_an_env_module_runs_it_only_on_the_user_s_import(cartpole_run, tmp_path, capsys, monkeypatch,
+                                                                  request):
     """``--env my_module:MyEnv-v0``: gymnasium imports the module to make the env. A run directory's config.json
     naming one runs nothing: baton eval says which module to give ``--import``, and imports it only then."""
     marker = tmp_path / "imported"
@@ -314,7 +315,8 @@ def test_a_run_of_an_env_module_runs_it_only_on_the_user_s_import(cartpole_run, 
         "gym.register('PlantedCartPole-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv', "
         "max_episode_steps=50)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "planted_env_mod", raising=False)
+    request.addfinalizer(lambda: (sys.modules.pop("planted_env_mod", None),  # gone again after the test: other
+                                  gym.registry.pop("PlantedCartPole-v0", None)))  # tests list the registered ids
     run = tmp_path / "planted"
     shutil.copytree(cartpole_run, run)
     with open(run / "config.json") as f:
