@@ -16,7 +16,7 @@ from engine.overrides import apply_overrides
 from .tune_store import (ENVIRONMENT_ATTR, STUDY_NAME, EnvironmentFailure, counted_trials, disk_full, load_optuna,
                          study_storage)
 
-__all__ = ["run_jobs", "TrialPruning", "preempt_signals"]
+__all__ = ["run_jobs", "TrialPruning", "preempt_signals", "trial_pruner"]
 
 #: a median pruner judges a trial only once this many trials finished
 PRUNER_STARTUP_TRIALS = 5
@@ -158,15 +158,26 @@ def _work(spec: Any, worker: int, lock: Any) -> None:
     existing = len(optuna.load_study(storage=storage, study_name=STUDY_NAME).trials)
     # seeded per job and per command: jobs alike, or a continued study, would draw the same values again
     sampler = optuna.samplers.TPESampler(seed=(spec.seed * 1_000_003 + worker * 7919 + existing) % 2**32)
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS, n_warmup_steps=spec.prune_after)
-              if spec.prune else optuna.pruners.NopPruner())
-    study = optuna.load_study(storage=storage, study_name=STUDY_NAME, sampler=sampler, pruner=pruner)
+    study = optuna.load_study(storage=storage, study_name=STUDY_NAME, sampler=sampler,
+                              pruner=trial_pruner(optuna, spec.prune, spec.prune_after))
     while True:
         with lock if lock is not None else contextlib.nullcontext():
             if counted_trials(study, running=True) >= spec.n_trials:
                 return
             trial = study.ask()  # a trial cut short earlier (enqueued) first
         _run_trial(spec, study, trial)
+
+
+def trial_pruner(optuna: Any, prune: bool, prune_after: int) -> Any:
+    """The study's pruner: a median pruner that never ends a trial in its first ``prune_after`` evaluations.
+
+    Evaluations are reported at steps 1, 2, ... (``TrialPruning``), and Optuna judges a step once it is not below
+    ``n_warmup_steps``: ``prune_after`` itself as the warm-up would judge evaluation ``prune_after`` already (the
+    first evaluation is usually of the untrained policy: a default of 2 pruned on one evaluation of trained weights).
+    """
+    if not prune:
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=PRUNER_STARTUP_TRIALS, n_warmup_steps=prune_after + 1)
 
 
 def _run_trial(spec: Any, study: Any, trial: Any) -> None:

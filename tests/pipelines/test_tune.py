@@ -188,6 +188,26 @@ def test_trial_pruning_reports_each_evaluation_once_and_ends_the_run():
     assert pruning.pruned_at == 2 and ctx.finish and ctx.stop_reason == "finished"
 
 
+@pytest.mark.parametrize("prune_after, first_pruned", [(0, 1), (2, 3), (3, 4)])
+def test_the_pruner_spares_a_trials_first_prune_after_evaluations(prune_after, first_pruned):
+    """--prune-after E: evaluations 1..E of a trial far below the median are never pruned, evaluation E+1 is."""
+    optuna = pytest.importorskip("optuna")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", pruner=tune_trials.trial_pruner(optuna, True, prune_after))
+    for _ in range(tune_trials.PRUNER_STARTUP_TRIALS):
+        done = study.ask()
+        for step in range(1, 6):
+            done.report(100.0, step)
+        study.tell(done, 100.0)
+    trial = study.ask()
+    verdicts = []
+    for step in range(1, 6):
+        trial.report(0.0, step)
+        verdicts.append(trial.should_prune())
+    assert verdicts.index(True) + 1 == first_pruned
+    assert isinstance(tune_trials.trial_pruner(optuna, False, prune_after), optuna.pruners.NopPruner)
+
+
 def test_config_writer_round_trips_through_load_config_file(tmp_path):
     main_config = {"exp_name": "x's \"run\"", "env": {"stop_value": math.inf, "env_kwargs": {}},
                    "policy": {"model": {"encoder_hidden_size_list": [64, 64]}, "cuda": False, "x": None,
