@@ -46,11 +46,25 @@ class PlotError(ValueError):
 
 def find_runs(paths: Sequence[str]) -> List[str]:
     """The run directories of ``paths``: each path holding ``progress.csv`` (or that file itself), else its
-    subdirectories that do.
+    subdirectories that do. Each run once: one given twice (``runs/a runs/a/``, ``runs/*`` beside ``runs``)
+    would count as two seeds of its group, pulling the IQM and narrowing the interval toward its score.
 
     Raises:
         PlotError: a path that holds no run at either level.
     """
+    runs = _found_runs(paths)
+    seen: set = set()
+    unique = []
+    for run in runs:
+        key = os.path.realpath(run)
+        if key not in seen:
+            seen.add(key)
+            unique.append(run)
+    return unique
+
+
+def _found_runs(paths: Sequence[str]) -> List[str]:
+    """``find_runs`` before repeats are dropped."""
     runs: List[str] = []
     for path in paths:
         if os.path.basename(path) == PROGRESS_FILE and os.path.isfile(path):  # the file itself was given

@@ -68,6 +68,15 @@ def test_report_groups_seeds_and_shows_their_number(tmp_path, capsys):
     assert best[0]["iqm"] == 30.0  # the best of each run: 15, 25, 35, 1005
 
 
+def test_a_run_given_twice_counts_once(tmp_path):
+    """The same directory named twice (or under its parent too) is one seed, not two of the same score."""
+    first = _run(tmp_path / "runs" / "cartpole_dqn_seed0", [0.0, 100.0])
+    second = _run(tmp_path / "runs" / "cartpole_dqn_seed1", [0.0, 10.0])
+    rows = report_runs([first, first + "/", str(tmp_path / "runs"), second])
+    assert [row["seeds"] for row in rows] == [2] and rows[0]["scores"] == [100.0, 10.0]
+    assert rows[0]["iqm"] == 55.0
+
+
 def test_report_of_baton_eval_results(tmp_path, capsys):
     for seed, mean in enumerate([100.0, 200.0]):
         run = _run(tmp_path / f"a_seed{seed}", [1.0])
