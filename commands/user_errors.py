@@ -47,7 +47,7 @@ def _user_errors() -> Tuple[type, ...]:
     from engine.config import ConfigError
     from engine.devices import DeviceError
     from engine.fileio import DiskFullError
-    from engine.registry import UnknownTypeError
+    from engine.registry import MissingExtraError, UnknownTypeError
     from engine.slurm import SlurmEnvError
     from middleware.checkpoint import CheckpointError
     from middleware.collector import NonFiniteDataError
@@ -63,7 +63,8 @@ def _user_errors() -> Tuple[type, ...]:
             NonFiniteDataError,  # the user's env returned NaN: the message names the env, the step and what to check
             AlgoEnvError,
             AgentSpaceError, EnvModuleError,  # a multi-agent env that cannot be batched, or its module imported
-            ActionMaskError)  # an env's legal-action mask that cannot be used: the env, the step and the fix
+            ActionMaskError,  # an env's legal-action mask that cannot be used: the env, the step and the fix
+            MissingExtraError)  # the config's env, backend or dataset needs an extra not installed: it is named
 
 
 def __getattr__(name: str) -> Any:  # USER_ERRORS on first use (PEP 562): its classes import torch

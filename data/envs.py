@@ -23,7 +23,7 @@ from engine.config_rules import lookup
 from engine.host import gib, host_memory_bytes, open_file_limit, process_limit
 from engine.params import Params, param, section
 from engine.preemption import DEFAULT_SIGNALS, PreemptionGuard
-from engine.registry import ENV_REGISTRY
+from engine.registry import ENV_REGISTRY, MissingExtraError
 
 from .action_masks import ACTION_MASK_KEY, as_trainable
 
@@ -311,12 +311,12 @@ class GymEnvType:
         return highest_return(env_cfg, self.best_step_reward, self.best_return)
 
     def check_requires(self, env_id: str) -> None:
-        """Import each required module; a missing one raises an ImportError naming the extra that installs it."""
+        """Import each required module; a missing one raises a MissingExtraError naming the extra that installs it."""
         for module, extra in self.requires:
             try:
                 __import__(module)
             except ImportError as err:
-                raise ImportError(f"env {env_id!r} needs the package {module!r} of the {extra!r} extra: pip install "
+                raise MissingExtraError(f"env {env_id!r} needs the package {module!r} of the {extra!r} extra: pip install "
                                   f"\"baton-rl[{extra}]\" (in a clone: pip install -c constraints.txt -e "
                                   f"\".[{extra}]\")") from err
 

@@ -15,7 +15,8 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from .config_rules import ConfigError
 
-__all__ = ["Registry", "POLICY_REGISTRY", "ENV_REGISTRY", "CONFIG_SECTIONS", "UnknownTypeError", "ImportNamesError"]
+__all__ = ["Registry", "POLICY_REGISTRY", "ENV_REGISTRY", "CONFIG_SECTIONS", "UnknownTypeError", "ImportNamesError",
+           "MissingExtraError"]
 
 
 class UnknownTypeError(KeyError):
@@ -28,6 +29,13 @@ class UnknownTypeError(KeyError):
 class ImportNamesError(ConfigError, ImportError):
     """A module of ``create_config.<kind>.import_names`` that cannot be imported: the config names a file of the
     user's that is not on the path, so it is a config error (one ``baton:`` line), and still an ``ImportError``."""
+
+
+class MissingExtraError(ImportError):
+    """An optional package (a pip extra: ``.[atari]``, ``.[box2d]``, ``.[envpool]``, ...) that the config's env,
+    backend or dataset needs and this environment lacks. The config asks for something this install cannot give,
+    so it ends a command in one ``baton:`` line naming the extra, as ``baton eval`` ends; any other ImportError
+    stays a bug's traceback."""
 
 
 class Registry:

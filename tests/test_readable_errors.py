@@ -107,3 +107,21 @@ def test_offline_bad_input_under_nproc_is_one_line_for_the_job(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.startswith("baton: ")]
     assert len(lines) == 1 and re.match(r"baton: dataset 'test/one-v0' holds 1 episode\(s\) for 2 ranks: every rank "
                                         r"needs at least one whole episode", lines[0]), proc.stderr[-3000:]
+
+
+LUNARLANDER_DQN = os.path.join(ROOT, "dizoo", "box2d", "lunarlander", "config", "lunarlander_dqn_config.py")
+PONG_DQN = os.path.join(ROOT, "dizoo", "atari", "config", "serial", "pong", "pong_dqn_config.py")
+
+
+@pytest.mark.parametrize("config, missing, overrides, extra", [
+    (LUNARLANDER_DQN, "Box2D", [], "box2d"),
+    (PONG_DQN, "ale_py", [], "atari"),
+    (PONG_DQN, "envpool", ["env.backend=envpool"], "envpool"),
+])
+def test_a_config_whose_extra_is_missing_is_one_line_naming_it(config, missing, overrides, extra, tmp_path,
+                                                              monkeypatch, capsys):
+    """baton train -c CONFIG of an env (or backend) whose package is not installed: the extra, not a traceback."""
+    monkeypatch.setitem(sys.modules, missing, None)  # an import of it fails as a missing package's does
+    code, line = _one_line(["train", "-c", config, "--exp-name", str(tmp_path / "run"), "--max-env-step", "64",
+                            "--no-progress", *overrides], capsys)
+    assert code == 2 and f".[{extra}]" in line, line

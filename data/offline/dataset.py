@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from engine.params import Params, param
-from engine.registry import CONFIG_SECTIONS
+from engine.registry import CONFIG_SECTIONS, MissingExtraError
 
 from ..obs import Obs, map_leaves, space_leaves, to_tensor
 from .episode import DatasetError, DatasetNotFoundError, DatasetSpaceError, Episode
@@ -100,7 +100,7 @@ def _minari() -> Any:
         import minari  # noqa: F401
         from minari.dataset.minari_storage import MinariStorage
     except ImportError as err:
-        raise ImportError(f"offline datasets need Minari: pip install -c constraints.txt -e \".[offline]\" "
+        raise MissingExtraError(f"offline datasets need Minari: pip install -c constraints.txt -e \".[offline]\" "
                           f"({err})") from err
     return MinariStorage
 

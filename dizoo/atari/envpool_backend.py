@@ -22,10 +22,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from engine.registry import MissingExtraError
+
 __all__ = ["EnvPoolAtari", "envpool_task", "EnvPoolMissingError"]
 
 
-class EnvPoolMissingError(ImportError):
+class EnvPoolMissingError(MissingExtraError):
     """``env.backend='envpool'`` without EnvPool installed."""
 
 

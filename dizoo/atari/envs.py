@@ -17,7 +17,7 @@ import numpy as np
 
 from data.envs import GymEnvParams, check_env_section
 from engine.params import param
-from engine.registry import ENV_REGISTRY
+from engine.registry import ENV_REGISTRY, MissingExtraError
 
 __all__ = ["AtariParams", "AtariEnvType", "game_name", "UnknownGameError"]
 
@@ -32,7 +32,7 @@ def _import_ale() -> Any:
         import ale_py.roms
         from ale_py.vector_env import AtariVectorEnv  # noqa: F401
     except ImportError as err:
-        raise ImportError("Atari envs need ale-py (its ROMs ship with it): "
+        raise MissingExtraError("Atari envs need ale-py (its ROMs ship with it): "
                           "pip install -c constraints.txt -e \".[atari]\"") from err
     return ale_py
 
