@@ -22,13 +22,14 @@ import os
 import re
 import sys
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from engine.config import CONFIG_FILE
 from middleware.progress_csv import PROGRESS_FILE, read_progress
 
+from .run_groups import group_warnings
 from .run_options import X_AXES
 
 __all__ = ["PlotError", "find_runs", "group_runs", "mean_curve", "iqm_curve", "plot_runs",
@@ -191,9 +192,10 @@ def _stop_value(runs: Sequence[str]) -> Optional[float]:
 
 
 def plot_runs(paths: Sequence[str], out: str = "progress.png", x_axes: Sequence[str] = tuple(X_AXES),
-              labels: Optional[Sequence[str]] = None) -> str:
+              labels: Optional[Sequence[str]] = None, on_warning: Optional[Callable[[str], None]] = None) -> str:
     """Draw the evaluation return of the runs under ``paths`` against each of ``x_axes`` (one panel each)
-    into the image ``out``; returns ``out``.
+    into the image ``out``; returns ``out``. ``on_warning`` is given each line of ``commands.run_groups`` (a group
+    pooling different configs, a run that has not ended), as ``baton plot`` prints them.
 
     Raises:
         PlotError: no run under a path, a run without evaluations, labels that do not fit.
@@ -206,6 +208,10 @@ def plot_runs(paths: Sequence[str], out: str = "progress.png", x_axes: Sequence[
             from err
     groups = group_runs(find_runs(paths), labels)
     per_run = {run: _eval_curves(run, x_axes) for runs in groups.values() for run in runs}
+    for label, runs in groups.items():  # once every run has a curve: a run without one is the error, alone
+        for line in group_warnings(label, runs, by_name=not labels):
+            if on_warning is not None:
+                on_warning(line)
     stop_value = _stop_value(list(per_run))
     fig = Figure(figsize=(6.0 * len(x_axes), 4.0), layout="constrained")
     axes = fig.subplots(1, len(x_axes), squeeze=False)[0]
@@ -241,7 +247,8 @@ def _draw_group(ax: Any, color: str, label: str, curves: List[Curve]) -> None:
 def plot_main(args: argparse.Namespace) -> int:
     """``baton plot``: 0 when the image was written, 2 (one line on stderr) when it could not be."""
     try:
-        out = plot_runs(args.runs, args.output, (args.x,) if args.x else tuple(X_AXES), args.label)
+        out = plot_runs(args.runs, args.output, (args.x,) if args.x else tuple(X_AXES), args.label,
+                        on_warning=lambda line: print(f"baton plot: warning: {line}", file=sys.stderr))
     except (ValueError, ImportError, OSError) as err:  # PlotError, an unreadable CSV, a path not writable
         print(f"baton plot: {err}", file=sys.stderr)
         return 2

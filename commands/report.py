@@ -33,6 +33,7 @@ from middleware.progress_csv import PROGRESS_FILE, read_progress
 
 from .iqm import iqm_with_ci
 from .plot import METRIC, PlotError, find_runs, group_runs
+from .run_groups import group_warnings
 from .run_options import EVAL_FILE, SCORES
 
 __all__ = ["ReportError", "run_score", "report_runs", "format_report", "report_main", "SCORES"]
@@ -71,7 +72,8 @@ def run_score(run: str, score: str = "final") -> float:
 def report_runs(paths: Sequence[str], score: str = "final", labels: Optional[Sequence[str]] = None,
                 confidence: float = 0.95, reps: int = 2000) -> List[Dict[str, Any]]:
     """One row per group of the runs under ``paths``: ``{"label", "seeds", "iqm", "ci_low", "ci_high",
-    "mean", "min", "max", "scores", "runs", "score", "confidence"}`` (no interval, None, for one seed).
+    "mean", "min", "max", "scores", "runs", "score", "confidence", "warnings"}`` (no interval, None, for one seed;
+    ``warnings``: what pooling the group's runs hides, ``commands.run_groups``).
 
     Raises:
         ReportError / commands.plot.PlotError: no run under a path, a run without the score.
@@ -85,7 +87,8 @@ def report_runs(paths: Sequence[str], score: str = "final", labels: Optional[Seq
                      "ci_low": float(estimate.low) if several else None,
                      "ci_high": float(estimate.high) if several else None,
                      "mean": float(scores.mean()), "min": float(scores.min()), "max": float(scores.max()),
-                     "scores": scores.tolist(), "runs": list(runs), "score": score, "confidence": confidence})
+                     "scores": scores.tolist(), "runs": list(runs), "score": score, "confidence": confidence,
+                     "warnings": group_warnings(label, runs, by_name=not labels)})
     return rows
 
 
@@ -119,6 +122,9 @@ def report_main(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as err:  # ReportError, PlotError, a bad --confidence, an unwritable --json
         print(f"baton report: {err}", file=sys.stderr)
         return 2
+    for row in rows:
+        for line in row["warnings"]:
+            print(f"baton report: warning: {line}", file=sys.stderr)
     print(format_report(rows))
     if args.json:
         print(f"baton report: wrote {args.json}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import doctest
 import json
+import os
+import re
 
 import numpy as np
 import pytest
@@ -75,6 +77,44 @@ def test_a_run_given_twice_counts_once(tmp_path):
     rows = report_runs([first, first + "/", str(tmp_path / "runs"), second])
     assert [row["seeds"] for row in rows] == [2] and rows[0]["scores"] == [100.0, 10.0]
     assert rows[0]["iqm"] == 55.0
+
+
+def _config(run, seed, policy="dqn", lr=1e-3, stop_reason="max_env_step"):
+    """The run's config.json and summary.json as a finished run leaves them."""
+    config = {"exp_name": run, "seed": seed, "log": {"csv": True}, "env": {"env_id": "CartPole-v1"},
+              "policy": {"type": policy, "learn": {"learning_rate": lr}}}
+    for name, content in (("config.json", config), ("summary.json", {"stop_reason": stop_reason})):
+        with open(f"{run}/{name}", "w") as f:
+            json.dump(content, f)
+
+
+def test_report_warns_of_a_group_that_pools_other_configs_a_seed_twice_or_an_unfinished_run(tmp_path, capsys):
+    """A group by name alone may pool what is not seeds of one config: each such group is one warning line."""
+    import commands.run_groups
+    from engine.context import StopReason
+    from middleware.summary import SUMMARY_FILE
+
+    assert commands.run_groups.SUMMARY_FILE == SUMMARY_FILE
+    assert set(commands.run_groups._ENDED) <= {reason.value for reason in StopReason}
+    same = [_run(tmp_path / "same" / f"cartpole_seed{seed}", [1.0, 2.0]) for seed in range(2)]
+    for seed, run in enumerate(same):
+        _config(run, seed)
+    assert main(["report", str(tmp_path / "same")]) == 0
+    assert "warning" not in capsys.readouterr().err  # seeds of one config: nothing to say
+    mixed = [_run(tmp_path / "a" / "cartpole_seed0", [1.0]), _run(tmp_path / "b" / "cartpole_seed1", [2.0]),
+             _run(tmp_path / "b" / "cartpole_seed0_2", [3.0])]
+    _config(mixed[0], 0)
+    _config(mixed[1], 1, policy="ppo", lr=3e-4)
+    _config(mixed[2], 0, stop_reason="interrupted")
+    assert main(["report", *mixed]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert any(re.search(r"group 'cartpole' pools runs of different configs: .*cartpole_seed0 and .*cartpole_seed1 "
+                         r"differ in policy.type 'dqn' vs 'ppo'; policy.learn.learning_rate", line) for line in err), err
+    assert any(re.search(r"cartpole_seed0 and .*cartpole_seed0_2 both ran seed 0", line) for line in err), err
+    assert any(re.search(r"cartpole_seed0_2 stopped with stop_reason 'interrupted'", line) for line in err), err
+    os.remove(f"{mixed[0]}/summary.json")
+    rows = report_runs(mixed, labels=["mine"])  # the user's own group: only the unfinished runs are named
+    assert len(rows[0]["warnings"]) == 2 and "still running, or was killed" in rows[0]["warnings"][0]
 
 
 def test_report_of_baton_eval_results(tmp_path, capsys):
