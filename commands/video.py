@@ -29,7 +29,7 @@ import numpy as np
 from engine.fileio import atomic_file, atomic_write_path
 
 __all__ = ["VideoError", "EpisodeVideos", "rendering_env_type", "with_render_twin", "check_video_extra",
-           "VIDEO_EXTRA"]
+           "VIDEO_EXTRA", "gif_durations_ms"]
 
 VIDEO_EXTRA = 'pip install -c constraints.txt -e ".[video]"'
 
@@ -153,10 +153,10 @@ class EpisodeVideos:
                 return
             import imageio.v3 as iio
 
-            # GIF frame durations are whole hundredths of a second: 50 fps stays 20 ms
             frames, self._frames = np.stack(self._frames), []
+            durations = gif_durations_ms(len(frames), self._fps())
             atomic_write_path(path, lambda tmp: iio.imwrite(tmp, frames, extension=".gif",
-                                                            duration=1000.0 / self._fps(), loop=0), prefix="tmp-")
+                                                            duration=durations, loop=0), prefix="tmp-")
         else:
             if self._mp4 is None:
                 return
@@ -193,6 +193,21 @@ class EpisodeVideos:
 
     def _fps(self) -> float:
         return float(self.fps or 30.0)
+
+
+def gif_durations_ms(frames: int, fps: float) -> List[int]:
+    """Each GIF frame's duration: GIF keeps whole hundredths of a second, so one duration for all would play
+    Atari's 15 fps (66.7 ms) at 60 ms, 11% fast; frame k lasts from its start to the next one's, each rounded to
+    10 ms, so the file plays at the game's speed (60, 70, 70, 60, ...) and 50 fps stays 20 ms.
+
+    Examples:
+        >>> gif_durations_ms(6, 15.0), sum(gif_durations_ms(15, 15.0))
+        ([70, 60, 70, 70, 60, 70], 1000)
+        >>> gif_durations_ms(3, 50.0)
+        [20, 20, 20]
+    """
+    ends = [int(round((k * 100.0 / fps))) * 10 for k in range(frames + 1)]
+    return [max(10, end - start) for start, end in zip(ends, ends[1:])]
 
 
 class _RenderEachStep(gym.Wrapper):
