@@ -6,7 +6,7 @@ DQN and a PPO run given the same ``--exp-name`` stem, or a run and its re-run nu
 IQM and interval describe no config. Each such group gets one warning line naming what differs (the run's
 ``config.json``: keys beyond its seed and its bookkeeping; a seed twice), and each run that has not ended at its
 budget or stop value (no ``summary.json``: still running, or killed; or stopped by a signal or an error), whose
-score is of wherever it stopped. The rows are made all the same: the warning is for the reader to judge.
+score is of wherever it stopped, and runs that ended at budgets over 5% apart (``summary.json``'s ``env_step``). The rows are made all the same: the warning is for the reader to judge.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ _BOOKKEEPING_SECTIONS = ("log.", "ckpt.", "preempt.")
 _FIRST = ("policy.type", "env.type", "env.env_id")
 #: how a run ends when it has done what it was asked (``engine.context.StopReason``)
 _ENDED = ("stop_value", "max_env_step", "max_train_iter", "max_step", "plateau", "finished")
+_BUDGETS = ("max_env_step", "max_train_iter")
 
 
 def group_warnings(label: str, runs: Sequence[str], by_name: bool = True) -> List[str]:
@@ -36,24 +37,48 @@ def group_warnings(label: str, runs: Sequence[str], by_name: bool = True) -> Lis
         >>> group_warnings("x", [])
         []
     """
-    lines = [line for line in (_unfinished(run) for run in runs) if line]
+    summaries = {run: _summary(run) for run in runs}
+    lines = [line for line in (_unfinished(run, summaries[run]) for run in runs) if line]
+    lines += _budgets(label, summaries)
     if by_name and len(runs) > 1:
         configs = {run: _flat_config(run) for run in runs}
         lines += _config_differences(label, runs, configs)
     return lines
 
 
-def _unfinished(run: str) -> Optional[str]:
+def _summary(run: str) -> Optional[Dict[str, Any]]:
+    """The run's summary.json; ``{}`` when it cannot be read, None when there is none."""
     try:
         with open(os.path.join(run, SUMMARY_FILE), encoding="utf-8") as f:
-            reason = json.load(f).get("stop_reason")
+            summary = json.load(f)
     except FileNotFoundError:
-        return f"{run} has no {SUMMARY_FILE}: it is still running, or was killed; its score is of its last evaluation"
-    except (OSError, ValueError, AttributeError):
         return None
-    if reason in _ENDED:
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def _unfinished(run: str, summary: Optional[Dict[str, Any]]) -> Optional[str]:
+    if summary is None:
+        return f"{run} has no {SUMMARY_FILE}: it is still running, or was killed; its score is of its last evaluation"
+    reason = summary.get("stop_reason")
+    if not summary or reason in _ENDED:
         return None
     return f"{run} stopped with stop_reason {reason!r}: its score is of where it stopped, not of its budget"
+
+
+def _budgets(label: str, summaries: Dict[str, Optional[Dict[str, Any]]]) -> List[str]:
+    """A line when the group's runs that ended at a budget trained for different lengths (over 5% apart): each
+    final score is then of another amount of training, which seeds of one experiment do not differ in."""
+    steps = {run: s.get("env_step") for run, s in summaries.items()
+             if s and s.get("stop_reason") in _BUDGETS and isinstance(s.get("env_step"), (int, float))}
+    if len(steps) < 2:
+        return []
+    low, high = min(steps, key=steps.get), max(steps, key=steps.get)
+    if steps[high] <= 1.05 * steps[low]:
+        return []
+    return [f"group {label!r}: its runs ended at different budgets ({low} at env_step {steps[low]}, {high} at "
+            f"{steps[high]}): their scores are of different lengths of training"]
 
 
 def _flat_config(run: str) -> Optional[Dict[str, Any]]:

@@ -79,11 +79,12 @@ def test_a_run_given_twice_counts_once(tmp_path):
     assert rows[0]["iqm"] == 55.0
 
 
-def _config(run, seed, policy="dqn", lr=1e-3, stop_reason="max_env_step"):
+def _config(run, seed, policy="dqn", lr=1e-3, stop_reason="max_env_step", env_step=1000):
     """The run's config.json and summary.json as a finished run leaves them."""
     config = {"exp_name": run, "seed": seed, "log": {"csv": True}, "env": {"env_id": "CartPole-v1"},
               "policy": {"type": policy, "learn": {"learning_rate": lr}}}
-    for name, content in (("config.json", config), ("summary.json", {"stop_reason": stop_reason})):
+    summary = {"stop_reason": stop_reason, "env_step": env_step}
+    for name, content in (("config.json", config), ("summary.json", summary)):
         with open(f"{run}/{name}", "w") as f:
             json.dump(content, f)
 
@@ -112,6 +113,11 @@ def test_report_warns_of_a_group_that_pools_other_configs_a_seed_twice_or_an_unf
                          r"differ in policy.type 'dqn' vs 'ppo'; policy.learn.learning_rate", line) for line in err), err
     assert any(re.search(r"cartpole_seed0 and .*cartpole_seed0_2 both ran seed 0", line) for line in err), err
     assert any(re.search(r"cartpole_seed0_2 stopped with stop_reason 'interrupted'", line) for line in err), err
+    longer = _run(tmp_path / "same" / "cartpole_seed2", [1.0, 2.0])
+    _config(longer, 2, env_step=2000)
+    assert main(["report", str(tmp_path / "same")]) == 0
+    assert re.search(r"group 'cartpole': its runs ended at different budgets \(.*cartpole_seed0 at env_step 1000, "
+                     r".*cartpole_seed2 at 2000\)", capsys.readouterr().err)
     os.remove(f"{mixed[0]}/summary.json")
     rows = report_runs(mixed, labels=["mine"])  # the user's own group: only the unfinished runs are named
     assert len(rows[0]["warnings"]) == 2 and "still running, or was killed" in rows[0]["warnings"][0]
