@@ -16,7 +16,7 @@ from engine.overrides import apply_overrides
 from .tune_store import (ENVIRONMENT_ATTR, STUDY_NAME, EnvironmentFailure, counted_trials, disk_full, load_optuna,
                          study_storage)
 
-__all__ = ["run_jobs", "TrialPruning", "preempt_signals", "trial_pruner"]
+__all__ = ["run_jobs", "TrialPruning", "preempt_signals", "trial_pruner", "trial_sampler"]
 
 #: a median pruner judges a trial only once this many trials finished
 PRUNER_STARTUP_TRIALS = 5
@@ -157,7 +157,7 @@ def _work(spec: Any, worker: int, lock: Any) -> None:
     storage = study_storage(spec)
     existing = len(optuna.load_study(storage=storage, study_name=STUDY_NAME).trials)
     # seeded per job and per command: jobs alike, or a continued study, would draw the same values again
-    sampler = optuna.samplers.TPESampler(seed=(spec.seed * 1_000_003 + worker * 7919 + existing) % 2**32)
+    sampler = trial_sampler(optuna, (spec.seed * 1_000_003 + worker * 7919 + existing) % 2**32)
     study = optuna.load_study(storage=storage, study_name=STUDY_NAME, sampler=sampler,
                               pruner=trial_pruner(optuna, spec.prune, spec.prune_after))
     while True:
@@ -166,6 +166,16 @@ def _work(spec: Any, worker: int, lock: Any) -> None:
                 return
             trial = study.ask()  # a trial cut short earlier (enqueued) first
         _run_trial(spec, study, trial)
+
+
+def trial_sampler(optuna: Any, seed: int) -> Any:
+    """TPE with its constant liar: the trials other jobs are running count as bad draws, so parallel jobs do not
+    all try one region (docs/tuning.md). Optuna before 5 leaves it off by default and calls it experimental."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
 
 
 def trial_pruner(optuna: Any, prune: bool, prune_after: int) -> Any:

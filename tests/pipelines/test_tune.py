@@ -208,6 +208,15 @@ def test_the_pruner_spares_a_trials_first_prune_after_evaluations(prune_after, f
     assert isinstance(tune_trials.trial_pruner(optuna, False, prune_after), optuna.pruners.NopPruner)
 
 
+def test_the_sampler_counts_running_trials_whatever_optunas_default(monkeypatch):
+    """Parallel jobs rest on TPE's constant liar, which Optuna before 5 leaves off unless it is asked for."""
+    optuna = pytest.importorskip("optuna")
+    made = []
+    monkeypatch.setattr(optuna.samplers, "TPESampler", lambda **kwargs: made.append(kwargs) or kwargs)
+    assert tune_trials.trial_sampler(optuna, 7) == {"seed": 7, "constant_liar": True}
+    assert made == [{"seed": 7, "constant_liar": True}]
+
+
 def test_config_writer_round_trips_through_load_config_file(tmp_path):
     main_config = {"exp_name": "x's \"run\"", "env": {"stop_value": math.inf, "env_kwargs": {}},
                    "policy": {"model": {"encoder_hidden_size_list": [64, 64]}, "cuda": False, "x": None,
