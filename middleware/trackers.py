@@ -19,6 +19,7 @@ later warns once and stops sending. A resumed run continues the tracker runs it 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -125,7 +126,7 @@ class WandbTracker(Tracker):
     name = "wandb"
 
     def __init__(self, settings: WandbParams, run_dir: str, config: Mapping[str, Any],
-                 run_id: Optional[str] = None) -> None:
+                 run_id: Optional[str] = None, resume_env_step: Optional[int] = None) -> None:
         super().__init__()
         import wandb
 
@@ -163,7 +164,7 @@ class MlflowTracker(Tracker):
     _BATCH = 100
 
     def __init__(self, settings: MlflowParams, run_dir: str, config: Mapping[str, Any],
-                 run_id: Optional[str] = None) -> None:
+                 run_id: Optional[str] = None, resume_env_step: Optional[int] = None) -> None:
         super().__init__()
         from mlflow.entities import Metric, Param
         from mlflow.tracking import MlflowClient
@@ -173,6 +174,9 @@ class MlflowTracker(Tracker):
         if run_id:  # a resumed baton run continues its MLflow run (its params were logged then)
             self.client.update_run(run_id, status="RUNNING")
             self.run_id = run_id
+            if resume_env_step is not None:
+                with contextlib.suppress(Exception):  # a check of what is there: never a reason not to send
+                    self._say_points_past(resume_env_step)
             return
         experiment = settings.experiment or "baton"
         found = self.client.get_experiment_by_name(experiment)
@@ -185,6 +189,19 @@ class MlflowTracker(Tracker):
         for start in range(0, len(params), self._BATCH):
             self.client.log_batch(self.run_id, params=params[start:start + self._BATCH])
         self.client.log_dict(self.run_id, dict(config), "config.json")
+
+    def _say_points_past(self, env_step: int) -> None:
+        """Warn when the run holds scalars past ``env_step``, the checkpoint a resume goes on from: the killed
+        process logged them after its last checkpoint, progress.csv drops them, and MLflow cannot delete them, so
+        the run's curves would hold the lost stretch and the resumed one, interleaved, with nothing said."""
+        past = [metric.step for key in self.client.get_run(self.run_id).data.metrics
+                for metric in self.client.get_metric_history(self.run_id, key) if metric.step > env_step]
+        if past:
+            logger.warning("log.mlflow: run %s holds %d scalars past env_step %d, the checkpoint this run resumes "
+                           "from (up to env_step %d): the killed run logged them after its last checkpoint; "
+                           "progress.csv dropped them, MLflow cannot, so past %d its curves hold the killed run's "
+                           "points and this one's (remove %s before resuming to send the resumed run to a new MLflow "
+                           "run instead)", self.run_id, len(past), env_step, max(past), env_step, TRACKER_IDS_FILE)
 
     def _log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
         stamp = int(time.time() * 1000)
@@ -275,10 +292,12 @@ class StartingTracker(Tracker):
             self.tracker.finish(artifacts)
 
 
-def start_trackers(settings: Mapping[str, Params], run_dir: str, config: Mapping[str, Any]) -> List[Tracker]:
+def start_trackers(settings: Mapping[str, Params], run_dir: str, config: Mapping[str, Any],
+                   resume_env_step: Optional[int] = None) -> List[Tracker]:
     """The trackers that ``settings`` (tracker name -> its section: ``WandbParams``, ``MlflowParams``) enables,
     for the run in ``run_dir`` with ``config`` (plain data), each starting in the background
-    (``StartingTracker``). One whose package is missing is a warning here and is left out; one that cannot
+    (``StartingTracker``); ``resume_env_step``: a resumed run's checkpoint, past which a tracker run it continues
+    should hold nothing (MLflow says so when it does). One whose package is missing is a warning here and is left out; one that cannot
     start is a warning from its start, and sends nothing.
 
     Examples:
@@ -310,7 +329,9 @@ def start_trackers(settings: Mapping[str, Params], run_dir: str, config: Mapping
             logger.warning("log.%s: %s did not import (%s: %s); the run goes on without it", name, module,
                            type(err).__name__, err)
             continue
-        trackers.append(StartingTracker(name, functools.partial(cls, settings[name], run_dir, config, ids.get(name)),
+        resumed = {} if resume_env_step is None else {"resume_env_step": resume_env_step}  # a new run: as ever
+        trackers.append(StartingTracker(name, functools.partial(cls, settings[name], run_dir, config, ids.get(name),
+                                                                **resumed),
                                         functools.partial(keep_id, name), package=module))
     return trackers
 

@@ -297,7 +297,8 @@ def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None, re
     the summary keeps too (progress.csv's ``wall_time_s`` and ``elapsed_s``); ``profile``: the run's stage
     times (``profile/<stage>_share`` scalars)."""
     settings, run_dir = LogParams.of(cfg["log"], "log"), RunParams.pick(cfg).exp_name
-    trackers = start_trackers(settings.trackers(), run_dir, plain(cfg))
+    trackers = start_trackers(settings.trackers(), run_dir, plain(cfg),
+                              resume_env_step=resumed.env_step if resumed is not None else None)
     if trackers and resources is not None:
         best = os.path.join(run_dir, "ckpt", BEST)
         for tracker in trackers:

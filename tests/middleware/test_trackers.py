@@ -7,6 +7,7 @@ import glob
 import json
 import logging
 import os
+import re
 import struct
 import threading
 
@@ -229,3 +230,22 @@ def test_a_slow_tracker_start_does_not_hold_the_run_back(monkeypatch, tmp_path):
     assert [step for step, _ in seen["tracker"].sent] == [int(step) for step in progress["env_step"]]
     assert seen["tracker"].finished == [str(run / "ckpt" / "best.pth.tar")]
     assert json.loads((run / trackers.TRACKER_IDS_FILE).read_text()) == {"mlflow": "r7"}
+
+
+def test_a_resume_says_when_its_mlflow_run_holds_scalars_past_the_checkpoint(tmp_path, monkeypatch, caplog):
+    """A killed run's scalars after its last checkpoint stay in MLflow (it deletes no points): the resume says so."""
+    pytest.importorskip("mlflow")
+    monkeypatch.chdir(tmp_path)
+    settings = trackers.MlflowParams(enable=True, tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    first = trackers.MlflowTracker(settings, str(tmp_path / "run"), {"seed": 0})
+    for step in (100, 200, 300, 400):
+        first.log_scalars({"eval/episode_return_mean": float(step)}, step)
+    def said():
+        return [r for r in caplog.records if r.name == "middleware.trackers" and r.levelno >= logging.WARNING]
+
+    with caplog.at_level(logging.WARNING, logger="middleware.trackers"):
+        trackers.MlflowTracker(settings, str(tmp_path / "run"), {"seed": 0}, first.run_id, resume_env_step=400)
+        assert not said()  # a checkpoint at the last point: nothing past it
+        trackers.MlflowTracker(settings, str(tmp_path / "run"), {"seed": 0}, first.run_id, resume_env_step=200)
+    [record] = said()
+    assert re.search(r"holds 2 scalars past env_step 200, .* \(up to env_step 400\)", record.getMessage())
