@@ -83,8 +83,14 @@ class EvalReply:
     seconds: float
 
 
-def _serve(conn: Any, cancel: Any, build: WorkerSide, niceness: int) -> None:
-    """The child: build, say ready, then run jobs until told to exit or the parent is gone."""
+def _serve(conn: Any, cancel: Any, build: WorkerSide, niceness: int, parent_end: Any = None) -> None:
+    """The child: build, say ready, then run jobs until told to exit or the parent is gone.
+
+    ``parent_end``: the parent's end of the pipe, closed here first. A forked child holds a copy of it, and while
+    any process holds that end ``conn.recv()`` never sees EOF: a trainer killed outright (``kill -9``, the OOM
+    killer) left its evaluation process asleep for good, its signals ignored, a few hundred MB each."""
+    if parent_end is not None:
+        parent_end.close()
     for name in ("SIGINT", *DEFAULT_SIGNALS):  # the parent decides: Ctrl-C and a job's preemption signal
         signal.signal(getattr(signal, name), signal.SIG_IGN)  # reach every process, the parent ends this one
     if niceness and hasattr(os, "nice"):
@@ -167,8 +173,8 @@ class EvalWorker:
         context = multiprocessing.get_context(self.start_method)
         parent_conn, child_conn = context.Pipe()
         self._cancel = context.Event()
-        process = context.Process(target=_serve, args=(child_conn, self._cancel, self._build, self._niceness),
-                                  daemon=True, name="baton-eval")
+        process = context.Process(target=_serve, args=(child_conn, self._cancel, self._build, self._niceness,
+                                                       parent_conn), daemon=True, name="baton-eval")
         try:
             process.start()
         except Exception as err:

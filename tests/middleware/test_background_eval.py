@@ -333,6 +333,55 @@ def test_a_forked_evaluation_worker_never_initialises_cuda(quick_cartpole_config
         pipeline.close()
 
 
+def _children(pid):
+    """The pids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the worker through /proc")
+def test_a_trainer_killed_outright_leaves_no_evaluation_process(tmp_path):
+    """kill -9 (the OOM killer, a scheduler's last word) runs no cleanup: the forked evaluation process must see its
+    parent gone by itself. It held the parent's end of their pipe too, so it waited for a job for good."""
+    import signal
+    import subprocess
+    import sys
+
+    config = os.path.join(os.path.dirname(middleware.background_eval.__file__), "..", "dizoo", "classic_control",
+                          "cartpole", "config", "cartpole_dqn_config.py")
+    trainer = subprocess.Popen([sys.executable, "-m", "commands", "train", "-c", config, "--no-progress",
+                                "--exp-name", str(tmp_path / "run"), "--max-env-step", "10000000",
+                                "env.stop_value=none", "policy.eval.evaluator.background=true",
+                                "policy.eval.evaluator.eval_freq=20"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not _children(trainer.pid) and time.monotonic() < deadline and trainer.poll() is None:
+            time.sleep(0.2)
+        workers = _children(trainer.pid)
+        assert workers, "the trainer started no evaluation process"
+        time.sleep(1.0)  # the worker built and waiting for a job
+    finally:
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+    deadline = time.monotonic() + 20
+    while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
+    for pid in alive:  # the test's own leftovers
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"evaluation process(es) {alive} outlived their killed trainer"
+
+
 def test_background_eval_doctests():
     assert doctest.testmod(middleware.background_eval).failed == 0
 
