@@ -36,8 +36,14 @@ class EnvWorkerError(RuntimeError):
     """A worker process failed: its env raised (the traceback is in the message) or the process died."""
 
 
-def _serve(pipe: Any, payload: bytes) -> None:
-    """A worker's loop: build its ``ParallelEnvBatch``, report its spaces, then answer commands until 'close'."""
+def _serve(pipe: Any, payload: bytes, parent_end: Any = None) -> None:
+    """A worker's loop: build its ``ParallelEnvBatch``, report its spaces, then answer commands until 'close'.
+
+    ``parent_end``: the main process's end of this worker's pipe, closed here first: a forked worker holds a copy,
+    and while it is open ``recv`` never sees EOF, so a main process killed outright (``kill -9``, the OOM killer)
+    left its workers waiting for a command for good."""
+    if parent_end is not None:
+        parent_end.close()
     PreemptionGuard(DEFAULT_SIGNALS, 60.0, describe="env worker").install()
     try:
         envs = ParallelEnvBatch(cloudpickle.loads(payload))
@@ -91,7 +97,7 @@ class ParallelEnvWorkers(gym.vector.VectorEnv):
         self.closed = False
         for start, stop in self._slices:
             parent, child = ctx.Pipe()
-            process = ctx.Process(target=_serve, args=(child, cloudpickle.dumps(list(env_fns[start:stop]))),
+            process = ctx.Process(target=_serve, args=(child, cloudpickle.dumps(list(env_fns[start:stop])), parent),
                                   name=f"baton-env-worker-{start}-{stop - 1}", daemon=True)
             process.start()
             child.close()

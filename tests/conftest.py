@@ -92,6 +92,26 @@ def full_disk(monkeypatch):
     return fill
 
 
+# ---- worker processes of a killed process ---------------------------------------------------------------
+@pytest.fixture
+def outliving():
+    """Call it with the pids of a killed process's workers: the ones still alive after ``within_s`` seconds (each
+    then killed, so that a failing test leaves none behind)."""
+    import os
+    import signal
+    import time
+
+    def alive_after(pids, within_s: float = 20.0):
+        deadline = time.monotonic() + within_s
+        while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+        for pid in alive:
+            os.kill(pid, signal.SIGKILL)
+        return alive
+    return alive_after
+
+
 # ---- offline datasets ---------------------------------------------------------------------------------
 # the dataset names the dizoo offline configs train from, and the gymnasium id each was recorded on
 OFFLINE_CONFIG_DATASETS = {"cartpole/expert-v0": "CartPole-v1", "cartpole/medium-v0": "CartPole-v1",

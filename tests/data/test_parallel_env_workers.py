@@ -146,3 +146,36 @@ def test_workers_outlast_a_preemption_signal_until_closed():
     finally:
         envs.close()
     assert all(not p.is_alive() for p in envs._processes)
+
+
+_KILLED_OUTRIGHT = """
+import os, signal, sys
+from mpe2 import simple_spread_v3
+from data.parallel_env_workers import ParallelEnvWorkers
+
+def make():
+    return simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
+
+envs = ParallelEnvWorkers([make] * 4, 2, context="fork")
+print(" ".join(str(process.pid) for process in envs._processes), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="watches the workers through /proc")
+def test_a_main_process_killed_outright_leaves_no_worker(tmp_path, outliving):
+    """kill -9 runs no close(): each forked worker must see its main process gone by itself (it held a copy of the
+    main process's end of its pipe, so it waited for a command for good)."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = tmp_path / "out.txt"  # a file, not a pipe: a worker that lives on would hold a pipe open
+    with open(out, "w") as f:
+        proc = subprocess.run([sys.executable, "-c", _KILLED_OUTRIGHT], cwd=root, stdout=f, stderr=f, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, out.read_text()
+    [line] = [line for line in out.read_text().splitlines() if line.replace(" ", "").isdigit()]
+    workers = [int(pid) for pid in line.split()]
+    assert len(workers) == 2
+    alive = outliving(workers)
+    assert not alive, f"env worker(s) {alive} outlived their killed main process"

@@ -349,7 +349,7 @@ def _children(pid):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the worker through /proc")
-def test_a_trainer_killed_outright_leaves_no_evaluation_process(tmp_path):
+def test_a_trainer_killed_outright_leaves_no_evaluation_process(tmp_path, outliving):
     """kill -9 (the OOM killer, a scheduler's last word) runs no cleanup: the forked evaluation process must see its
     parent gone by itself. It held the parent's end of their pipe too, so it waited for a job for good."""
     import signal
@@ -373,12 +373,7 @@ def test_a_trainer_killed_outright_leaves_no_evaluation_process(tmp_path):
     finally:
         trainer.send_signal(signal.SIGKILL)
         trainer.wait()
-    deadline = time.monotonic() + 20
-    while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    alive = [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
-    for pid in alive:  # the test's own leftovers
-        os.kill(pid, signal.SIGKILL)
+    alive = outliving(workers)
     assert not alive, f"evaluation process(es) {alive} outlived their killed trainer"
 
 
