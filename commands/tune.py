@@ -129,7 +129,7 @@ def add_tune_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--max-env-step", type=int, default=None, help="each trial's budget in env steps")
     parser.add_argument("--max-train-iter", type=int, default=None, help="... or in updates")
     parser.add_argument("--no-prune", action="store_true", help="run every trial to its budget")
-    parser.add_argument("--prune-after", type=int, default=2, metavar="E",
+    parser.add_argument("--prune-after", type=int, default=None, metavar="E",
                         help="evaluations a trial always gets before it may be pruned (default 2)")
     parser.add_argument("overrides", nargs="*", default=[], metavar="KEY=DIST|KEY=VALUE",
                         help="e.g. policy.learn.learning_rate=loguniform(1e-4,1e-2) "
@@ -151,7 +151,7 @@ def tune_main(args: argparse.Namespace) -> int:
             spec = prepare_study(args.config, args.overrides, n_trials=args.trials, jobs=args.jobs,
                                  study_dir=args.study_dir, seed=args.seed, max_env_step=args.max_env_step,
                                  max_train_iter=args.max_train_iter, prune=not args.no_prune,
-                                 prune_after=args.prune_after)
+                                 prune_after=args.prune_after)  # None: the default, or no pruning
         except (TuneError, FileNotFoundError, ValueError, UnknownTypeError) as err:  # SearchSpaceError, ConfigError
             print_user_error(err)
             return 2
@@ -182,7 +182,8 @@ def tune_main(args: argparse.Namespace) -> int:
 
 def prepare_study(config_path: str, words: Sequence[str], *, n_trials: int, jobs: int = 1,
                   study_dir: Optional[str] = None, seed: int = 0, max_env_step: Optional[int] = None,
-                  max_train_iter: Optional[int] = None, prune: bool = True, prune_after: int = 2) -> StudySpec:
+                  max_train_iter: Optional[int] = None, prune: bool = True,
+                  prune_after: Optional[int] = None) -> StudySpec:
     """The study of ``config_path`` searched by ``words`` (``KEY=DIST``, ``KEY=VALUE``), every key and bound
     checked against the config. Nothing is written.
 
@@ -197,6 +198,10 @@ def prepare_study(config_path: str, words: Sequence[str], *, n_trials: int, jobs
         raise TuneError(f"--trials {n_trials}: give at least 1 trial")
     if jobs < 1:
         raise TuneError(f"--jobs {jobs}: give at least 1 job")
+    if prune_after is not None and not prune:
+        raise TuneError(f"--prune-after {prune_after} with --no-prune: no trial is pruned, so it would do nothing; "
+                        f"give one of them")
+    prune_after = 2 if prune_after is None else prune_after
     if prune_after < 0:
         raise TuneError(f"--prune-after {prune_after}: give 0 or more evaluations")
     if max_env_step is None and max_train_iter is None:

@@ -134,6 +134,9 @@ def test_prepare_study_needs_a_budget_and_counts():
         prepare_study(CARTPOLE, SPACE, n_trials=2)
     with pytest.raises(TuneError, match="--trials 0"):
         prepare_study(CARTPOLE, SPACE, n_trials=0, max_env_step=256)
+    with pytest.raises(TuneError, match="--prune-after 3 with --no-prune: no trial is pruned"):
+        prepare_study(CARTPOLE, SPACE, n_trials=2, max_env_step=256, prune=False, prune_after=3)
+    assert prepare_study(CARTPOLE, SPACE, n_trials=2, max_env_step=256).prune_after == 2  # the default
 
 
 def test_tune_command_bad_input_is_one_line(tmp_path, capsys):
