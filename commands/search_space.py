@@ -213,6 +213,13 @@ def _choice(key: str, word: str, text: str, nodes: Sequence[ast.AST], segments: 
     return Distribution(key, "choice", text, choices=tuple(values))
 
 
+def _unquoted_text(segment: str) -> bool:
+    """Whether ``segment`` reads as text a quote would make a value (an env id ``CartPole-v1``, a path): no quote,
+    bracket or brace of its own."""
+    text = segment.strip()
+    return bool(text) and not any(mark in text for mark in "'\"[]{}()")
+
+
 def _choice_value(word: str, node: ast.AST, segment: str) -> Any:
     """A choice as optuna stores it: a bare word is its text (``mse``; ``true``/``false``/``none`` as the
     override words mean them), a literal number, bool, None or string itself, a list or dict its source."""
@@ -222,8 +229,9 @@ def _choice_value(word: str, node: ast.AST, segment: str) -> Any:
     try:
         value = ast.literal_eval(node)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        quoted = f"; quote a word with other characters: '{segment.strip()}'" if _unquoted_text(segment) else ""
         raise SearchSpaceError(f"{word}: {segment!r} is not a value (a number, true/false, none, a word, a quoted "
-                               f"string or a [list] literal); {FORMS['choice']}") from None
+                               f"string or a [list] literal){quoted}; {FORMS['choice']}") from None
     if isinstance(value, (list, tuple, dict)):
         return segment
     if isinstance(value, float) and not math.isfinite(value):

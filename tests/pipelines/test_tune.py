@@ -79,7 +79,9 @@ def test_parse_distribution_forms(text, kind, low, high, choices):
     ("int(3,3)", r"needs low < high, got 3 and 3"),
     ("choice(64)", r"at least two values \(one value is a fixed override: a\.b=64\)"),
     ("choice(32,32)", r"'32' is given twice"),
-    ("choice(32,__import__('os'))", r"\"__import__\('os'\)\" is not a value"),
+    ("choice(32,__import__('os'))", r"\"__import__\('os'\)\" is not a value \(.*\); choice"),
+    ("choice(CartPole-v1,Acrobot-v1)", r"'CartPole-v1' is not a value .*quote a word with other characters: "
+                                       r"'CartPole-v1'"),
     ("choice(1,2", r"not a distribution"),
     ("uniform(low=0,high=1)", r"takes its values in order, without names \(low=\.\.\.\)"),
     ("loguniform(1e-4;1e-2)", r"not a distribution"),
