@@ -113,13 +113,13 @@ class OnlineLogger:
         self._last = None  # (time, env_step, train_iter, loop step) at the last write
         self._last_print_iter = 0
 
-    def resume(self, env_step: int, last_eval_iter: int, evaluations: Optional[int] = None) -> None:
+    def resume(self, env_step: int, last_eval_iter: int) -> None:
         """Continue a run restored from a checkpoint taken at ``env_step``: the CSV keeps its rows up to
-        there, with the ``evaluations`` the checkpoint counted when given, and its ``wall_time_s`` goes on from
-        them, and the checkpoint's evaluation (already logged) is not logged again."""
+        there and its ``wall_time_s`` goes on from them, and the checkpoint's evaluation (already logged) is
+        not logged again."""
         self._logged_eval_iter = last_eval_iter
         if self._csv_path:
-            self._csv = ProgressCSV(self._csv_path, resume_env_step=env_step, resume_evaluations=evaluations)
+            self._csv = ProgressCSV(self._csv_path, resume_env_step=env_step)
             self._resumed_wall_s = self._csv.resumed_wall_time_s
             self._clock.carry(self._resumed_wall_s)
 

@@ -26,10 +26,6 @@ __all__ = ["ProgressCSV", "read_progress", "PROGRESS_FILE", "LEADING_COLUMNS"]
 
 PROGRESS_FILE = "progress.csv"
 LEADING_COLUMNS = ("env_step", "train_iter", "wall_time_s")
-#: the columns that place a row rather than report a value
-X_COLUMNS = LEADING_COLUMNS + ("elapsed_s",)
-#: the column of an evaluation's return: a row with it is an evaluation's
-EVAL_COLUMN = "eval/episode_return_mean"
 
 Value = Union[int, float]
 
@@ -42,10 +38,6 @@ class ProgressCSV:
         resume_env_step: None for a new run: an existing file is replaced on the first write. For a run
             resumed from a checkpoint at this env step: the existing rows up to it are kept (later ones came
             from the part of the killed run that the checkpoint does not hold) and new rows go after them.
-        resume_evaluations: the evaluations the checkpoint counted (its summary record), when known: the kept rows
-            keep that many evaluations, the first in the file. A background evaluation's result comes in after
-            the checkpoint of its weights' env step can have been written, so its row is at or below that step but
-            the checkpoint never counted it; kept, it would be a return the run's summary and best record lack.
 
     Examples:
         >>> import os, tempfile
@@ -60,11 +52,9 @@ class ProgressCSV:
         128,16,1.0,,9.5
     """
 
-    def __init__(self, path: str, resume_env_step: Optional[int] = None,
-                 resume_evaluations: Optional[int] = None) -> None:
+    def __init__(self, path: str, resume_env_step: Optional[int] = None) -> None:
         self.path = path
         self._resume_env_step = resume_env_step
-        self._resume_evaluations = resume_evaluations
         self._fields: List[str] = list(LEADING_COLUMNS)
         self._file: Optional[IO[str]] = None
         self._writer: Optional[csv.DictWriter] = None
@@ -108,10 +98,7 @@ class ProgressCSV:
         for name in header:
             if name not in self._fields:
                 self._fields.append(name)
-        rows = [r for r in rows if r.get("env_step") and float(r["env_step"]) <= self._resume_env_step]
-        if self._resume_evaluations is None:
-            return rows
-        return _first_evaluations(rows, self._resume_evaluations)
+        return [r for r in rows if r.get("env_step") and float(r["env_step"]) <= self._resume_env_step]
 
     def _widen(self, new: List[str]) -> None:
         """Rewrite the file with ``new`` columns appended to the header (rare: a tag's first appearance)."""
@@ -132,21 +119,6 @@ class ProgressCSV:
     def _open_for_append(self) -> None:
         self._file = open(self.path, "a", newline="", encoding="utf-8")
         self._writer = csv.DictWriter(self._file, fieldnames=self._fields)
-
-
-def _first_evaluations(rows: List[Dict[str, str]], count: int) -> List[Dict[str, str]]:
-    """``rows`` with the ``eval/`` cells of every evaluation after the first ``count`` emptied, and a row left with
-    nothing beside its x values dropped (a background evaluation's row holds its evaluation alone)."""
-    kept, seen = [], 0
-    for row in rows:
-        if row.get(EVAL_COLUMN):
-            seen += 1
-            if seen > count:
-                row = {key: ("" if key.startswith("eval/") else value) for key, value in row.items()}
-                if not any(value for key, value in row.items() if key not in X_COLUMNS):
-                    continue
-        kept.append(row)
-    return kept
 
 
 def _cell(value: Value) -> Value:

@@ -36,7 +36,7 @@ from middleware import (CkptSaver, DDPMiddleware, InteractionEvaluator, OffPolic
                         StepCollector, eps_greedy_handler, epsilon_schedule, gae_estimator,
                         online_logger, random_collect_handler)
 from middleware.progress_csv import PROGRESS_FILE
-from middleware.summary import RECORD_FIELD, RunClock
+from middleware.summary import RunClock
 from middleware.trackers import start_trackers
 from policies.base import Policy
 
@@ -307,8 +307,7 @@ def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None, re
                         csv_path=os.path.join(run_dir, PROGRESS_FILE) if settings.csv else None,
                         profile=profile, trackers=trackers)
     if resumed is not None:
-        record = getattr(resumed, RECORD_FIELD, None) or {}  # the evaluations the checkpoint counted
-        log.resume(resumed.env_step, resumed.last_eval_iter, evaluations=record.get("evaluations"))
+        log.resume(resumed.env_step, resumed.last_eval_iter)
     if clock is not None:  # after resume: a resumed clock goes on from the kept rows
         log.clock = clock
     return log

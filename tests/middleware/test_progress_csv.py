@@ -7,7 +7,6 @@ import doctest
 import math
 import os
 
-import numpy as np
 import pytest
 
 import middleware.progress_csv
@@ -158,29 +157,3 @@ def test_progress_csv_resumed_run_keeps_one_row_per_evaluation(quick_cartpole_co
     assert len(eval_iters) > first["evaluations"]  # the resumed run's evaluations come after the first's
     walls = [float(r["wall_time_s"]) for r in rows]
     assert walls == sorted(walls)  # the resumed clock goes on from the kept rows
-
-
-def test_a_resume_keeps_the_evaluations_its_checkpoint_counted(tmp_path):
-    """A background evaluation's result (its row at its weights' env step) that came in after the checkpoint was
-    written is not the checkpoint's: a resume drops it, as the run's summary and best record never counted it."""
-    path = str(tmp_path / "progress.csv")
-    out = ProgressCSV(path)
-    out.write({"env_step": 64, "train_iter": 8, "wall_time_s": 0.5, "train/loss": 0.25})
-    out.write({"env_step": 64, "train_iter": 8, "wall_time_s": 0.5, "eval/episode_return_mean": 9.5,
-               "eval/episode_return_std": 1.0})
-    out.write({"env_step": 128, "train_iter": 16, "wall_time_s": 1.0, "train/loss": 0.2})
-    # the checkpoint at env_step 128 was written here, counting one evaluation; then the background result of
-    # the weights at 128 came in, and the run was killed
-    out.write({"env_step": 128, "train_iter": 16, "wall_time_s": 1.0, "eval/episode_return_mean": 50.0,
-               "eval/episode_return_std": 2.0})
-    out.write({"env_step": 192, "train_iter": 24, "wall_time_s": 1.5, "train/loss": 0.1})
-    out.close()
-    resumed = ProgressCSV(path, resume_env_step=128, resume_evaluations=1)
-    resumed.write({"env_step": 192, "train_iter": 24, "wall_time_s": 1.6, "train/loss": 0.15})
-    resumed.close()
-    columns = read_progress(path)
-    assert columns["env_step"].tolist() == [64, 64, 128, 192]
-    assert np.nanmax(columns["eval/episode_return_mean"]) == 9.5
-    assert np.isfinite(columns["eval/episode_return_mean"]).sum() == 1
-    unknown = ProgressCSV(path, resume_env_step=128)  # no count given (an older caller): every row up to 128
-    assert len(unknown._kept) == 3
