@@ -316,9 +316,10 @@ class GymEnvType:
             try:
                 __import__(module)
             except ImportError as err:
-                raise MissingExtraError(f"env {env_id!r} needs the package {module!r} of the {extra!r} extra: pip install "
-                                  f"\"baton-rl[{extra}]\" (in a clone: pip install -c constraints.txt -e "
-                                  f"\".[{extra}]\")") from err
+                raise MissingExtraError(
+                    f"env {env_id!r} needs the package {module!r} of the {extra!r} extra: pip install "
+                    f"\"baton-rl[{extra}]\" (in a clone: pip install -c constraints.txt -e \".[{extra}]\"); importing "
+                    f"it failed with {type(err).__name__}: {err}") from err
 
     def make(self, env_cfg: Mapping[str, Any]) -> gym.Env:
         """One env for ``env_cfg``; the vector helpers call this once per sub-env."""

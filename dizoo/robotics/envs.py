@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import io
 
+import gymnasium as gym
+
 from data.envs import GymEnvType
 from engine.registry import ENV_REGISTRY
 
@@ -29,8 +31,8 @@ try:  # its import registers the Fetch ids with gymnasium; its Farama notice (ab
     # rewards, not the Fetch tasks) would print in every process that loads baton's env types: kept quiet
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         import gymnasium_robotics  # noqa: F401
-except ImportError:  # the extra is not installed: making the env names it (GymEnvType.check_requires)
-    pass
+except (ImportError, gym.error.DependencyNotInstalled):  # the extra, or MuJoCo under it, is not installed (the
+    pass  # latter raises gymnasium's own error): making the env names it (GymEnvType.check_requires)
 
 FETCH_REACH = ENV_REGISTRY.register("fetch_reach", GymEnvType("FetchReach-v4", stop_value=-5.0,
                                                               requires=[("gymnasium_robotics", "robotics")],
