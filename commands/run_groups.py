@@ -19,9 +19,11 @@ from engine.config import CONFIG_FILE
 __all__ = ["group_warnings"]
 
 SUMMARY_FILE = "summary.json"  # middleware.summary.SUMMARY_FILE (middleware imports torch; this module does not)
-#: config keys that differ between seeds of one config, or only say how a run was kept and shown
-_BOOKKEEPING = ("exp_name", "seed", "torch_threads", "import_names")
-_BOOKKEEPING_SECTIONS = ("log.", "ckpt.", "preempt.")
+#: config keys that differ between seeds of one config, say how a run was kept and shown, or where and how fast it
+#: ran (a machine's paths, devices, env processes, DDP's transport and compilation), not what it learned
+_BOOKKEEPING = ("exp_name", "seed", "torch_threads", "import_names", "dataset.root", "policy.cuda",
+                "policy.check_device", "policy.compile", "policy.other.replay_buffer.device")
+_BOOKKEEPING_SECTIONS = ("log.", "ckpt.", "preempt.", "env.manager.", "ddp.", "policy.device.")
 #: the keys named first when they differ: what ran, before how
 _FIRST = ("policy.type", "env.type", "env.env_id")
 #: how a run ends when it has done what it was asked (``engine.context.StopReason``)

@@ -102,6 +102,15 @@ def test_report_warns_of_a_group_that_pools_other_configs_a_seed_twice_or_an_unf
         _config(run, seed)
     assert main(["report", str(tmp_path / "same")]) == 0
     assert "warning" not in capsys.readouterr().err  # seeds of one config: nothing to say
+    with open(f"{same[1]}/config.json") as f:  # one seed on another machine: its paths, devices, processes
+        moved = json.load(f)
+    moved["policy"].update(cuda=True, compile="cudagraph", device={"learn": "cuda:0"})
+    moved.update(env=dict(moved["env"], manager={"type": "async"}), ddp={"backend": "nccl"},
+                 dataset={"root": "/data/elsewhere"})
+    with open(f"{same[1]}/config.json", "w") as f:
+        json.dump(moved, f)
+    assert main(["report", str(tmp_path / "same")]) == 0
+    assert "warning" not in capsys.readouterr().err  # where and how fast it ran: still seeds of one config
     mixed = [_run(tmp_path / "a" / "cartpole_seed0", [1.0]), _run(tmp_path / "b" / "cartpole_seed1", [2.0]),
              _run(tmp_path / "b" / "cartpole_seed0_2", [3.0])]
     _config(mixed[0], 0)
