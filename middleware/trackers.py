@@ -96,9 +96,11 @@ class Tracker:
         """The logger's scalars of one write, at ``step`` (env steps)."""
         self._guard("sending scalars", self._log_scalars, scalars, step)
 
-    def finish(self, artifacts: Sequence[str] = ()) -> None:
-        """Upload the files of ``artifacts`` that exist (the best checkpoint) and end the tracker's run."""
-        self._guard("ending the run", self._finish, [path for path in artifacts if os.path.isfile(path)])
+    def finish(self, artifacts: Sequence[str] = (), failed: bool = False) -> None:
+        """Upload the files of ``artifacts`` that exist (the best checkpoint) and end the tracker's run; ``failed``:
+        the run ended by an error or Ctrl-C, which the tracker's run shows (MLflow ``FAILED``, W&B a non-zero exit
+        code), not as a run that finished."""
+        self._guard("ending the run", self._finish, [path for path in artifacts if os.path.isfile(path)], failed)
         self._broken = True  # finished: nothing more is sent
 
     def _guard(self, what: str, call: Callable[..., None], *args: Any) -> None:
@@ -114,7 +116,7 @@ class Tracker:
     def _log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
         raise NotImplementedError
 
-    def _finish(self, artifacts: Sequence[str]) -> None:
+    def _finish(self, artifacts: Sequence[str], failed: bool = False) -> None:
         raise NotImplementedError
 
 
@@ -144,13 +146,13 @@ class WandbTracker(Tracker):
     def _log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
         self.run.log({"env_step": step, **scalars})
 
-    def _finish(self, artifacts: Sequence[str]) -> None:
+    def _finish(self, artifacts: Sequence[str], failed: bool = False) -> None:
         for path in artifacts:
             name = re.sub(r"[^\w.-]", "_", f"{self._run_name}-{os.path.basename(path).split('.')[0]}")
             artifact = self._wandb.Artifact(name=name, type="model")
             artifact.add_file(path)
             self.run.log_artifact(artifact)
-        self.run.finish()
+        self.run.finish(exit_code=1 if failed else 0)
 
 
 class MlflowTracker(Tracker):
@@ -208,10 +210,10 @@ class MlflowTracker(Tracker):
         self.client.log_batch(self.run_id, metrics=[self._metric(key, float(value), stamp, int(step))
                                                     for key, value in scalars.items()])
 
-    def _finish(self, artifacts: Sequence[str]) -> None:
+    def _finish(self, artifacts: Sequence[str], failed: bool = False) -> None:
         for path in artifacts:
             self.client.log_artifact(self.run_id, path, artifact_path="checkpoints")
-        self.client.set_terminated(self.run_id, status="FINISHED")
+        self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
 
 
 #: config section -> (tracker class, the module it needs, the setup.py extra that installs it)
@@ -279,7 +281,7 @@ class StartingTracker(Tracker):
             for scalars, step in kept:
                 self.tracker.log_scalars(scalars, step)
 
-    def _finish(self, artifacts: Sequence[str]) -> None:
+    def _finish(self, artifacts: Sequence[str], failed: bool = False) -> None:
         if not self._done.wait(1.0):
             logger.info("log.%s: waiting for it to start (at most %.0f s more) to send this run's scalars",
                         self.name, self._wait_s)
@@ -289,7 +291,7 @@ class StartingTracker(Tracker):
                 return
         self._send_kept()
         if self.tracker is not None:
-            self.tracker.finish(artifacts)
+            self.tracker.finish(artifacts, failed)
 
 
 def start_trackers(settings: Mapping[str, Params], run_dir: str, config: Mapping[str, Any],

@@ -6,11 +6,12 @@ Each function takes the compiled config (``engine.compile_config``) and the obje
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -301,8 +302,8 @@ def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None, re
                               resume_env_step=resumed.env_step if resumed is not None else None)
     if trackers and resources is not None:
         best = os.path.join(run_dir, "ckpt", BEST)
-        for tracker in trackers:
-            resources.callback(tracker.finish, [best])
+        for tracker in trackers:  # at the run's end; an error or Ctrl-C that ended it marks the tracker's run failed
+            resources.push(functools.partial(_finish_tracker, tracker, [best]))
     log = online_logger(os.path.join(run_dir, "log"), print_freq=settings.print_freq, tensorboard=settings.tensorboard,
                         csv_path=os.path.join(run_dir, PROGRESS_FILE) if settings.csv else None,
                         profile=profile, trackers=trackers)
@@ -311,6 +312,13 @@ def logger(cfg: Mapping[str, Any], resumed: Optional[OnlineRLContext] = None, re
     if clock is not None:  # after resume: a resumed clock goes on from the kept rows
         log.clock = clock
     return log
+
+
+def _finish_tracker(tracker: Any, artifacts: List[str], error_type: Any, error: Any, traceback: Any) -> bool:
+    """End ``tracker``'s run as the pipeline's resources close (``contextlib.ExitStack.push``): failed where an
+    error or Ctrl-C ended the run, which then goes on propagating (False)."""
+    tracker.finish(artifacts, failed=error_type is not None)
+    return False
 
 
 def preemption(cfg: Mapping[str, Any], rank: int, world_size: int, resources: Any) -> PreemptionStop:

@@ -3,6 +3,7 @@ under the TensorBoard names and the best checkpoint, read back from W&B's offlin
 MLflow's client; a tracker that cannot start or fails later is a warning and the run goes on."""
 from __future__ import annotations
 
+import copy
 import glob
 import json
 import logging
@@ -165,8 +166,8 @@ class _Recorder(Tracker):
     def _log_scalars(self, scalars, step):
         self.sent.append((step, dict(scalars)))
 
-    def _finish(self, artifacts):
-        self.finished = list(artifacts)
+    def _finish(self, artifacts, failed=False):
+        self.finished, self.failed = list(artifacts), failed
 
 
 def test_a_starting_tracker_keeps_the_writes_made_before_it_is_up_and_sends_them_in_order(tmp_path):
@@ -249,3 +250,34 @@ def test_a_resume_says_when_its_mlflow_run_holds_scalars_past_the_checkpoint(tmp
         trackers.MlflowTracker(settings, str(tmp_path / "run"), {"seed": 0}, first.run_id, resume_env_step=200)
     [record] = said()
     assert re.search(r"holds 2 scalars past env_step 200, .* \(up to env_step 400\)", record.getMessage())
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_run_an_error_ends_marks_its_tracker_run_failed(monkeypatch, tmp_path, fails):
+    """MLflow showed a run an error or Ctrl-C ended as FINISHED: the tracker's run now ends failed then."""
+    from pipelines import build_pipeline
+
+    from dizoo.classic_control.cartpole.config.cartpole_dqn_config import create_config, main_config
+    seen = {}
+
+    class _Kept(_Recorder):
+        def __init__(self, settings, run_dir, config, run_id=None):
+            super().__init__()
+            seen["tracker"] = self
+
+    monkeypatch.setitem(trackers.TRACKERS, "mlflow", (_Kept, "json", "mlflow"))
+    main = copy.deepcopy(main_config)
+    main.log = dict(progress=False, tensorboard=False, mlflow=dict(enable=True))
+    pipeline = build_pipeline((main, create_config), max_env_step=256, exp_name=str(tmp_path / "run"))
+
+    def broken(ctx):
+        if fails and ctx.train_iter > 0:
+            raise RuntimeError("a bug of the run")
+
+    pipeline.insert_after("learner", broken, name="broken")
+    if fails:
+        with pytest.raises(RuntimeError, match="a bug of the run"):
+            pipeline.run()
+    else:
+        pipeline.run()
+    assert seen["tracker"].failed is fails
