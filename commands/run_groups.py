@@ -6,7 +6,8 @@ DQN and a PPO run given the same ``--exp-name`` stem, or a run and its re-run nu
 IQM and interval describe no config. Each such group gets one warning line naming what differs (the run's
 ``config.json``: keys beyond its seed and its bookkeeping; a seed twice), and each run that has not ended at its
 budget or stop value (no ``summary.json``: still running, or killed; or stopped by a signal or an error), whose
-score is of wherever it stopped, and runs that ended at budgets over 5% apart (``summary.json``'s ``env_step``). The rows are made all the same: the warning is for the reader to judge.
+score is of wherever it stopped, and runs that ended at budgets over 5% apart (``summary.json``'s ``env_step``).
+The rows are made all the same: the warning is for the reader to judge.
 """
 from __future__ import annotations
 

@@ -35,8 +35,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-__all__ = ["ParallelEnvBatch", "AgentSpaceError", "EnvModuleError", "env_seeds", "is_agent_rows", "OBS_KEY", "ALIVE_KEY",
-           "STATE_KEY", "MASK_KEY"]
+__all__ = ["ParallelEnvBatch", "AgentSpaceError", "EnvModuleError", "env_seeds", "is_agent_rows", "OBS_KEY",
+           "ALIVE_KEY", "STATE_KEY", "MASK_KEY"]
 
 #: the keys of a row's observation
 OBS_KEY, ALIVE_KEY, STATE_KEY, MASK_KEY = "obs", "alive", "state", "action_mask"

@@ -299,8 +299,8 @@ def start_trackers(settings: Mapping[str, Params], run_dir: str, config: Mapping
     """The trackers that ``settings`` (tracker name -> its section: ``WandbParams``, ``MlflowParams``) enables,
     for the run in ``run_dir`` with ``config`` (plain data), each starting in the background
     (``StartingTracker``); ``resume_env_step``: a resumed run's checkpoint, past which a tracker run it continues
-    should hold nothing (MLflow says so when it does). One whose package is missing is a warning here and is left out; one that cannot
-    start is a warning from its start, and sends nothing.
+    should hold nothing (MLflow says so when it does). One whose package is missing is a warning here and is left
+    out; one that cannot start is a warning from its start, and sends nothing.
 
     Examples:
         >>> start_trackers({"wandb": WandbParams(), "mlflow": MlflowParams()}, "run", {})

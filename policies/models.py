@@ -99,7 +99,7 @@ class QNetwork(nn.Module):
                 return self.head(x).float()
             adv = self.advantage(x).float()
             return self.value(x).float() + adv - adv.mean(dim=-1, keepdim=True)
-        shape = (*x.shape[:-1], self.action_dim, self.n_atoms)  # x: [B, features]; [features]: one vector obs acted on by hand
+        shape = (*x.shape[:-1], self.action_dim, self.n_atoms)  # x: [B, features]; [features]: one obs by hand
         if self.dueling:
             adv = self.advantage(x).float().view(shape)
             out = self.value(x).float().unsqueeze(-2) + adv - adv.mean(dim=-2, keepdim=True)
