@@ -316,10 +316,9 @@ class GymEnvType:
             try:
                 __import__(module)
             except ImportError as err:
-                raise MissingExtraError(
-                    f"env {env_id!r} needs the package {module!r} of the {extra!r} extra: pip install "
-                    f"\"baton-rl[{extra}]\" (in a clone: pip install -c constraints.txt -e \".[{extra}]\"); importing "
-                    f"it failed with {type(err).__name__}: {err}") from err
+                raise MissingExtraError.of_import(f"env {env_id!r} needs the package {module!r} of the {extra!r} "
+                                                  f"extra: pip install \"baton-rl[{extra}]\" (in a clone: pip install "
+                                                  f"-c constraints.txt -e \".[{extra}]\")", err) from err
 
     def make(self, env_cfg: Mapping[str, Any]) -> gym.Env:
         """One env for ``env_cfg``; the vector helpers call this once per sub-env."""

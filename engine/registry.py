@@ -37,6 +37,12 @@ class MissingExtraError(ImportError):
     so it ends a command in one ``baton:`` line naming the extra, as ``baton eval`` ends; any other ImportError
     stays a bug's traceback."""
 
+    @classmethod
+    def of_import(cls, what: str, err: ImportError) -> "MissingExtraError":
+        """``what`` (the package, the extra, the pip line) and why importing it failed: a broken install (a
+        library the package loads, a GPU runtime) reads otherwise than a missing one."""
+        return cls(f"{what}; importing it failed with {type(err).__name__}: {err}")
+
 
 class Registry:
     def __init__(self, kind: str, entry_point_group: str) -> None:

@@ -100,8 +100,8 @@ def _minari() -> Any:
         import minari  # noqa: F401
         from minari.dataset.minari_storage import MinariStorage
     except ImportError as err:
-        raise MissingExtraError(f"offline datasets need Minari: pip install -c constraints.txt -e \".[offline]\" "
-                          f"({err})") from err
+        raise MissingExtraError.of_import("offline datasets need Minari: pip install -c constraints.txt -e "
+                                          "\".[offline]\"", err) from err
     return MinariStorage
 
 

@@ -35,9 +35,8 @@ def _import_envpool() -> Any:
     try:
         import envpool
     except ImportError as err:
-        raise EnvPoolMissingError(f"env.backend='envpool' needs EnvPool: pip install -c constraints.txt -e "
-                                  f"\".[envpool]\" (or env.backend='ale', ale-py's vector env); importing it failed "
-                                  f"with {type(err).__name__}: {err}") from err
+        raise EnvPoolMissingError.of_import("env.backend='envpool' needs EnvPool: pip install -c constraints.txt -e "
+                                            "\".[envpool]\" (or env.backend='ale', ale-py's vector env)", err) from err
     return envpool
 
 

@@ -32,8 +32,8 @@ def _import_ale() -> Any:
         import ale_py.roms
         from ale_py.vector_env import AtariVectorEnv  # noqa: F401
     except ImportError as err:
-        raise MissingExtraError(f"Atari envs need ale-py (its ROMs ship with it): pip install -c constraints.txt "
-                                f"-e \".[atari]\"; importing it failed with {type(err).__name__}: {err}") from err
+        raise MissingExtraError.of_import("Atari envs need ale-py (its ROMs ship with it): pip install -c "
+                                          "constraints.txt -e \".[atari]\"", err) from err
     return ale_py
 
 
