@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Type
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type
 
 from easydict import EasyDict
 
@@ -113,12 +113,12 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     user_env = dict(main_config.get("env", {}))
     policy_type = _type_name(create_config, main_config, "policy")
     env_type = _type_name(create_config, main_config, "env")
-    imported = _import_names(main_config, create_config)
+    imported, recorded = _import_names(main_config, create_config)
     try:
         policy_cls = POLICY_REGISTRY.get(policy_type)
         env_cls = ENV_REGISTRY.get(env_type)
     except UnknownTypeError as err:
-        raise _with_saved_modules(err, imported, create_config) from None
+        raise _with_saved_modules(err, recorded) from None
 
     defaults = base_config()
     defaults["policy"] = dict(type=policy_type, **_without(policy_cls.default_config(), "type"))
@@ -133,7 +133,7 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
         policy_cls.check_user_keys(policy_type, user_policy)
     user = dict(main_config, policy=user_policy, env=user_env)
     merged = deep_merge(defaults, user, path="")
-    merged["import_names"] = imported
+    merged["import_names"] = imported + recorded
     if seed is not None:
         merged["seed"] = int(seed)
     if exp_name is not None:
@@ -150,36 +150,36 @@ def compile_config(main_config: Mapping[str, Any], create_config: Optional[Mappi
     return cfg
 
 
-def _import_names(main_config: Mapping[str, Any], create_config: Mapping[str, Any]) -> List[str]:
-    """Import the modules ``create_config.policy``/``.env``'s ``import_names`` name (a config file of the user's,
-    code they run) and return them with the compiled config's own ``import_names`` (a saved ``config.json``'s),
-    each once, in order. Those of a ``config.json`` are recorded, never imported: a run directory is data, and
-    nothing read from it runs (a module file beside it, on the path, would run as it was imported); whoever reads
-    a run of their own algorithm imports its module first (``baton eval --import``; ``_with_saved_modules``)."""
-    names: List[str] = []
+def _import_names(main_config: Mapping[str, Any], create_config: Mapping[str, Any]) -> Tuple[List[str], List[str]]:
+    """``(imported, recorded)``: the modules ``create_config.policy``/``.env``'s ``import_names`` name (a config file
+    of the user's, code they run), imported here, and those only the compiled config's own ``import_names`` (a saved
+    ``config.json``'s) names, each once, in order. Those of a ``config.json`` are recorded, never imported: a run
+    directory is data, and nothing read from it runs (a module file beside it, on the path, would run as it was
+    imported); whoever reads a run of their own algorithm imports its module first (``baton eval --import``;
+    ``_with_saved_modules``)."""
+    imported: List[str] = []
     for registry, modules in ((POLICY_REGISTRY, create_config.get("policy", {}).get("import_names", [])),
                               (ENV_REGISTRY, create_config.get("env", {}).get("import_names", []))):
-        new = [module for module in modules if module not in names]
+        new = [module for module in modules if module not in imported]
         registry.import_modules(new)
-        names.extend(new)
+        imported.extend(new)
     saved = main_config.get("import_names") or []
     if not isinstance(saved, list) or not all(isinstance(module, str) for module in saved):
         raise ConfigError(f"import_names must be a list of module names, got {saved!r}")
-    return names + [module for module in saved if module not in names]
+    return imported, [module for module in saved if module not in imported]
 
 
-def _with_saved_modules(err: UnknownTypeError, names: List[str], create_config: Mapping[str, Any]) -> Exception:
+def _with_saved_modules(err: UnknownTypeError, recorded: List[str]) -> Exception:
     """``err`` (a type no module imported so far registers), naming the modules a saved ``config.json`` records
-    and how to import them, where it records any (``_import_names``: baton imports none of a run's own)."""
-    imported = set(create_config.get("policy", {}).get("import_names", [])) | \
-        set(create_config.get("env", {}).get("import_names", []))
-    recorded = [module for module in names if module not in imported and module not in sys.modules]
-    if not recorded:
+    (``recorded``) that this process has not imported, and how to import them (``_import_names``: baton imports none
+    of a run's own)."""
+    missing = [module for module in recorded if module not in sys.modules]
+    if not missing:
         return err
-    return UnknownTypeError(f"{err}. The run records the module(s) {', '.join(map(repr, recorded))} "
+    return UnknownTypeError(f"{err}. The run records the module(s) {', '.join(map(repr, missing))} "
                             f"(its config.json's import_names), which baton never imports from a run's files (nothing "
                             f"read from a run directory runs): import them yourself first (baton eval/export "
-                            f"--import {recorded[0]}; in Python, import {recorded[0]} before load_saved_run)")
+                            f"--import {missing[0]}; in Python, import {missing[0]} before load_saved_run)")
 
 
 def save_config(cfg: Mapping[str, Any]) -> str:
