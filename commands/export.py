@@ -156,6 +156,13 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
         ExportError: the written file acts otherwise than the module, or the format's extra is missing.
         ValueError: an unknown format.
     """
+    _write_policy(policy, observation_space, path, fmt)
+    return path
+
+
+def _write_policy(policy: Any, observation_space: gym.Space, path: str,
+                  fmt: str) -> List[Tuple[Tuple[str, ...], gym.Space]]:
+    """``export_policy``'s work; returns the file's inputs (``acting_inputs``), found once, for ``export_run``."""
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     module = policy.greedy_module().eval()
@@ -182,7 +189,7 @@ def export_policy(policy: Any, observation_space: gym.Space, path: str, fmt: str
         raise ExportError(f"cannot write {path}: {err.strerror or err} ({_place(path)}); give -o a file in a "
                           f"directory you can write") from None
     _check_file(module, inputs, path, fmt, what)
-    return path
+    return inputs
 
 
 def _place(path: str) -> str:
@@ -294,9 +301,9 @@ def export_run(run_dir: str, fmt: str, ckpt: Optional[str] = None, output: Optio
         raise ValueError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     run = load_saved_run(run_dir, ckpt)
     space = run.policy.observation_space
-    path = export_policy(run.policy, space, output or default_output(run_dir, run.ckpt, fmt), fmt)
+    path = output or default_output(run_dir, run.ckpt, fmt)
     inputs = [dict(name=input_name(p), dtype=_input_dtype(leaf), shape=list(leaf.shape or ()))
-              for p, leaf in acting_inputs(run.policy.greedy_module().eval(), space)]
+              for p, leaf in _write_policy(run.policy, space, path, fmt)]
     return {"path": path, "format": fmt, "ckpt": run.ckpt, "policy": run.cfg.policy.type,
             "env_id": env_params(run.cfg).env_id, "env": env_label(run.cfg), "inputs": inputs,
             "action_space": str(run.policy.action_space)}
