@@ -85,7 +85,7 @@ def resume_run(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, buffer
     main_state = found[1] if found else None
     random_steps = ((cfg.get("policy") or {}).get("random_collect_size") or 0) if not ctx.finish else 0
     _restore_shards(path, int(saved_ranks), main_state, ctx.train_iter, rank, world_size, buffer, empty_buffer,
-                    warmup=math.ceil(random_steps / world_size))
+                    warmup=stages.rank_warmup(random_steps, world_size))
 
 
 def _load_learn_state(cfg: Mapping[str, Any], policy: Any, ctx: OnlineRLContext, saver: Any,

@@ -219,6 +219,12 @@ def random_collect(policy: Policy) -> Any:
     return random_collect_handler(policy.params.random_collect_size)
 
 
+def rank_warmup(random_collect_size: int, world_size: int) -> int:
+    """The transitions one rank's buffer holds of the random warm-up (``policy.random_collect_size``, global env
+    steps), which its learner waits for: its share."""
+    return math.ceil(random_collect_size / world_size)
+
+
 def off_policy_learner(policy: Policy, buffer: ReplayBuffer) -> OffPolicyLearner:
     """``update_per_collect`` updates of ``policy.learn.batch_size`` transitions: sampled rows, or for a recurrent
     policy ``batch_size / seq_len`` whole sequences (``data.replay.SequenceStorage``). Updates wait for the
@@ -226,7 +232,7 @@ def off_policy_learner(policy: Policy, buffer: ReplayBuffer) -> OffPolicyLearner
     DDP each rank's buffer holds its share of it, not the whole (which kept every rank collecting with the
     untrained policy until its own buffer held as much as all ranks' random data)."""
     params = policy.params
-    warmup = math.ceil(getattr(params, "random_collect_size", 0) / get_world_size())
+    warmup = rank_warmup(getattr(params, "random_collect_size", 0), get_world_size())
     return OffPolicyLearner(policy.learn_mode, buffer, batch_size=_batch_rows(policy),
                             update_per_collect=params.learn.update_per_collect, warmup=warmup,
                             priority=getattr(params, "priority", False))
