@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import os
 import tempfile
 import time
 from typing import Dict, List
@@ -37,7 +38,7 @@ SETTLED_ITER = 20
 
 
 def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, cap_s: float = 120.0,
-                 random_steps: int = 5000) -> Dict[str, float]:
+                 random_steps: int = 5000, profile: bool = False) -> Dict[str, float]:
     from pipelines import build_pipeline
 
     module = importlib.import_module(f"dizoo.mujoco.config.halfcheetah_{algo}_config")
@@ -57,15 +58,21 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, ca
     started = time.perf_counter()
     learning: Dict[str, float] = {}
 
+    profiler = SpanProfile(cuda, os.environ.get("OFFPOLICY_PROFILE_DIR", "")) if profile else None
+
     def clock(ctx) -> None:
         now = time.perf_counter()
         if "first" not in learning and ctx.train_iter > 0:
             learning.update(first=now)
         if "t" not in learning and ctx.train_iter >= SETTLED_ITER:
             learning.update(t=now, env_step=ctx.env_step, train_iter=ctx.train_iter)
+            if profiler is not None:
+                profiler.start()
         if ("t" in learning and now - learning["t"] >= seconds) or now - started >= cap_s:
             ctx.finish = True
             learning.update(end=now, end_env_step=ctx.env_step, end_train_iter=ctx.train_iter)
+            if profiler is not None and profiler.running:
+                profiler.stop(ctx.train_iter - learning["train_iter"], f"{algo} {mode}")
 
     pipeline.append(clock, name="wall_clock")
     summary = pipeline.run()
@@ -82,6 +89,68 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, ca
                 env_step=float(learning["end_env_step"]))
 
 
+class SpanProfile:
+    """Where an iteration's time goes over the timed span (``--profile``; the profilers slow the run, so its rate is
+    not the figure): each middleware's wall time per iteration and the hottest Python functions (cProfile), the
+    GPU's busy time per iteration (torch.profiler's kernel time) and the source lines of the host's waits for the
+    device (``torch.cuda.set_sync_debug_mode("warn")``), each per iteration."""
+
+    def __init__(self, cuda: bool, dump: str = "") -> None:
+        import cProfile
+
+        self.cuda, self.running, self.dump = cuda, False, dump
+        self._cprofile = cProfile.Profile()
+        self._torch = None
+        self._caught: list = []
+        self._warnings = None
+
+    def start(self) -> None:
+        import warnings
+
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if self.cuda else [])
+        self._torch = torch.profiler.profile(activities=activities)
+        self._torch.__enter__()
+        if self.cuda:
+            self._warnings = warnings.catch_warnings(record=True)
+            self._caught = self._warnings.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        self._cprofile.enable()
+        self.running = True
+
+    def stop(self, iterations: int, label: str) -> None:
+        import collections
+        import io
+        import pstats
+
+        self._cprofile.disable()
+        self.running = False
+        if self.cuda:
+            torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.synchronize()
+            self._warnings.__exit__(None, None, None)
+        self._torch.__exit__(None, None, None)
+        n = max(iterations, 1)
+        if self.dump:  # the whole Python profile, for pstats on another machine
+            self._cprofile.dump_stats(f"{self.dump}/{label.replace(' ', '-')}.pstats")
+        stats = pstats.Stats(self._cprofile, stream=io.StringIO())
+        print(f"--- profile of {label}: {n} iterations")
+        for (file, line, fn), (_, _, _, cum, callers) in sorted(stats.stats.items(), key=lambda kv: -kv[1][3]):
+            if fn == "__call__" and "/middleware/" in file or fn.startswith("_data_pusher"):
+                print(f"  middleware {file.rsplit('/', 2)[-1]}:{line} {1e3 * cum / n:.3f} ms per iteration")
+        stream = io.StringIO()
+        pstats.Stats(self._cprofile, stream=stream).sort_stats("tottime").print_stats(18)
+        print("\n".join("  " + line for line in stream.getvalue().splitlines()[-22:] if line.strip()))
+        events = self._torch.key_averages()
+        gpu_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events)
+        print(f"  GPU kernels: {gpu_us / n / 1e3:.3f} ms per iteration")
+        if self.cuda:
+            print(events.table(sort_by="self_device_time_total", row_limit=12, max_name_column_width=70))
+        waits = collections.Counter(f"{w.filename}:{w.lineno}" for w in self._caught if "synchroniz" in str(w.message))
+        for where, count in waits.most_common(12):
+            print(f"  host waits for the device at {where}: {count / n:.2f} per iteration")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", default="sac,td3")
@@ -90,6 +159,9 @@ def main() -> None:
     parser.add_argument("--cap-s", type=float, default=120.0, help="end a run after this many seconds in all")
     parser.add_argument("--random-steps", type=int, default=5000, help="at most this random warm-up")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", action="store_true",
+                        help="where each iteration's time goes over the span (SpanProfile; its rate is not the "
+                             "figure); with OFFPOLICY_PROFILE_DIR set, each run's cProfile is written there")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     device = torch.cuda.get_device_name(0) if cuda else "cpu (no CUDA: cudagraph_update runs eagerly)"
@@ -99,7 +171,7 @@ def main() -> None:
     for algo in args.algos.split(","):
         for mode in args.modes.split(","):
             row = dict(algo=algo, mode=mode, **training_run(algo, mode, args.seconds, args.seed, cuda, args.cap_s,
-                                                                args.random_steps))
+                                                                args.random_steps, args.profile))
             rows.append(row)
             print(f"{algo} {mode}: {row['env_steps_per_s']:.0f} env steps/s, {row['updates_per_s']:.0f} updates/s "
                   f"over {row.get('span_s', 0.0):.1f} s from update {SETTLED_ITER} on ({row['settle_s']:.1f} s to get "

@@ -56,7 +56,7 @@ from .obs_norm import ObsNormMismatchError
 from .optim import OptimizerStep, make_adam
 from .placement import Placement, host_state
 from .spaces import SpaceMismatchError, resolve_shape, space_dims
-from .update_graph import GraphedUpdates, capture_refusal, fall_back
+from .update_graph import GraphedUpdates, capture_refusal, fall_back, module_tensors
 
 #: methods an eager update calls that a graph-safe ``_graph_update`` does not (``Policy._graph_update_missing``)
 _EAGER_UPDATE_METHODS = ("_forward_learn", "_step", "_smoothing_noise")
@@ -257,12 +257,9 @@ class Policy:
         def finish(done: int) -> None:
             step.updates += done
 
-        def bound() -> Any:
-            for _, attr in self._checkpointed:
-                module = getattr(self, attr)
-                yield from module.parameters()
-                yield from module.buffers()
-            yield from step.bound_tensors()
+        def bound() -> list:
+            return [t for _, attr in self._checkpointed for t in module_tensors(getattr(self, attr))] + \
+                step.bound_tensors()
 
         def released() -> None:  # the capture failed: the learn hot paths are CUDA-graphed themselves again
             self.hot_paths.captured = False

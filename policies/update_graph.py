@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -186,7 +186,7 @@ class GraphedUpdates:
 
     def __init__(self, name: str, buffer: Any, batch_size: int, updates: int, update_fn: UpdateFn,
                  count: Callable[[], int], finish: Callable[[int], None],
-                 bound: Callable[[], Iterator[torch.Tensor]], priority: bool = False, capture: bool = True,
+                 bound: Callable[[], Iterable[torch.Tensor]], priority: bool = False, capture: bool = True,
                  on_failure: Optional[Callable[[], None]] = None, period: int = 1,
                  refusal: Optional[Callable[[], Optional[str]]] = None) -> None:
         self.name = name
@@ -372,8 +372,12 @@ class GraphedUpdates:
         return tensors + list(self.buffer.sampler.bound_tensors()) + list(self._bound())
 
     def _fingerprint(self) -> Tuple[Any, ...]:
-        """Where and how each tensor the graph binds lies (its address, shape, strides and dtype)."""
-        return tuple((t.data_ptr(), t.shape, t.stride(), t.dtype) for t in self.bound_tensors())
+        """Where and how each tensor the graph binds lies (its address, shape, strides and dtype). Read before
+        every replay, so it is the learner's largest host cost after the replay itself on a one-env task (a
+        hundred tensors for SAC): one flat list, no per-tensor tuple."""
+        tensors = self.bound_tensors()
+        return (tuple([t.data_ptr() for t in tensors]), tuple([t.shape for t in tensors]),
+                tuple([t.stride() for t in tensors]), tuple([t.dtype for t in tensors]))
 
     def _report(self, out: Dict[str, torch.Tensor], first: int) -> None:
         self._loss_check.report(out["non_finite"], f"{self.name}: the loss is not finite (NaN or inf) in updates "
@@ -396,6 +400,21 @@ def _sync_errors() -> Iterator[None]:
         yield
     finally:
         torch.cuda.set_sync_debug_mode(before)
+
+
+def module_tensors(module: torch.nn.Module) -> List[torch.Tensor]:
+    """Every parameter and buffer of ``module`` and its submodules, read from their live registries at each call
+    (a parameter or submodule put in since is in): ``parameters()`` and ``buffers()`` give the same tensors through
+    nested generators and a set of the modules met, about twenty times the Python calls, which ``_fingerprint``
+    would pay at every replay. A tensor shared by two modules is listed twice."""
+    out: List[torch.Tensor] = []
+    stack = [module]
+    while stack:
+        m = stack.pop()
+        out += [t for t in m._parameters.values() if t is not None]
+        out += [t for t in m._buffers.values() if t is not None]
+        stack += [child for child in m._modules.values() if child is not None]
+    return out
 
 
 def _leaves(field: Any) -> Iterator[torch.Tensor]:

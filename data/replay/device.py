@@ -160,19 +160,47 @@ class PinnedStaging:
         buffers, device tensors as they are (or moved device to device)."""
         if not self.staged:
             return dict(fields)
+        buffers = self._next_set()
+        # a tree field (a dictionary observation) is staged leaf by leaf, each leaf with a buffer of its own
+        out = {key: map_leaves(lambda leaf, path, key=key: self._stage(buffers, (key,) + path if path else key, leaf),
+                               value, with_path=True) for key, value in fields.items()}
+        self._mark_copied()
+        return out
+
+    def write_rows(self, rings: Mapping[str, torch.Tensor], fields: Mapping[str, torch.Tensor], start: int) -> None:
+        """Each tensor of ``fields`` written into its ring (``rings[key]``, on the device) from row ``start`` on,
+        wrapping at the ring's end: a host tensor from its staging buffer straight into the ring's rows, one copy
+        each (``to_device`` then a write would make a device tensor and copy it once more: two operations more a
+        field at every push, which a GPU learner's host pays once per env step). Only on the staged path."""
+        buffers = self._next_set()
+        for key, value in fields.items():
+            ring, n = rings[key], len(value)
+            if value.device.type != "cpu" or value.numel() * value.element_size() > PINNED_LIMIT_BYTES:
+                source = self._stage(buffers, key, value)
+            else:
+                source = self._buffer(buffers, key, value)
+                source.copy_(value)
+            first = min(n, len(ring) - start)
+            ring[start:start + first].copy_(source[:first], non_blocking=self.pinned)
+            if first < n:
+                ring[:n - first].copy_(source[first:], non_blocking=self.pinned)
+        self._mark_copied()
+
+    def _next_set(self) -> Dict[_Key, torch.Tensor]:
+        """The next set of staging buffers, once the device has read what was copied from it last."""
         turn = self._turn % len(self._sets)
         self._turn += 1
         if self._copied[turn] is not None:
             self._copied[turn].synchronize()
             self._copied[turn] = None
-        buffers = self._sets[turn]
-        # a tree field (a dictionary observation) is staged leaf by leaf, each leaf with a buffer of its own
-        out = {key: map_leaves(lambda leaf, path, key=key: self._stage(buffers, (key,) + path if path else key, leaf),
-                               value, with_path=True) for key, value in fields.items()}
+        return self._sets[turn]
+
+    def _mark_copied(self) -> None:
+        """Record that the device reads the set just written once the stream passes here."""
         if self.pinned:
+            turn = (self._turn - 1) % len(self._sets)
             self._copied[turn] = torch.cuda.Event()
             self._copied[turn].record(torch.cuda.current_stream(self.device))
-        return out
 
     def __getstate__(self) -> Dict[str, Any]:
         """A copy (``copy.deepcopy`` of a replay, a pickle) is taken once the staged copies are done: CUDA events

@@ -80,14 +80,18 @@ class RingStorage:
             n = self.capacity
         if self._fields is None:  # from the shapes and dtypes: checked before anything reaches the device
             self._allocate(batch)
-        batch = self._staging.to_device({k: batch[k] for k in batch.keys()})
-        idx = (torch.arange(n, device=self.device) + self._cursor) % self.capacity
         first = min(n, self.capacity - self._cursor)
-        for key, value in batch.items():
-            dst = self._fields[key]
-            dst[self._cursor:self._cursor + first] = value[:first]
-            if first < n:
-                dst[:n - first] = value[first:]
+        idx = (torch.arange(self._cursor, self._cursor + n, device=self.device) if first == n
+               else (torch.arange(n, device=self.device) + self._cursor) % self.capacity)
+        if self._staging.staged and all(isinstance(batch[k], torch.Tensor) for k in batch.keys()):
+            self._staging.write_rows(self._fields, {k: batch[k] for k in batch.keys()}, self._cursor)
+        else:  # a tree field (each leaf staged) or the host path
+            batch = self._staging.to_device({k: batch[k] for k in batch.keys()})
+            for key, value in batch.items():
+                dst = self._fields[key]
+                dst[self._cursor:self._cursor + first] = value[:first]
+                if first < n:
+                    dst[:n - first] = value[first:]
         self._cursor = (self._cursor + n) % self.capacity
         self._size = min(self._size + n, self.capacity)
         return idx

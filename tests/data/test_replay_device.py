@@ -418,3 +418,32 @@ def test_deferred_readout_gives_the_newest_finished_call_and_waits_only_for_the_
     readout._pending.append((["loss"], torch.tensor([5.0]), _Event(False)))
     assert readout._newest() == {"loss": 4.0} and behind.waited and len(readout._pending) == 1
 
+
+
+def test_pushes_on_the_device_path_write_the_rings_through_the_staging_buffers(monkeypatch):
+    """A flat push goes from its staging buffer straight into the ring's rows (``PinnedStaging.write_rows``: no
+    device tensor made and copied again), wrapping at the ring's end, and the rings hold what the host path's do."""
+    from data.replay.storage import RingStorage
+
+    host = RingStorage(5, "cpu")
+    monkeypatch.setattr(placement, "host_path", lambda device: False)
+    device = RingStorage(5, "cpu")
+    assert device._staging.staged and not host._staging.staged
+    made = []
+    real_empty = torch.empty
+
+    def counting_empty(*args, **kwargs):
+        made.append(args)
+        return real_empty(*args, **kwargs)
+
+    for n in (3, 4, 4, 2):  # the second and third wrap
+        push = {"obs": torch.randn(n, 2), "done": torch.rand(n) < 0.5, "action": torch.arange(n)}
+        slots = host.extend(push)
+        made.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(torch, "empty", counting_empty)
+            assert torch.equal(device.extend(push), slots)
+        for key in push:
+            assert torch.equal(device.fields[key][:len(host)], host.fields[key][:len(host)]), key
+    assert made == []  # past the first pushes (the rings, each set's buffers), nothing is allocated
+    assert set(device._staging._sets[0]) == {"obs", "done", "action"}

@@ -422,6 +422,27 @@ def test_a_checkpoint_load_moves_what_the_graph_binds(device_path):
     assert program._fingerprint() != before
 
 
+def test_the_fingerprint_sees_every_parameter_and_one_put_in_its_place(device_path):
+    """``module_tensors`` (the fingerprint's flat walk) lists what ``parameters()`` and ``buffers()`` list, and a
+    parameter replaced (``param.data = ...``) or a submodule swapped after the capture changes the fingerprint."""
+    from policies.update_graph import module_tensors
+
+    policy = _policy()
+    for _, attr in policy._checkpointed:
+        module = getattr(policy, attr)
+        assert {id(t) for t in module_tensors(module)} == {id(t) for t in [*module.parameters(), *module.buffers()]}
+    program = policy.update_program(_buffer(False), batch_size=8, updates=2, capture=False)
+    program.run()
+    before = program._fingerprint()
+    weight = next(policy.model.parameters())
+    weight.data = weight.data.clone()
+    assert program._fingerprint() != before
+    before = program._fingerprint()
+    name, child = next(iter(policy.model.named_children()))
+    setattr(policy.model, name, copy.deepcopy(child))
+    assert program._fingerprint() != before
+
+
 def test_the_guard_names_a_host_tensor_copied_to_a_device():
     with pytest.raises(HostSyncError, match="copies between the host and the device"):
         with no_host_sync("a copy"):
