@@ -199,13 +199,17 @@ class _HostPort:
     def reset(self, seeds: List[int]) -> Any:
         return to_tensor(self.env.reset(seed=seeds)[0])
 
-    def send(self, action: torch.Tensor) -> None:
+    def send(self, action: torch.Tensor) -> Optional[torch.Tensor]:
+        """Send ``action`` to the envs; returns it on the host where it came from a device (the one copy, a wait,
+        which the transition then keeps rather than copying it back once more), else None."""
         # a CPU tensor's memory as it is; one copy (a wait) from a device where the policy acts on one
-        action = action.numpy(force=not action.is_cpu or action.requires_grad)
+        moved = not action.is_cpu
+        action = action.numpy(force=moved or action.requires_grad)
         if self._send is None:
             self._action = action
         else:
             self._send(action)
+        return torch.from_numpy(action) if moved else None
 
     def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor, Optional[bool],
                             Optional[torch.Tensor]]:
@@ -253,6 +257,7 @@ class _DevicePort:
 
     def send(self, action: torch.Tensor) -> None:
         self._action = action
+        return None
 
     def recv(self) -> Tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor, Optional[bool], None]:
         action, self._action = self._action, None
@@ -291,7 +296,9 @@ class _Lane:
         if not self._checked:
             _check_outputs(self.policy, out)
             self._checked = True
-        self.port.send(out["action"])
+        on_host = self.port.send(out["action"])
+        if on_host is not None:  # the envs' copy of a device action: the transition's too (no second read)
+            out = {**out, "action": on_host}
         return obs, out
 
     def observe(self, obs: Any, out: dict) -> EnvStep:

@@ -371,3 +371,41 @@ def test_a_nan_loss_on_cuda_skips_its_step_and_is_raised_one_update_later():
     assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
     with pytest.raises(NonFiniteLossError, match="seen on cuda:0 at a later update"):
         policy.learn_mode.forward(make_batch(data))
+
+
+def test_a_cuda_policy_s_action_is_read_back_once_per_step_and_kept_for_the_transition():
+    """A policy acting on CUDA for envs on the host: each step's action comes back once (the envs' copy, a wait),
+    and the collected transitions keep that host copy: the collector reads nothing more from the device (before:
+    the chunk's actions were copied back a second time, one more wait per call, per step for SAC's one-step
+    calls)."""
+    import warnings
+
+    import gymnasium as gym
+    import numpy as np
+    from easydict import EasyDict
+
+    from engine import OnlineRLContext
+    from engine.config import deep_merge
+    from middleware import StepCollector
+    from policies.sac import SACPolicy
+
+    cfg = EasyDict(deep_merge(SACPolicy.default_config(), dict(cuda=True)))
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")] * 2,
+                                   autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    policy = SACPolicy(cfg, env.single_observation_space, env.single_action_space)
+    collector = StepCollector(policy.collect_mode, env, n_sample=2 * 8, seed=0)
+    ctx = OnlineRLContext()
+    collector(ctx)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            collector(ctx)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    waits = [f"{os.path.basename(w.filename)}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+    assert not [w for w in waits if w.startswith("collector.py")], waits
+    assert sum(w.startswith("env_loop.py") for w in waits) == 8, waits  # one action read per step
+    assert ctx.trajectories["action"].device.type == "cpu"
+    low, high = np.asarray(env.single_action_space.low), np.asarray(env.single_action_space.high)
+    assert bool((ctx.trajectories["action"].numpy() >= low).all() and (ctx.trajectories["action"].numpy() <= high).all())
