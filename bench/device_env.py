@@ -22,13 +22,14 @@ Run (one thread, as BENCHMARKS.md's figures): ``OMP_NUM_THREADS=1 python bench/d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import importlib
 import os
 import statistics
 import tempfile
 import time
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, Iterator, List
 
 import gymnasium as gym
 import numpy as np
@@ -141,10 +142,42 @@ def ppo_at_scale(seed: int, workdir: str, device: str, compile_mode: str = "none
     main.log = dict(progress=False, tensorboard=False, csv=False)
     main.policy.cuda = device.startswith("cuda")
     main.policy.compile = compile_mode
-    summary = serial_pipeline((main, create), seed=seed, max_env_step=20_000_000,
-                              exp_name=os.path.join(workdir, f"scale_{seed}_{compile_mode}"))
+    with _timed_evaluations(device) as evaluations:
+        summary = serial_pipeline((main, create), seed=seed, max_env_step=20_000_000,
+                                  exp_name=os.path.join(workdir, f"scale_{seed}_{compile_mode}"))
+    wall = summary["wall_time_s"]
     return {"seconds": summary.get("time_to_stop_value_s") or float("nan"), "env_step": summary["env_step"],
-            "rate": summary["env_step"] / summary["wall_time_s"], "solved": summary.get("stop_reason") == "stop_value"}
+            "rate": summary["env_step"] / wall, "solved": summary.get("stop_reason") == "stop_value",
+            "eval_s": evaluations["seconds"], "evaluations": evaluations["count"],
+            "train_rate": summary["env_step"] / max(wall - evaluations["seconds"], 1e-9)}
+
+
+@contextlib.contextmanager
+def _timed_evaluations(device: str) -> Iterator[Dict[str, float]]:
+    """The seconds the run spends in its evaluations (``middleware.evaluator.evaluate_episodes``), so that the
+    collect+train rate (the issue's >= 1M) can be told from the whole loop's: an evaluation of a solved policy is
+    500 steps one after another, each a host read of which episodes ended, where a collect is 16 steps of 4,096
+    envs. The device is synchronised before each (the training work it has queued is training's time)."""
+    from middleware import evaluator
+
+    spent = {"seconds": 0.0, "count": 0}
+    original = evaluator.evaluate_episodes
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        sync()
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent["seconds"] += time.perf_counter() - start
+            spent["count"] += 1
+
+    evaluator.evaluate_episodes = timed
+    try:
+        yield spent
+    finally:
+        evaluator.evaluate_episodes = original
 
 
 def main() -> None:
@@ -169,7 +202,8 @@ def main() -> None:
                     r = ppo_at_scale(seed, workdir, args.device, mode)
                     print(f"  seed {seed}, policy.compile={mode}: {r['seconds']:.1f} s to the stop value at "
                           f"{r['env_step']:,} env steps, {r['rate']:,.0f} env steps/s over the whole loop "
-                          f"(solved: {r['solved']})", flush=True)
+                          f"(solved: {r['solved']}); {r['evaluations']} evaluations took {r['eval_s']:.1f} s, "
+                          f"collect+train {r['train_rate']:,.0f} env steps/s", flush=True)
         return
     print(f"{'envs':>6}  {'torch CartPole':>16}  {'gym SyncVectorEnv':>18}  {'gym numpy-vector':>17}  "
           f"{'torch / sync':>12}")
