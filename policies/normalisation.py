@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from data.obs import to_device, to_plain
+from engine.devices import to_device_async
 
 from .obs_norm import ObsNormMismatchError, RunningObsNorm
 
@@ -209,6 +210,7 @@ def model_obs(obs: Any, device: torch.device, normalisation: Normalisation, imag
     if isinstance(obs, np.ndarray):  # a policy called by hand on an env's own array: cast as a tensor of it is
         obs = torch.from_numpy(obs)
     if isinstance(obs, torch.Tensor):
-        obs = obs.to(device)
+        # through pinned memory to a GPU: a copy from pageable memory would wait for the update queued before it
+        obs = to_device_async(obs, device)
         return obs if image else normalisation.norm_obs(obs.float())
     return normalisation.norm_obs(to_plain(to_device(obs, device)))
