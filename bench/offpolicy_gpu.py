@@ -76,6 +76,8 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, ca
 
     pipeline.append(clock, name="wall_clock")
     summary = pipeline.run()
+    if profiler is not None and profiler.running:  # the run ended another way (its stop value, an error)
+        profiler.stop(max(summary.get("train_iter", 0) - learning.get("train_iter", 0), 1), f"{algo} {mode}")
     if "t" not in learning:
         print(f"{algo} {mode}: update {SETTLED_ITER} not reached in the {cap_s:g} s cap (--cap-s)", flush=True)
         return dict(env_steps_per_s=0.0, updates_per_s=0.0, settle_s=float("nan"), eval_return=float("nan"),
@@ -142,7 +144,10 @@ class SpanProfile:
         pstats.Stats(self._cprofile, stream=stream).sort_stats("tottime").print_stats(18)
         print("\n".join("  " + line for line in stream.getvalue().splitlines()[-22:] if line.strip()))
         events = self._torch.key_averages()
-        gpu_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events)
+        # as torch.profiler's table sums it: the kernels' own events (a launching op's and an annotation's device
+        # time hold the same kernels again)
+        gpu_us = sum(e.self_device_time_total for e in events
+                     if e.device_type == torch.autograd.DeviceType.CUDA and not e.is_user_annotation)
         print(f"  GPU kernels: {gpu_us / n / 1e3:.3f} ms per iteration")
         if self.cuda:
             print(events.table(sort_by="self_device_time_total", row_limit=12, max_name_column_width=70))

@@ -62,7 +62,8 @@ _NO_KWARGS: Mapping[str, Any] = {}
 
 class EnvStep(NamedTuple):
     """What one loop step produced: tensors with one row per env, on the envs' device (the host for gymnasium
-    envs), but ``out``, which is on the policy's."""
+    envs), but ``out``, which is on the policy's; its ``action`` is the envs' host copy where a policy on a device
+    acts for gymnasium envs (read back once, for the envs)."""
 
     obs: Any                   # the observations the policy acted on
     out: dict                  # everything the policy returned (``action``, and ``logp``/``value``, ...)

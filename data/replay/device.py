@@ -173,18 +173,20 @@ class PinnedStaging:
         each (``to_device`` then a write would make a device tensor and copy it once more: two operations more a
         field at every push, which a GPU learner's host pays once per env step). Only on the staged path."""
         buffers = self._next_set()
-        for key, value in fields.items():
-            ring, n = rings[key], len(value)
-            if value.device.type != "cpu" or value.numel() * value.element_size() > PINNED_LIMIT_BYTES:
-                source = self._stage(buffers, key, value)
-            else:
-                source = self._buffer(buffers, key, value)
-                source.copy_(value)
-            first = min(n, len(ring) - start)
-            ring[start:start + first].copy_(source[:first], non_blocking=self.pinned)
-            if first < n:
-                ring[:n - first].copy_(source[first:], non_blocking=self.pinned)
-        self._mark_copied()
+        try:
+            for key, value in fields.items():
+                ring, n = rings[key], len(value)
+                if value.device.type != "cpu" or value.numel() * value.element_size() > PINNED_LIMIT_BYTES:
+                    source = self._stage(buffers, key, value)
+                else:
+                    source = self._buffer(buffers, key, value)
+                    source.copy_(value)
+                first = min(n, len(ring) - start)
+                ring[start:start + first].copy_(source[:first], non_blocking=self.pinned)
+                if first < n:
+                    ring[:n - first].copy_(source[first:], non_blocking=self.pinned)
+        finally:  # the copies queued before a failing one read this set too
+            self._mark_copied()
 
     def _next_set(self) -> Dict[_Key, torch.Tensor]:
         """The next set of staging buffers, once the device has read what was copied from it last."""

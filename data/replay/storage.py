@@ -72,6 +72,10 @@ class RingStorage:
         """Write a batch (a ``data.batch.Batch`` or a dict of tensors sharing the leading dimension);
         returns the slots written (on the storage's device)."""
         n = num_rows(next(iter(batch.values())))  # not len(): a tree field's len counts its keys
+        uneven = {k: num_rows(batch[k]) for k in batch.keys() if num_rows(batch[k]) != n}
+        if uneven:
+            raise ValueError(f"a push's fields must have one row per transition: {n} in "
+                             f"{next(iter(batch.keys()))!r}, but {uneven} (field: rows)")
         if self._fields is not None and set(batch.keys()) != self._fields.keys():
             raise KeyError(f"batch fields {sorted(batch.keys())} differ from the stored fields {sorted(self._fields)}")
         if n > self.capacity:  # only the newest `capacity` transitions can survive

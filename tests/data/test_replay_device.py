@@ -447,3 +447,18 @@ def test_pushes_on_the_device_path_write_the_rings_through_the_staging_buffers(m
             assert torch.equal(device.fields[key][:len(host)], host.fields[key][:len(host)]), key
     assert made == []  # past the first pushes (the rings, each set's buffers), nothing is allocated
     assert set(device._staging._sets[0]) == {"obs", "done", "action"}
+
+
+@pytest.mark.parametrize("path", ["host", "device"])
+def test_a_push_whose_fields_differ_in_rows_is_refused_naming_them(path, monkeypatch):
+    """Found in review: the device path's one-copy write took each field's own row count, so a short field left
+    rows unwritten (and counted) and a long one wrote past the push; both paths now refuse it first."""
+    from data.replay.storage import RingStorage
+
+    if path == "device":
+        monkeypatch.setattr(placement, "host_path", lambda device: False)
+    storage = RingStorage(8, "cpu")
+    storage.extend({"obs": torch.randn(2, 3), "reward": torch.randn(2)})
+    with pytest.raises(ValueError, match=r"'reward': 3"):
+        storage.extend({"obs": torch.randn(4, 3), "reward": torch.randn(3)})
+    assert len(storage) == 2 and storage._cursor == 2

@@ -404,8 +404,8 @@ def test_a_cuda_policy_s_action_is_read_back_once_per_step_and_kept_for_the_tran
         finally:
             torch.cuda.set_sync_debug_mode("default")
     waits = [f"{os.path.basename(w.filename)}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
-    assert not [w for w in waits if w.startswith(("collector.py", "normalisation.py"))], waits  # the observation
-    # goes to the device through pinned memory (policies.normalisation.model_obs), waiting for no queued update
+    assert not [w for w in waits if w.startswith(("collector.py", "normalisation.py", "devices.py"))], waits  # the
+    # observation goes to the device through pinned memory (engine.devices.to_device_async), waiting for nothing
     assert sum(w.startswith("env_loop.py") for w in waits) == 8, waits  # one action read per step
     assert ctx.trajectories["action"].device.type == "cpu"
     low, high = np.asarray(env.single_action_space.low), np.asarray(env.single_action_space.high)

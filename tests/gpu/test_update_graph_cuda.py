@@ -157,13 +157,9 @@ def test_captured_two_step_updates_equal_eager(algo, monkeypatch):
     torch.cuda.synchronize()
     assert graphed.captures == (2 if algo == "td3" else 1)
     assert graphed_policy.optimizer_step.updates == eager.optimizer_step.updates == 10
-    # Adam divides each step by the root of its second moment, so the compiled loss's rounding (equal losses to
-    # 1e-3 above) moves a weight with a gradient near 0 by a whole step the eager one does not: after 24 updates
-    # the parameters part by 2.2% of their movement on the H200 under 4 test processes (a wrong update, one
-    # skipped or made twice, parts them by about 100%)
     for key, value in graphed_policy.model.state_dict().items():
         moved = (eager.model.state_dict()[key] - initial[key]).norm()
-        assert (value - eager.model.state_dict()[key]).norm() <= 0.05 * moved + 1e-6, key
+        assert (value - eager.model.state_dict()[key]).norm() <= 0.02 * moved + 1e-6, key
     target = "_target_model" if algo == "td3" else "_target_critic"
     for key, value in getattr(graphed_policy, target).state_dict().items():  # TD3's: moved on actor steps alone
         eager_value = getattr(eager, target).state_dict()[key]
