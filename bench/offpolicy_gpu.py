@@ -109,7 +109,9 @@ class SpanProfile:
     def start(self) -> None:
         import warnings
 
-        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if self.cuda else [])
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._torch = torch.profiler.profile(activities=activities)
         self._torch.__enter__()
         if self.cuda:

@@ -203,8 +203,9 @@ def free_memory(device: Any) -> Optional[int]:
 def to_device_async(tensor: "torch.Tensor", device: Any) -> "torch.Tensor":
     """``tensor`` (on the host) on ``device`` without the host waiting for the device: a copy to CUDA from
     pageable memory waits for every kernel queued before it, so the copy goes through pinned memory, queued on
-    the stream (the caching host allocator keeps the pinned block until the copy is done). Elsewhere a plain
-    ``to``."""
+    the stream (the caching host allocator keeps the pinned block until the copy is done). A tensor already
+    pinned is copied from where it is: the caller must not write it before the device has read it. Elsewhere a
+    plain ``to``."""
     import torch
 
     device = torch.device(device)

@@ -409,4 +409,5 @@ def test_a_cuda_policy_s_action_is_read_back_once_per_step_and_kept_for_the_tran
     assert sum(w.startswith("env_loop.py") for w in waits) == 8, waits  # one action read per step
     assert ctx.trajectories["action"].device.type == "cpu"
     low, high = np.asarray(env.single_action_space.low), np.asarray(env.single_action_space.high)
-    assert bool((ctx.trajectories["action"].numpy() >= low).all() and (ctx.trajectories["action"].numpy() <= high).all())
+    actions = ctx.trajectories["action"].numpy()
+    assert bool((actions >= low).all() and (actions <= high).all())
