@@ -25,6 +25,11 @@ class EvaluationCancelled(Exception):
     """``evaluate_episodes`` stopped between two env steps because its ``should_stop`` said so."""
 
 
+#: steps between two reads of which episodes ended, where the envs are on a device (torch envs on a GPU): a
+#: solved CartPole's evaluation is 500 steps, and a read at each waits for the device each time
+DEVICE_READ_EVERY = 16
+
+
 def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
                       should_stop: Optional[Callable[[], bool]] = None) -> Dict[str, Any]:
     """Reset ``loop``'s envs with ``seed`` and run ``n_episode`` episodes; returns returns and lengths, and
@@ -47,13 +52,21 @@ def evaluate_episodes(loop: EnvLoop, n_episode: int, seed: int,
     successes: List[bool] = []
     agent_returns: List[List[float]] = []  # several agents per env: each one's return per episode
     loop.reset(seed)
+    unread = 0  # a device's envs: steps since their ends were last read
     while (done_count < quota).any():
         if should_stop is not None and should_stop():
             raise EvaluationCancelled(f"cancelled after {len(returns)} of {n_episode} episodes")
         step = loop.step()
-        if not step.has_ended():  # evaluation reads each step's ends: they decide when it stops
+        if step.any_ended is None and step.success is None:  # the envs are on a device: their ends are read
+            unread += 1  # every DEVICE_READ_EVERY steps, not at each (a wait for the device per step)
+            if unread < DEVICE_READ_EVERY:
+                continue
+            unread = 0
+        elif not step.has_ended():  # evaluation reads each step's ends: they decide when it stops
             continue
-        finished = loop.finished()  # this step's ends: every earlier step's were taken when they happened
+        # the episodes ended since the last read, by step then env: taken in that order, as one step at a time
+        # would, so the same episodes meet each env's quota (at most DEVICE_READ_EVERY - 1 steps more are run)
+        finished = loop.finished()
         success = step.success.tolist() if step.success is not None else None
         per_agent = finished.agent_returns.tolist() if finished.agent_returns is not None else None
         for k, (i, episode_return, length) in enumerate(zip(finished.envs.tolist(), finished.returns.tolist(),

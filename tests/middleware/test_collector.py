@@ -215,3 +215,38 @@ def test_the_success_rate_counts_only_the_episodes_whose_env_says():
     assert evaluation_output(episodes, train_iter=1, env_step=1, duration=0.0)["success_rate"] == 1.0
     silent = SyncVectorEnv([lambda: _SaysSuccessOnEvenEnvs(False)] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
     assert "successes" not in evaluate_episodes(EnvLoop(ConstantPolicy(), silent, seed=0), n_episode=4, seed=0)
+
+
+class _LeanOnAngle:
+    """Pushes the cart toward the pole's lean, with a seeded coin flip now and then: CartPole episodes of many
+    lengths."""
+
+    def __init__(self):
+        self.generator = torch.Generator().manual_seed(3)
+
+    def forward(self, obs, **kwargs):
+        lean = (obs[:, 2] > 0).long()
+        flip = torch.rand(len(obs), generator=self.generator) < 0.2
+        return {"action": torch.where(flip, 1 - lean, lean)}
+
+
+def test_device_envs_are_evaluated_with_one_read_of_their_ends_per_16_steps(monkeypatch):
+    """On torch envs (a GPU's, here on the CPU) the evaluation reads which episodes ended every 16 steps, not at
+    each step (each read waits for the device), and takes the same episodes for each env's quota as reading at
+    every step does."""
+    from data.env_loop import EnvLoop
+    from dizoo.classic_control.cartpole.torch_env import CartPoleTorch
+    from middleware import evaluator
+
+    def evaluate(read_every):
+        monkeypatch.setattr(evaluator, "DEVICE_READ_EVERY", read_every)
+        loop = EnvLoop(_LeanOnAngle(), CartPoleTorch(3, max_episode_steps=60), seed=0)
+        reads = []
+        finished = loop.finished
+        monkeypatch.setattr(loop, "finished", lambda: reads.append(1) or finished())
+        return evaluator.evaluate_episodes(loop, n_episode=7, seed=5), len(reads)
+
+    every_step, reads_each = evaluate(1)
+    batched, reads_batched = evaluate(16)
+    assert batched == every_step and len(set(every_step["lengths"])) > 2
+    assert reads_batched * 8 <= reads_each, (reads_batched, reads_each)
