@@ -28,7 +28,7 @@ import importlib
 import os
 import tempfile
 import time
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import torch
 
@@ -52,13 +52,14 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, ca
     # one evaluation, at the start (5 HalfCheetah episodes take seconds): a short run's rate is the update's and
     # the env's, and its returns say nothing yet (the seed table's runs say where the returns end)
     main.policy.setdefault("eval", {}).setdefault("evaluator", {})["eval_freq"] = 10**9
-    main.log = dict(progress=False)
+    main.log = dict(progress=False, profile=profile)  # log.profile: each stage's seconds (engine.profile)
     out_dir = tempfile.mkdtemp(prefix=f"offpolicy_{algo}_{mode}_")
     pipeline = build_pipeline((main, create), seed=seed, max_env_step=10**9, exp_name=out_dir, force=True)
     started = time.perf_counter()
     learning: Dict[str, float] = {}
 
-    profiler = SpanProfile(cuda, os.environ.get("OFFPOLICY_PROFILE_DIR", "")) if profile else None
+    profiler = (SpanProfile(cuda, pipeline.profile, os.environ.get("OFFPOLICY_PROFILE_DIR", "")) if profile
+                else None)
 
     def clock(ctx) -> None:
         now = time.perf_counter()
@@ -93,14 +94,16 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, ca
 
 class SpanProfile:
     """Where an iteration's time goes over the timed span (``--profile``; the profilers slow the run, so its rate is
-    not the figure): each middleware's wall time per iteration and the hottest Python functions (cProfile), the
-    GPU's busy time per iteration (torch.profiler's kernel time) and the source lines of the host's waits for the
-    device (``torch.cuda.set_sync_debug_mode("warn")``), each per iteration."""
+    not the figure): each stage's wall time (``log.profile``), the hottest Python functions (cProfile), the GPU's
+    busy time (torch.profiler's kernel time) and the source lines of the host's waits for the device
+    (``torch.cuda.set_sync_debug_mode("warn")``), each per iteration."""
 
-    def __init__(self, cuda: bool, dump: str = "") -> None:
+    def __init__(self, cuda: bool, stages: Any = None, dump: str = "") -> None:
         import cProfile
 
         self.cuda, self.running, self.dump = cuda, False, dump
+        self.stages = stages  # the pipeline's StageProfile (log.profile): each stage's seconds so far
+        self._since: Dict[str, float] = {}
         self._cprofile = cProfile.Profile()
         self._torch = None
         self._caught: list = []
@@ -119,6 +122,8 @@ class SpanProfile:
             self._caught = self._warnings.__enter__()
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
+        if self.stages is not None:
+            self._since = self.stages.totals()
         self._cprofile.enable()
         self.running = True
 
@@ -137,11 +142,12 @@ class SpanProfile:
         n = max(iterations, 1)
         if self.dump:  # the whole Python profile, for pstats on another machine
             self._cprofile.dump_stats(f"{self.dump}/{label.replace(' ', '-')}.pstats")
-        stats = pstats.Stats(self._cprofile, stream=io.StringIO())
         print(f"--- profile of {label}: {n} iterations")
-        for (file, line, fn), (_, _, _, cum, callers) in sorted(stats.stats.items(), key=lambda kv: -kv[1][3]):
-            if fn == "__call__" and "/middleware/" in file or fn.startswith("_data_pusher"):
-                print(f"  middleware {file.rsplit('/', 2)[-1]}:{line} {1e3 * cum / n:.3f} ms per iteration")
+        if self.stages is not None:  # wall time: a stage that reads the device back also waits for it there
+            spent = {k: v - self._since.get(k, 0.0) for k, v in self.stages.totals().items()}
+            for stage, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
+                if seconds > 0:
+                    print(f"  stage {stage}: {1e3 * seconds / n:.3f} ms per iteration")
         stream = io.StringIO()
         pstats.Stats(self._cprofile, stream=stream).sort_stats("tottime").print_stats(18)
         print("\n".join("  " + line for line in stream.getvalue().splitlines()[-22:] if line.strip()))
