@@ -22,10 +22,16 @@ starts at the first eval point once it is ready.
 
 At the end of a run (``at_finish`` in the summary's ``background_eval``):
 
-- ``waited``: the run finished (``ctx.finish``: a budget, the stop value) with an evaluation running; its
-  result was waited for (at most ``finish_timeout_s``) and published in that last iteration, so the logs,
-  the summary and the best checkpoint have it (the stop reason stays what it was);
-- ``timed_out``: that wait ran out, and the evaluation was cancelled;
+- ``final``: a budget (``max_env_step``, ``max_train_iter``) ended the run with updates no evaluation had seen
+  or was seeing; its last weights were evaluated in the process and published in that last iteration (an
+  evaluation of older weights still running was cancelled for it), so the logs, the summary and the best
+  checkpoint speak of the policy the run ends with, as ``middleware.evaluator.final_evaluation`` makes them
+  without background evaluation;
+- ``waited``: the run finished (``ctx.finish``: a budget, the stop value) with an evaluation running and no
+  final one due; its result was waited for (at most ``finish_timeout_s``) and published in that last
+  iteration, so the logs, the summary and the best checkpoint have it (the stop reason stays what it was);
+- ``timed_out``: that wait, or the final evaluation's (the process's build and the episodes, at most
+  ``finish_timeout_s`` in all), ran out, and the evaluation was cancelled;
 - ``cancelled``: the run ended otherwise (an error, Ctrl-C, ``task.run(max_step)``): the evaluation was
   cancelled without waiting (it stops within one env step; ``cancel_timeout_s`` bounds the wait for that);
 - ``none``: no evaluation was running.
@@ -47,7 +53,7 @@ import torch
 from engine.context import OnlineRLContext
 
 from .eval_worker import BackgroundEvaluationError, EvalReply, EvalWorker, WorkerSide
-from .evaluator import evaluation_due, evaluation_output, publish_evaluation
+from .evaluator import BUDGETS, evaluation_due, evaluation_output, publish_evaluation
 
 __all__ = ["BackgroundEvaluator", "BackgroundEvaluationError", "FinishAction", "Snapshot", "host_copy"]
 
@@ -60,6 +66,7 @@ class FinishAction(str, Enum):
     """What became of the evaluation running when the run ended (see the module docstring)."""
 
     NONE = "none"
+    FINAL = "final"
     WAITED = "waited"
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
@@ -128,6 +135,9 @@ class BackgroundEvaluator:
         cancel_timeout_s: how long a cancelled evaluation, and then the process's exit, are waited for.
         start_method: how the process starts (``middleware.eval_worker``): None (fork on Linux), ``"fork"``,
             ``"spawn"`` (needed where the process acts on a GPU).
+        seen: told of ``ctx`` before the final evaluation replaces one published earlier in the same iteration
+            (the run summary's count, as ``middleware.evaluator.final_evaluation``'s ``seen``); an attribute, set
+            by the pipeline once its summary exists.
 
     Raises:
         ValueError: ``n_episode`` not positive, a negative timeout.
@@ -138,7 +148,8 @@ class BackgroundEvaluator:
     def __init__(self, build: WorkerSide, weights: Callable[[], Any], *, eval_freq: int, n_episode: int,
                  stop_value: float = float("inf"), seed: int = 0,
                  learn_state: Optional[Callable[[], Mapping[str, Any]]] = None, finish_timeout_s: float = 60.0,
-                 cancel_timeout_s: float = 5.0, start_method: Optional[str] = None) -> None:
+                 cancel_timeout_s: float = 5.0, start_method: Optional[str] = None,
+                 seen: Optional[Callable[[OnlineRLContext], None]] = None) -> None:
         if not callable(build) or not callable(weights):
             raise TypeError(f"BackgroundEvaluator needs callables for build and weights, got {build!r} and "
                             f"{weights!r}")
@@ -151,6 +162,7 @@ class BackgroundEvaluator:
         self._learn_state = learn_state
         self._finish_timeout = float(finish_timeout_s)
         self._cancel_timeout = float(cancel_timeout_s)
+        self.seen = seen
         if self._n_episode <= 0:
             raise ValueError(f"env.n_evaluator_episode must be positive, got {self._n_episode}")
         if self._finish_timeout < 0 or self._cancel_timeout < 0:
@@ -177,7 +189,9 @@ class BackgroundEvaluator:
         except GeneratorExit:  # the loop is closing after an error in a later stage
             self._end(FinishAction.CANCELLED)
             raise
-        if ctx.finish and self._running is not None:
+        if ctx.finish and self._final_due(ctx):
+            self._final_evaluation(ctx)
+        elif ctx.finish and self._running is not None:
             self._finish_waiting(ctx)
 
     def on_finish(self, ctx: OnlineRLContext) -> None:
@@ -259,6 +273,44 @@ class BackgroundEvaluator:
             return
         self._publish(ctx, reply, stop_value=float("inf"))
         self.at_finish = FinishAction.WAITED
+
+    def _final_due(self, ctx: OnlineRLContext) -> bool:
+        """A budget ends the run with updates that no evaluation has seen or is seeing: its last weights are to be
+        evaluated (``middleware.evaluator.final_evaluation``'s rule)."""
+        seen = self._running.train_iter if self._running is not None else max(ctx.last_eval_iter, 0)
+        return ctx.stop_reason in BUDGETS and ctx.train_iter > seen and not self._worker.closed
+
+    def _final_evaluation(self, ctx: OnlineRLContext) -> None:
+        """The run ends at its budget: its last weights are evaluated once and published, so the summary,
+        progress.csv and the best checkpoint speak of the policy it ends with, as without background evaluation.
+        An evaluation of older weights still running is cancelled for it. At most ``finish_timeout_s`` in all is
+        waited, for the process to be built and for the episodes; past it the run ends without (said)."""
+        deadline = time.monotonic() + self._finish_timeout
+        if self._running is not None:
+            self._running = None  # its result would be of older weights than the final one
+            if not self._worker.cancel(self._cancel_timeout):
+                logger.warning("the evaluation process did not stop its evaluation within %.0f s of the cancel: "
+                               "no final evaluation", self._cancel_timeout)
+                self._end(FinishAction.TIMED_OUT)
+                return
+        while self._worker.starting and time.monotonic() < deadline:  # a run shorter than the process's build
+            self._poll(deadline - time.monotonic())
+        if not self._worker.idle:
+            logger.warning("the evaluation process was not ready within %.0f s of the end of the run: no final "
+                           "evaluation", self._finish_timeout)
+            self._end(FinishAction.TIMED_OUT)
+            return
+        if self.seen is not None:
+            self.seen(ctx)  # an evaluation published earlier in this iteration, before it is replaced
+        self._start(ctx)
+        reply = self._poll(max(0.0, deadline - time.monotonic()))
+        if reply is None:
+            logger.warning("the final evaluation (train_iter %d) did not finish within %.0f s of the end of the "
+                           "run: cancelled", ctx.train_iter, self._finish_timeout)
+            self._end(FinishAction.TIMED_OUT)
+            return
+        self._publish(ctx, reply, stop_value=float("inf"))
+        self.at_finish = FinishAction.FINAL
 
     def _end(self, action: FinishAction) -> None:
         """Cancel the running evaluation, if any (recording ``action``), and end the process."""

@@ -161,6 +161,15 @@ class EvalWorker:
     def busy(self) -> bool:
         return self._state is _State.BUSY
 
+    @property
+    def starting(self) -> bool:
+        """Started and still building its policy and envs."""
+        return self._state is _State.STARTING
+
+    @property
+    def closed(self) -> bool:
+        return self._state is _State.CLOSED
+
     def start(self) -> None:
         """Start the process, once.
 

@@ -217,6 +217,8 @@ def _assemble(request: RunRequest, shapes: Mapping[str, Type[Shape]], ddp_ctx: D
            if run.world_size > 1 else {}),
         **({"profile": profile.as_dict()} if profile is not None else {}), **stages.evaluator_report(evaluator)})
     resources.callback(summary.close)  # elapsed_s to the end: after the final checkpoint, before envs close
+    if background and evaluator is not None:  # its final evaluation may replace one published in the same iteration
+        evaluator.seen = summary.track_evaluation
 
     pipeline = Pipeline(ctx, rank=run.rank, result=lambda: summary.result, resources=resources, cfg=cfg,
                         policy=policy, buffer=buffer, profile=profile, **run.extra)

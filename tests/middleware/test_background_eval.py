@@ -171,16 +171,64 @@ def test_background_eval_best_checkpoint_holds_the_evaluated_snapshot(tmp_path):
 def test_background_eval_waits_for_the_running_evaluation_when_the_run_finishes():
     evaluator, learner = _evaluator(delay=0.03, eval_freq=1)
 
-    def budget(ctx):  # the budget runs out while an evaluation runs
+    def finish(ctx):  # a stage of the user's ends the run (not a budget) while an evaluation runs
+        if evaluator.running is not None and ctx.train_iter >= evaluator.running.train_iter + 2:
+            ctx.finish, ctx.stop_reason = True, StopReason.STOP_VALUE
+
+    ctx, seen = _run(evaluator, learner, extra=[finish])
+    report = evaluator.finish_report()
+    assert report["at_finish"] == "waited" and ctx.stop_reason == StopReason.STOP_VALUE
+    # published in the last iteration (after the recorder ran), with its snapshot's counters
+    assert ctx.eval_output["published_train_iter"] == ctx.train_iter > ctx.last_eval_iter
+    assert ctx.eval_value == EPISODE_LENGTH * ctx.last_eval_iter and not any(o is ctx.eval_output for o, *_ in seen)
+
+
+def test_a_budget_ends_the_run_with_an_evaluation_of_its_last_weights():
+    """As without background evaluation (middleware.evaluator.final_evaluation): a budget that ends the run with
+    updates no evaluation has seen gets its last weights evaluated and published in that last iteration; an
+    evaluation of older weights still running is cancelled for it."""
+    evaluator, learner = _evaluator(delay=0.03, eval_freq=1)
+
+    def budget(ctx):  # the budget runs out while an evaluation of older weights runs
         if evaluator.running is not None and ctx.train_iter >= evaluator.running.train_iter + 2:
             ctx.finish, ctx.stop_reason = True, StopReason.MAX_TRAIN_ITER
 
     ctx, seen = _run(evaluator, learner, extra=[budget])
-    report = evaluator.finish_report()
-    assert report["at_finish"] == "waited" and ctx.stop_reason == StopReason.MAX_TRAIN_ITER
-    # published in the last iteration (after the recorder ran), with its snapshot's counters
-    assert ctx.eval_output["published_train_iter"] == ctx.train_iter > ctx.last_eval_iter
-    assert ctx.eval_value == EPISODE_LENGTH * ctx.last_eval_iter and not any(o is ctx.eval_output for o, *_ in seen)
+    assert evaluator.finish_report()["at_finish"] == "final" and ctx.stop_reason == StopReason.MAX_TRAIN_ITER
+    assert ctx.last_eval_iter == ctx.train_iter == ctx.eval_output["published_train_iter"]
+    assert ctx.eval_value == EPISODE_LENGTH * ctx.train_iter  # the episodes acted with the last weights
+    assert not any(o is ctx.eval_output for o, *_ in seen) and not evaluator._worker.busy
+
+
+def test_a_budget_shorter_than_the_process_s_build_still_ends_with_an_evaluation():
+    evaluator, learner = _evaluator(eval_freq=10**6)  # no eval point: only the final evaluation
+
+    def budget(ctx):
+        if ctx.train_iter >= 3:
+            ctx.finish, ctx.stop_reason = True, StopReason.MAX_ENV_STEP
+
+    ctx, seen = _run(evaluator, learner, extra=[budget], step_s=0.0)
+    assert evaluator.finish_report()["at_finish"] == "final" and evaluator.evaluations == 1
+    assert ctx.last_eval_iter == ctx.train_iter == 3 and ctx.eval_value == EPISODE_LENGTH * 3
+
+
+def test_no_final_evaluation_where_the_last_weights_were_evaluated_or_the_run_did_not_end_at_a_budget():
+    from middleware.background_eval import Snapshot
+
+    evaluator, learner = _evaluator(eval_freq=10**6)
+    ctx = OnlineRLContext()
+    ctx.finish, ctx.stop_reason, ctx.train_iter, ctx.last_eval_iter = True, StopReason.MAX_TRAIN_ITER, 5, 4
+    assert evaluator._final_due(ctx)
+    ctx.last_eval_iter = 5  # the last weights were evaluated
+    assert not evaluator._final_due(ctx)
+    ctx.last_eval_iter, evaluator._running = 4, Snapshot(5, 50, time.perf_counter())  # they are being evaluated
+    assert not evaluator._final_due(ctx)
+    evaluator._running, ctx.stop_reason = None, StopReason.STOP_VALUE  # not a budget
+    assert not evaluator._final_due(ctx)
+    evaluator.finish_report()
+    interrupted, learner = _evaluator(delay=0.0, eval_freq=10**6)
+    ctx, _ = _run(interrupted, learner, max_step=5)  # task.run(max_step): no budget of the run's
+    assert interrupted.finish_report()["at_finish"] != "final" and ctx.last_eval_iter < ctx.train_iter
 
 
 def test_background_eval_finish_wait_is_bounded_then_cancelled():
@@ -250,9 +298,12 @@ def test_background_eval_in_the_standard_pipeline(quick_cartpole_config):
         not seen or seen[-1] is not ctx.eval_output) else None, name="record")
     summary = pipeline.run()
     assert summary["background_eval"]["evaluations"] == summary["evaluations"] >= 2
-    assert summary["background_eval"]["at_finish"] in ("waited", "none")
+    # the budget ends the run: its last weights are evaluated, counted, and in progress.csv's last row
+    assert summary["background_eval"]["at_finish"] == "final"
+    assert pipeline.ctx.last_eval_iter == summary["train_iter"] and summary["eval_return"] == pipeline.ctx.eval_value
     with open(os.path.join(pipeline.cfg.exp_name, "progress.csv"), newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["eval/episode_return_mean"]]
+    assert len(rows) == summary["evaluations"] and int(rows[-1]["train_iter"]) == summary["train_iter"]
     # every evaluation row sits at its snapshot's env_step and train_iter, and only there
     assert [(int(r["env_step"]), int(r["train_iter"])) for r in rows][:len(seen)] == \
         [(o["env_step"], o["train_iter"]) for o in seen]
