@@ -51,9 +51,11 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 import torch
 
 from engine.context import OnlineRLContext
+from engine.distributed import get_world_size
 
 from .eval_worker import BackgroundEvaluationError, EvalReply, EvalWorker, WorkerSide
 from .evaluator import BUDGETS, evaluation_due, evaluation_output, publish_evaluation
+from .termination import global_env_step
 
 __all__ = ["BackgroundEvaluator", "BackgroundEvaluationError", "FinishAction", "Snapshot", "host_copy"]
 
@@ -175,6 +177,9 @@ class BackgroundEvaluator:
         self.at_finish = FinishAction.NONE
         self._lag_iters = 0
         self._lag_s = 0.0
+        self._late = 0          # evaluations published while training went on (the lag's count)
+        self._seconds = 0.0     # how long the last evaluation took in the process
+        self._world_size = get_world_size()
 
     # ---- the middleware ----------------------------------------------------------------------------
     def __call__(self, ctx: OnlineRLContext):
@@ -217,18 +222,20 @@ class BackgroundEvaluator:
         (``at_finish``), and their mean age when published. Ends the evaluation process first (cancelling a
         running evaluation), so that any ``finish`` listener may call it, whichever runs first."""
         self._end(FinishAction.CANCELLED)
-        n = max(self.evaluations, 1)
+        n = max(self._late, 1)
         return {"evaluations": self.evaluations, "at_finish": str(self.at_finish),
                 "mean_lag_train_iter": self._lag_iters / n, "mean_lag_s": self._lag_s / n}
 
     # ---- helpers -----------------------------------------------------------------------------------
-    def _start(self, ctx: OnlineRLContext) -> None:
-        """Snapshot the weights and send them to the idle process."""
+    def _start(self, ctx: OnlineRLContext, env_step: Optional[int] = None) -> None:
+        """Snapshot the weights and send them to the idle process; ``env_step``: the count to label the
+        evaluation with, where it is not ``ctx``'s (the final one under DDP: the ranks' agreed total)."""
         self._published = None  # one snapshot at a time: the saver read the last one in its iteration
-        snapshot = Snapshot(ctx.train_iter, ctx.env_step, time.perf_counter())
+        env_step = ctx.env_step if env_step is None else int(env_step)
+        snapshot = Snapshot(ctx.train_iter, env_step, time.perf_counter())
         if self._learn_state is not None:
             snapshot.learn_state = host_copy(self._learn_state())
-            snapshot.ctx_state = ctx.persistent_state()
+            snapshot.ctx_state = {**ctx.persistent_state(), "env_step": env_step}
         self._worker.submit(self._weights(), self._seed + self._count * self._worker.num_envs, self._n_episode)
         self._count += 1
         self._running = snapshot
@@ -244,7 +251,7 @@ class BackgroundEvaluator:
             raise BackgroundEvaluationError(f"the background evaluation of the weights of train_iter "
                                             f"{snap.train_iter} (env_step {snap.env_step}) failed: {err}") from err
 
-    def _publish(self, ctx: OnlineRLContext, reply: EvalReply, stop_value: float) -> None:
+    def _publish(self, ctx: OnlineRLContext, reply: EvalReply, stop_value: float, late: bool = True) -> None:
         snap, self._running = self._running, None
         if reply.cancelled or snap is None:  # a cancel comes only from _end, which drops the snapshot first
             return
@@ -255,8 +262,11 @@ class BackgroundEvaluator:
                       published_env_step=ctx.env_step)
         publish_evaluation(ctx, output, stop_value)
         self.evaluations += 1
-        self._lag_iters += ctx.train_iter - snap.train_iter
-        self._lag_s += lag_s
+        self._seconds = reply.seconds
+        if late:  # the final evaluation is waited for: no lag of a background result
+            self._late += 1
+            self._lag_iters += ctx.train_iter - snap.train_iter
+            self._lag_s += lag_s
         if snap.ctx_state is not None:
             state = ctx.persistent_state()
             snap.ctx_state.update({name: state[name] for name in _EVAL_FIELDS if name in state})
@@ -283,33 +293,43 @@ class BackgroundEvaluator:
     def _final_evaluation(self, ctx: OnlineRLContext) -> None:
         """The run ends at its budget: its last weights are evaluated once and published, so the summary,
         progress.csv and the best checkpoint speak of the policy it ends with, as without background evaluation.
-        An evaluation of older weights still running is cancelled for it. At most ``finish_timeout_s`` in all is
-        waited, for the process to be built and for the episodes; past it the run ends without (said)."""
+        An evaluation of older weights still running is published if it has just ended, and otherwise cancelled
+        for the final one, unless an evaluation takes longer than the time left (the last one's duration): then
+        the running one is waited for, as before. At most ``finish_timeout_s`` in all is waited, for the process
+        to be built and for the episodes; past it the run ends without (said, ``at_finish`` ``timed_out``)."""
         deadline = time.monotonic() + self._finish_timeout
         if self._running is not None:
-            self._running = None  # its result would be of older weights than the final one
-            if not self._worker.cancel(self._cancel_timeout):
-                logger.warning("the evaluation process did not stop its evaluation within %.0f s of the cancel: "
-                               "no final evaluation", self._cancel_timeout)
-                self._end(FinishAction.TIMED_OUT)
+            reply = self._poll(0.0)
+            if reply is not None:  # it has just ended: published (and counted, before the final one replaces it)
+                self._publish(ctx, reply, stop_value=float("inf"))
+            elif self._seconds > self._finish_timeout / 2:  # a fresh one would not fit beside the cancel: wait
+                self._finish_waiting(ctx)
                 return
+            else:
+                self.at_finish, self._running = FinishAction.TIMED_OUT, None  # superseded by the final one
+                if not self._worker.cancel(min(self._cancel_timeout, self._finish_timeout)):
+                    logger.warning("the evaluation process did not stop its evaluation within %.1f s of the cancel: "
+                                   "no final evaluation", min(self._cancel_timeout, self._finish_timeout))
+                    self._end(FinishAction.TIMED_OUT)
+                    return
         while self._worker.starting and time.monotonic() < deadline:  # a run shorter than the process's build
             self._poll(deadline - time.monotonic())
         if not self._worker.idle:
-            logger.warning("the evaluation process was not ready within %.0f s of the end of the run: no final "
-                           "evaluation", self._finish_timeout)
+            logger.warning("the evaluation process was not ready at the end of the run (within finish_timeout_s, "
+                           "%.1f s): no final evaluation", self._finish_timeout)
+            self.at_finish = FinishAction.TIMED_OUT
             self._end(FinishAction.TIMED_OUT)
             return
         if self.seen is not None:
             self.seen(ctx)  # an evaluation published earlier in this iteration, before it is replaced
-        self._start(ctx)
+        self._start(ctx, env_step=global_env_step(ctx, self._world_size))
         reply = self._poll(max(0.0, deadline - time.monotonic()))
         if reply is None:
-            logger.warning("the final evaluation (train_iter %d) did not finish within %.0f s of the end of the "
-                           "run: cancelled", ctx.train_iter, self._finish_timeout)
+            logger.warning("the final evaluation (train_iter %d) did not finish within finish_timeout_s (%.1f s) "
+                           "of the end of the run: cancelled", ctx.train_iter, self._finish_timeout)
             self._end(FinishAction.TIMED_OUT)
             return
-        self._publish(ctx, reply, stop_value=float("inf"))
+        self._publish(ctx, reply, stop_value=float("inf"), late=False)
         self.at_finish = FinishAction.FINAL
 
     def _end(self, action: FinishAction) -> None:

@@ -15,7 +15,7 @@ all of them:
 5. the stages: ``preemption``, ``shards`` (DDP), ``ddp``, ``summary``, ``evaluator`` (rank 0), the shape's
    middle, ``statistics`` (running observation statistics), ``refresh`` (acting copies on other devices),
    ``checkpoint``, ``logger`` (rank 0), ``termination``, ``final_evaluation`` (rank 0; the last weights of a run
-   its budget ended, unless evaluation runs in the background), ``progress`` (rank 0).
+   its budget ended; a background evaluator evaluates them itself, at the end of its stage), ``progress`` (rank 0).
 
 A new shape (multi-agent, say) is a ``Shape`` subclass and a row in ``pipelines.build.SHAPES``: it fills
 its data source and its middle stages; the head and tail stay here.

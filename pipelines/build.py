@@ -22,7 +22,7 @@ The stages, in order (one iteration); (0) marks rank 0 only under DDP, [off] / [
     logger           (0) tensorboardX scalars (log.tensorboard), the same as rows of progress.csv (log.csv) and to
                      W&B / MLflow (log.wandb, log.mlflow)
     termination      max_env_step / max_train_iter
-    final_evaluation (0) where a budget ended the run, its last weights evaluated once (not with background evaluation)
+    final_evaluation (0) where a budget ended the run, its last weights evaluated once (a background evaluator: its own)
     progress         (0) tqdm (log.progress)
 
 The shape is the policy class's ``pipeline`` (``SHAPES``); the head and tail are ``pipelines.assembly``'s.

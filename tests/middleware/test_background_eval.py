@@ -61,8 +61,10 @@ class ValuePolicy:
         return {"action": torch.full((len(obs), 1), self.value)}
 
 
-def value_side(delay=0.0, fail_env=False, fail_build=False, num_envs=2):
-    """The evaluation process's side (``WorkerSide``): ValuePolicy on ``num_envs`` ValueEnvs."""
+def value_side(delay=0.0, fail_env=False, fail_build=False, num_envs=2, build_s=0.0):
+    """The evaluation process's side (``WorkerSide``): ValuePolicy on ``num_envs`` ValueEnvs, built in
+    ``build_s`` seconds."""
+    time.sleep(build_s)
     if fail_build:
         raise RuntimeError("the build failed on purpose")
     env = gym.vector.SyncVectorEnv([functools.partial(ValueEnv, delay, fail_env) for _ in range(num_envs)],
@@ -88,7 +90,8 @@ class ToyLearner:
 
 def _evaluator(delay=0.0, stop_value=float("inf"), learner=None, **kwargs):
     learner = learner or ToyLearner()
-    side = functools.partial(value_side, delay, kwargs.pop("fail_env", False), kwargs.pop("fail_build", False))
+    side = functools.partial(value_side, delay, kwargs.pop("fail_env", False), kwargs.pop("fail_build", False),
+                             build_s=kwargs.pop("build_s", 0.0))
     return BackgroundEvaluator(side, lambda: {"value": float(learner.w[0])}, eval_freq=kwargs.pop("eval_freq", 1),
                                n_episode=2, stop_value=stop_value, **kwargs), learner
 
@@ -195,13 +198,14 @@ def test_a_budget_ends_the_run_with_an_evaluation_of_its_last_weights():
 
     ctx, seen = _run(evaluator, learner, extra=[budget])
     assert evaluator.finish_report()["at_finish"] == "final" and ctx.stop_reason == StopReason.MAX_TRAIN_ITER
+    assert evaluator.evaluations == len(seen) + 1  # the older one was cancelled, not published
     assert ctx.last_eval_iter == ctx.train_iter == ctx.eval_output["published_train_iter"]
     assert ctx.eval_value == EPISODE_LENGTH * ctx.train_iter  # the episodes acted with the last weights
     assert not any(o is ctx.eval_output for o, *_ in seen) and not evaluator._worker.busy
 
 
 def test_a_budget_shorter_than_the_process_s_build_still_ends_with_an_evaluation():
-    evaluator, learner = _evaluator(eval_freq=10**6)  # no eval point: only the final evaluation
+    evaluator, learner = _evaluator(eval_freq=10**6, build_s=0.5)  # built after the run: only the final one
 
     def budget(ctx):
         if ctx.train_iter >= 3:
@@ -210,6 +214,45 @@ def test_a_budget_shorter_than_the_process_s_build_still_ends_with_an_evaluation
     ctx, seen = _run(evaluator, learner, extra=[budget], step_s=0.0)
     assert evaluator.finish_report()["at_finish"] == "final" and evaluator.evaluations == 1
     assert ctx.last_eval_iter == ctx.train_iter == 3 and ctx.eval_value == EPISODE_LENGTH * 3
+
+
+def test_an_evaluation_published_in_the_last_iteration_is_counted_before_the_final_one_replaces_it():
+    evaluator, learner = _evaluator(delay=0.0, eval_freq=1)
+    counted = []
+    evaluator.seen = lambda ctx: counted.append(ctx.eval_output)
+
+    def budget(ctx):  # the budget ends the run in the iteration a (background) evaluation is published (before
+        # this iteration's update: published_train_iter is the count then)
+        if ctx.eval_output is not None and ctx.eval_output["published_train_iter"] == ctx.train_iter - 1:
+            ctx.finish, ctx.stop_reason = True, StopReason.MAX_TRAIN_ITER
+
+    ctx, seen = _run(evaluator, learner, extra=[budget])
+    assert evaluator.finish_report()["at_finish"] == "final" and counted == [seen[-1][0]]
+    assert ctx.last_eval_iter == ctx.train_iter > seen[-1][0]["train_iter"]
+
+
+def test_where_an_evaluation_takes_longer_than_the_time_left_the_running_one_is_waited_for():
+    evaluator, learner = _evaluator(delay=0.05, eval_freq=1, finish_timeout_s=0.7)  # an evaluation: about 0.4 s
+
+    def budget(ctx):
+        if evaluator.evaluations >= 1 and evaluator.running is not None:
+            ctx.finish, ctx.stop_reason = True, StopReason.MAX_TRAIN_ITER
+
+    ctx, _ = _run(evaluator, learner, extra=[budget], step_s=0.01)
+    assert evaluator.finish_report()["at_finish"] == "waited" and ctx.last_eval_iter < ctx.train_iter
+
+
+def test_a_final_evaluation_that_cannot_be_made_in_time_says_so():
+    evaluator, learner = _evaluator(eval_freq=10**6, build_s=3.0, finish_timeout_s=0.2)
+    start = time.perf_counter()
+
+    def budget(ctx):
+        if ctx.train_iter >= 2:
+            ctx.finish, ctx.stop_reason = True, StopReason.MAX_ENV_STEP
+
+    ctx, _ = _run(evaluator, learner, extra=[budget])
+    assert evaluator.finish_report()["at_finish"] == "timed_out" and ctx.eval_output is None
+    assert time.perf_counter() - start < 2.5
 
 
 def test_no_final_evaluation_where_the_last_weights_were_evaluated_or_the_run_did_not_end_at_a_budget():
