@@ -54,7 +54,7 @@ from engine.context import OnlineRLContext
 from engine.distributed import get_world_size
 
 from .eval_worker import BackgroundEvaluationError, EvalReply, EvalWorker, WorkerSide
-from .evaluator import BUDGETS, evaluation_due, evaluation_output, publish_evaluation
+from .evaluator import evaluation_due, evaluation_output, final_evaluation_due, publish_evaluation
 from .termination import global_env_step
 
 __all__ = ["BackgroundEvaluator", "BackgroundEvaluationError", "FinishAction", "Snapshot", "host_copy"]
@@ -285,10 +285,10 @@ class BackgroundEvaluator:
         self.at_finish = FinishAction.WAITED
 
     def _final_due(self, ctx: OnlineRLContext) -> bool:
-        """A budget ends the run with updates that no evaluation has seen or is seeing: its last weights are to be
-        evaluated (``middleware.evaluator.final_evaluation``'s rule)."""
-        seen = self._running.train_iter if self._running is not None else max(ctx.last_eval_iter, 0)
-        return ctx.stop_reason in BUDGETS and ctx.train_iter > seen and not self._worker.closed
+        """A budget ends the run with updates that no evaluation has seen or is seeing, and the process is still
+        there to evaluate its last weights (``middleware.evaluator.final_evaluation_due``)."""
+        running = self._running.train_iter if self._running is not None else None
+        return final_evaluation_due(ctx, running) and not self._worker.closed
 
     def _final_evaluation(self, ctx: OnlineRLContext) -> None:
         """The run ends at its budget: its last weights are evaluated once and published, so the summary,

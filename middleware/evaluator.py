@@ -15,7 +15,8 @@ from engine.protocols import EvalPolicy, VectorEnv, require
 from .termination import global_env_step
 
 __all__ = ["InteractionEvaluator", "evaluate_episodes", "NewEvaluation", "EvaluationCancelled", "evaluation_due",
-           "evaluation_output", "publish_evaluation", "final_evaluation", "success_rate"]
+           "evaluation_output", "publish_evaluation", "final_evaluation", "final_evaluation_due",
+           "success_rate"]
 
 #: the stop reasons of a run that ran out of budget, which ``final_evaluation`` evaluates at
 BUDGETS = (StopReason.MAX_ENV_STEP, StopReason.MAX_TRAIN_ITER)
@@ -205,6 +206,15 @@ class InteractionEvaluator:
             self._on_evaluation(ctx)
 
 
+def final_evaluation_due(ctx: OnlineRLContext, evaluated_iter: Optional[int] = None) -> bool:
+    """Whether the run ends at its budget (``max_env_step``, ``max_train_iter``) with updates no evaluation has
+    seen: the rule of the final evaluation, blocking (``final_evaluation``) or in the background
+    (``middleware.background_eval``). ``evaluated_iter``: the ``train_iter`` of the weights last evaluated, or
+    being evaluated (default ``ctx.last_eval_iter``)."""
+    seen = max(ctx.last_eval_iter, 0) if evaluated_iter is None else evaluated_iter
+    return bool(ctx.finish) and ctx.stop_reason in BUDGETS and ctx.train_iter > seen
+
+
 def final_evaluation(evaluator: InteractionEvaluator,
                      seen: Optional[Callable[[OnlineRLContext], None]] = None) -> Callable[[OnlineRLContext], None]:
     """Middleware for the end of a pipeline, after its termination stage: when the run ends at its budget
@@ -220,7 +230,7 @@ def final_evaluation(evaluator: InteractionEvaluator,
     return, ``middleware.summary``) would miss the earlier one."""
 
     def final_evaluation(ctx: OnlineRLContext) -> None:
-        if ctx.finish and ctx.stop_reason in BUDGETS and ctx.train_iter > max(ctx.last_eval_iter, 0):
+        if final_evaluation_due(ctx):
             if seen is not None:
                 seen(ctx)
             evaluator.evaluate(ctx, stop_value=float("inf"))
