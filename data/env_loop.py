@@ -120,6 +120,7 @@ class _Tally:
         self._steps: List[EnvStep] = []  # not settled yet
         self._finished: List[Finished] = []
         self._columns: dict = {}  # (steps, device) -> [steps, 1] step indices
+        self._none_ended: Optional[Finished] = None
 
     def reset(self) -> None:
         self._return = self._length = None
@@ -136,9 +137,11 @@ class _Tally:
         parts, self._finished = self._finished, []
         if len(parts) == 1:
             return parts[0]
-        if not parts:
-            empty = torch.empty(0, dtype=torch.int64)
-            return Finished(empty, empty.double(), empty)
+        if not parts:  # none ended: the usual answer, made once
+            if self._none_ended is None:
+                empty = torch.empty(0, dtype=torch.int64)
+                self._none_ended = Finished(empty, empty.double(), empty)
+            return self._none_ended
         return Finished(*(None if field[0] is None else torch.cat(field) for field in zip(*parts)))
 
     def _settle(self) -> None:
@@ -146,11 +149,14 @@ class _Tally:
         pending, self._steps = self._steps, []
         if not pending:
             return
-        reward = torch.stack([s.reward for s in pending])  # [K, E]
         if self._return is not None and not any(s.any_ended is not False for s in pending):  # no end, known so
-            self._return = self._return + reward.sum(0, dtype=torch.float64)
+            if len(pending) == 1:  # a collect of one step (an off-policy loop's): no stack, no sum
+                self._return = self._return + pending[0].reward
+            else:
+                self._return = self._return + torch.stack([s.reward for s in pending]).sum(0, dtype=torch.float64)
             self._length = self._length + len(pending)
             return
+        reward = torch.stack([s.reward for s in pending])  # [K, E]
         ended = torch.stack([s.terminated for s in pending]).logical_or_(torch.stack([s.truncated for s in pending]))
         if self._return is None:
             self._return = torch.zeros(reward.shape[1:], dtype=torch.float64, device=reward.device)

@@ -192,7 +192,7 @@ class StepCollector(_EnvLoopOwner):
                  "next_obs": stack(next_obs), "terminated": torch.stack(terminated),
                  "truncated": torch.stack(truncated), **policy_out}
         finished = self._loop.finished()
-        if not bool(all_finite(chunk["obs"]) & all_finite(chunk["next_obs"]) & all_finite(chunk["reward"])):
+        if not all_finite(chunk["obs"], chunk["next_obs"], chunk["reward"]):
             _check_finite_obs(chunk["obs"], chunk["next_obs"], chunk["reward"], self._env_id, ctx.env_step)
         # 3. n-step transitions or the time-major chunk, and the counters
         record_chunk(ctx, chunk, self._nstep, steps * envs, finished, start)

@@ -71,13 +71,15 @@ class RingStorage:
     def extend(self, batch: Any) -> torch.Tensor:
         """Write a batch (a ``data.batch.Batch`` or a dict of tensors sharing the leading dimension);
         returns the slots written (on the storage's device)."""
-        n = num_rows(next(iter(batch.values())))  # not len(): a tree field's len counts its keys
-        uneven = {k: num_rows(batch[k]) for k in batch.keys() if num_rows(batch[k]) != n}
+        batch = {k: batch[k] for k in batch.keys()}  # each field read once (a Batch's item wraps a tree anew)
+        rows = {k: num_rows(v) for k, v in batch.items()}  # not len(): a tree field's len counts its keys
+        n = next(iter(rows.values()))
+        uneven = {k: r for k, r in rows.items() if r != n}
         if uneven:
             raise ValueError(f"a push's fields must have one row per transition: {n} in "
-                             f"{next(iter(batch.keys()))!r}, but {uneven} (field: rows)")
-        if self._fields is not None and set(batch.keys()) != self._fields.keys():
-            raise KeyError(f"batch fields {sorted(batch.keys())} differ from the stored fields {sorted(self._fields)}")
+                             f"{next(iter(batch))!r}, but {uneven} (field: rows)")
+        if self._fields is not None and batch.keys() != self._fields.keys():
+            raise KeyError(f"batch fields {sorted(batch)} differ from the stored fields {sorted(self._fields)}")
         if n > self.capacity:  # only the newest `capacity` transitions can survive
             batch = {k: v[-self.capacity:] for k, v in batch.items()}
             self._cursor = (self._cursor + n - self.capacity) % self.capacity
@@ -87,14 +89,16 @@ class RingStorage:
         first = min(n, self.capacity - self._cursor)
         idx = (torch.arange(self._cursor, self._cursor + n, device=self.device) if first == n
                else (torch.arange(n, device=self.device) + self._cursor) % self.capacity)
-        if self._staging.staged and all(isinstance(batch[k], torch.Tensor) for k in batch.keys()):
-            self._staging.write_rows(self._fields, {k: batch[k] for k in batch.keys()}, self._cursor)
+        if self._staging.staged and all(isinstance(v, torch.Tensor) for v in batch.values()):
+            self._staging.write_rows(self._fields, batch, self._cursor)
         else:  # a tree field (each leaf staged) or the host path
-            batch = self._staging.to_device({k: batch[k] for k in batch.keys()})
+            batch = self._staging.to_device(batch)
             for key, value in batch.items():
                 dst = self._fields[key]
-                dst[self._cursor:self._cursor + first] = value[:first]
-                if first < n:
+                if first == n:  # no wrap: the whole field in one copy
+                    dst[self._cursor:self._cursor + n] = value
+                else:
+                    dst[self._cursor:] = value[:first]
                     dst[:n - first] = value[first:]
         self._cursor = (self._cursor + n) % self.capacity
         self._size = min(self._size + n, self.capacity)

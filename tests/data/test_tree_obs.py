@@ -130,12 +130,25 @@ def test_replace_rows_puts_final_dicts_into_every_leaf_and_keeps_the_input():
     assert obs["image"].sum() == 0 and obs["nav"]["dir"].sum() == 0  # a copy was changed
 
 
+def test_all_finite_reads_every_value_and_every_float_kind():
+    finite = torch.ones(3)
+    assert all_finite(finite, torch.zeros(2, 2), torch.arange(3)) is True
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):  # bfloat16: numpy has none
+            value = torch.zeros(4, dtype=dtype)
+            value[2] = bad
+            assert all_finite(finite, value) is False, (bad, dtype)
+    grad = torch.zeros(2, requires_grad=True)
+    assert all_finite(grad) is True and all_finite(grad * float("nan")) is False
+    assert all_finite(torch._neg_view(torch.tensor([1.0, float("inf")]))) is False  # a lazily negated view
+
+
 def test_all_finite_stack_cat_and_plain_dicts_on_trees():
     tree = to_tensor({"image": np.zeros((2, 3), np.uint8), "vec": np.zeros((2, 4), np.float32)})
-    assert bool(all_finite(tree))
+    assert all_finite(tree) is True
     tree.vec[1, 2] = float("nan")
-    assert not bool(all_finite(tree))
-    assert bool(all_finite(to_tensor({"dir": np.zeros(2, np.int64)})))  # no float leaf: finite
+    assert all_finite(tree) is False and all_finite(torch.zeros(2), tree) is False
+    assert all_finite(to_tensor({"dir": np.zeros(2, np.int64)})) is True  # no float leaf: finite
     assert stack([tree, tree]).image.shape == (2, 2, 3) and cat([tree, tree]).vec.shape == (4, 4)
     plain = to_plain(tree)
     assert type(plain) is dict and set(plain) == {"image", "vec"} and type(plain["image"]) is torch.Tensor
