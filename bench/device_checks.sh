@@ -8,7 +8,8 @@
 #
 #   bash bench/device_checks.sh updates    # pytest of the captured update, the DQN learner's updates/s per
 #                                          # policy.compile mode
-#   bash bench/device_checks.sh offpolicy  # HalfCheetah SAC/TD3 env steps/s, eager against captured
+#   bash bench/device_checks.sh offpolicy  # HalfCheetah SAC/TD3 env steps/s, eager against captured, and captured
+#                                          # with 8 env steps then 8 updates (one graph) per iteration
 #   bash bench/device_checks.sh seeds      # the seed table: HalfCheetah SAC/TD3 x 5 seeds, Pong PPO x 3 (IQM)
 #   bash bench/device_checks.sh loop       # PPO's whole loop on 4,096 torch envs to 475 (env steps/s, seconds;
 #                                          # eager and cudagraph),
@@ -47,7 +48,8 @@ case "$part" in
     step learner-updates 140 python3 bench/learner_hot_path.py --modes none,cudagraph,cudagraph_update --updates 300
     ;;
   offpolicy)
-    step halfcheetah 300 python3 bench/offpolicy_gpu.py --seconds 20 --cap-s 65
+    step halfcheetah 300 python3 bench/offpolicy_gpu.py --modes none,cudagraph_update,cudagraph_update@8 \
+      --seconds 14 --cap-s 45
     ;;
   loop)
     step ppo-at-scale 360 python3 bench/device_env.py --device cuda --scale --compile none cudagraph

@@ -16,6 +16,11 @@ The random warm-up is at most ``--random-steps`` (5,000: TD3's config has 25,000
 seconds before the first update, and the rate is the update's). A run that has not reached its 20th update
 after ``--cap-s`` seconds ends there and says so (0/s: the cap, not the rate).
 
+A mode ``MODE@K`` (``cudagraph_update@8``) collects K env steps and then makes K updates per iteration
+(``policy.collect.n_sample`` and ``policy.learn.update_per_collect``: still one update per env step, and under
+``cudagraph_update`` the K updates are one graph): what each iteration costs the host beyond its env steps (the
+collector's chunk, the push, the graph's launch and checks, the other stages) is shared by K env steps.
+
 Run: ``python bench/offpolicy_gpu.py [--algos sac,td3] [--modes none,cudagraph_update] [--seconds 30]
 [--cap-s 120] [--random-steps 5000] [--seed 0]`` (needs the mujoco extra and CUDA; without CUDA it runs on the
 CPU, where ``cudagraph_update`` is eager, with a warning).
@@ -44,7 +49,11 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, ca
     module = importlib.import_module(f"dizoo.mujoco.config.halfcheetah_{algo}_config")
     main, create = copy.deepcopy(module.main_config), copy.deepcopy(module.create_config)
     main.policy.cuda = cuda
-    main.policy.compile = mode
+    compile_mode, _, per_collect = mode.partition("@")  # MODE@K: K env steps, then K updates, per iteration
+    main.policy.compile = compile_mode
+    if per_collect:
+        main.policy.setdefault("collect", {})["n_sample"] = int(per_collect)
+        main.policy.setdefault("learn", {})["update_per_collect"] = int(per_collect)
     main.policy.setdefault("other", {}).setdefault("replay_buffer", {})["device"] = "learn" if cuda else None
     if int(main.policy.get("random_collect_size", 0)) > random_steps:
         main.policy.random_collect_size = random_steps
@@ -53,7 +62,7 @@ def training_run(algo: str, mode: str, seconds: float, seed: int, cuda: bool, ca
     # the env's, and its returns say nothing yet (the seed table's runs say where the returns end)
     main.policy.setdefault("eval", {}).setdefault("evaluator", {})["eval_freq"] = 10**9
     main.log = dict(progress=False, profile=profile)  # log.profile: each stage's seconds (engine.profile)
-    out_dir = tempfile.mkdtemp(prefix=f"offpolicy_{algo}_{mode}_")
+    out_dir = tempfile.mkdtemp(prefix=f"offpolicy_{algo}_{mode.replace('@', '_')}_")
     pipeline = build_pipeline((main, create), seed=seed, max_env_step=10**9, exp_name=out_dir, force=True)
     started = time.perf_counter()
     learning: Dict[str, float] = {}

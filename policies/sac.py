@@ -78,6 +78,12 @@ class SACModel(nn.Module):
         self.critic = TwinQ(obs, action_dim, critic_hidden, encoders)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)), requires_grad=auto_alpha)
 
+    def sample_action(self, obs: Any) -> torch.Tensor:
+        """``sample``'s action alone, from the same random numbers (acting needs no log-probability: its 9 ops
+        were a fifth of an eager collect step's host time)."""
+        mean, log_std = self.actor(obs)
+        return torch.tanh(mean + log_std.exp() * torch.randn_like(mean))
+
     def sample(self, obs: Any) -> tuple:
         """A reparameterized squashed sample in (-1, 1) and its log-probability."""
         mean, log_std = self.actor(obs)
@@ -313,7 +319,7 @@ class SACPolicy(Policy):
     # the acting hot paths (compiled with policy.compile)
     @hot_path("collect")
     def _sample(self, model: SACModel, obs: torch.Tensor) -> torch.Tensor:
-        return model.sample(obs)[0]
+        return model.sample_action(obs)
 
     @hot_path("eval", name="mean")
     def _mean_action(self, model: SACModel, obs: torch.Tensor) -> torch.Tensor:

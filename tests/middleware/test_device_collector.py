@@ -60,7 +60,9 @@ def test_device_collector_reads_nothing_back_per_env_step(config, kwargs, on_pol
     """The host reads of one collect call do not grow with its env steps: a few per call (the finite check
     and the finished episodes' returns), none per step, from the policy's forward to the envs' autoreset.
     The envs are on the CPU here, standing for a device: a Q-network's numpy acting (``host_acting``), which
-    serves only tensors already on the host, is turned off, so that the path a device's tensors take is counted."""
+    serves only tensors already on the host, is turned off, so that the path a device's tensors take is counted.
+    The finite check reads host tensors in place through numpy (one ``numpy()`` each for obs, next_obs and reward:
+    a device's are one bool read), so a call makes 4 reads here, 2 on a device."""
     policy, cfg, env_cls = _policy(config)
     if getattr(policy.model, "host_acting", False):
         monkeypatch.setattr(type(policy.model), "host_acting", property(lambda self: False))
@@ -77,7 +79,7 @@ def test_device_collector_reads_nothing_back_per_env_step(config, kwargs, on_pol
             collector(ctx)
         reads[steps] = sorted(counter.calls)
         assert ctx.env_step == 2 * 8 * steps and ctx.collect_stats["episodes"] > 0
-    assert reads[2] == reads[12] and len(reads[12]) <= 3, reads
+    assert reads[2] == reads[12] and len(reads[12]) <= 4, reads
 
 
 def test_device_collector_transitions_keep_final_obs_and_episode_returns():

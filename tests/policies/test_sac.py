@@ -132,3 +132,14 @@ def test_sac_value_out_of_its_rule_is_refused_at_compile_time(key, value, match)
     cfg = deep_merge(SACPolicy.default_config(), dict(learn={key: value}))
     with pytest.raises(ConfigError, match=match):
         SACPolicy.check_config({"policy": cfg})
+
+
+def test_acting_draws_sample_s_action_from_the_same_random_numbers():
+    model = _policy().model
+    obs = torch.randn(5, 3)
+    torch.manual_seed(7)
+    action, _ = model.sample(obs)
+    after_sample = torch.get_rng_state()
+    torch.manual_seed(7)
+    acted = model.sample_action(obs)
+    assert torch.equal(acted, action) and torch.equal(torch.get_rng_state(), after_sample)
