@@ -31,7 +31,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Any, Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,7 +60,13 @@ def child(algo: str, warmup: int, env_steps: int, per_collect: int) -> Dict[str,
     main.env.stop_value = float("inf")
     main.policy.setdefault("eval", {}).setdefault("evaluator", {})["eval_freq"] = 10**9
     main.log = dict(progress=False, profile=True)
-    pipeline = build_pipeline((main, create), seed=0, max_env_step=10**9, exp_name=tempfile.mkdtemp(), force=True)
+    with tempfile.TemporaryDirectory(prefix="offpolicy_host_") as out_dir:
+        return _timed_run(build_pipeline((main, create), seed=0, max_env_step=10**9, exp_name=out_dir, force=True),
+                          warmup, env_steps, per_collect)
+
+
+def _timed_run(pipeline: Any, warmup: int, env_steps: int, per_collect: int) -> Dict[str, float]:
+    """Each stage's microseconds per env step from the ``warmup``-th iteration on, over ``env_steps``."""
     iterations = max(1, env_steps // per_collect)
     marks: Dict[str, Dict[str, float]] = {}
     count = [0]

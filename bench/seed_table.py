@@ -17,6 +17,8 @@ Plans (``--plan``):
   whole update in one CUDA graph (``policy.compile=cudagraph_update``), and Pong PPO over 3 seeds to its stop
   value (18), within the deadline;
 - ``cpu``: CartPole DQN and PPO over 3 seeds at the budgets of BENCHMARKS.md's score tables;
+- ``per_collect``: Hopper TD3 on CPU over 8 seeds at 20,000 env steps, one env step then one update an iteration
+  against 8 and 8 (the same update-to-data ratio, the host's per-iteration costs shared by 8 env steps);
 - ``smoke``: two CartPole tasks over 2 seeds at a few hundred steps (what the test runs).
 
 Run: ``python bench/seed_table.py --plan device [--root DIR] [--jobs K] [--deadline-s 540]``.
@@ -68,6 +70,15 @@ PLANS: Dict[str, Tuple[Task, ...]] = {
         Task("cartpole_ppo", "dizoo/classic_control/cartpole/config/cartpole_ppo_config.py", 100_000, 3,
              ("env.stop_value=none",)),
     ),
+    # one env, one update per env step: 8 env steps then 8 updates an iteration (what shares the host's per-iteration
+    # costs, bench/offpolicy_host.py) against one and one, scored alike; Hopper TD3 as the suite's learning test
+    # trains it (64x64 networks, batches of 128, 5,000 random steps), to 20,000 env steps
+    "per_collect": tuple(
+        Task(f"hopper_td3_per_collect_{k}", "dizoo/mujoco/config/hopper_td3_config.py", 20_000, 8,
+             ("env.stop_value=none", "policy.random_collect_size=5000", "policy.eval.evaluator.eval_freq=1000",
+              "policy.model.actor_head_hidden_size_list=[64,64]", "policy.model.critic_head_hidden_size_list=[64,64]",
+              "policy.learn.batch_size=128", f"policy.collect.n_sample={k}", f"policy.learn.update_per_collect={k}"))
+        for k in (1, 8)),
     "smoke": (
         Task("cartpole_dqn", "dizoo/classic_control/cartpole/config/cartpole_dqn_config.py", 400, 2,
              ("env.stop_value=none", "policy.eval.evaluator.eval_freq=50", "env.n_evaluator_episode=2")),
