@@ -259,6 +259,13 @@ def to_device(value: Obs, device: torch.device) -> Obs:
     return value if all(leaf.device == device for _, leaf in flatten(value)) else value.to(device)
 
 
+def read_in_place(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is read where it lies (host memory: numpy reads it without a copy or a wait for a device).
+    The one switch for that choice here, so that a test can run the device path on CPU tensors by patching it
+    (as ``data.replay.device.host_path``)."""
+    return tensor.is_cpu
+
+
 def all_finite(*values: Obs) -> bool:
     """Whether every float value of ``values`` (tensors or trees) is finite: no NaN, no infinity (integer and bool
     values always are). A host tensor is checked by numpy, which reads it in place (torch's ``isfinite(x).all()``
@@ -269,7 +276,7 @@ def all_finite(*values: Obs) -> bool:
         for leaf in (value,) if isinstance(value, torch.Tensor) else (leaf for _, leaf in flatten(value)):
             if not leaf.is_floating_point():
                 continue
-            if leaf.is_cpu and leaf.dtype is not torch.bfloat16:
+            if leaf.dtype is not torch.bfloat16 and read_in_place(leaf):
                 if not np.isfinite(leaf.numpy(force=leaf.requires_grad or leaf.is_neg() or leaf.is_conj())).all():
                     return False
             else:

@@ -143,6 +143,21 @@ def test_all_finite_reads_every_value_and_every_float_kind():
     assert all_finite(torch._neg_view(torch.tensor([1.0, float("inf")]))) is False  # a lazily negated view
 
 
+def test_all_finite_reads_a_device_s_values_back_once(monkeypatch):
+    """Off the host (CPU tensors standing for a device's here) every value's check is one reduction, read once."""
+    import data.obs
+
+    monkeypatch.setattr(data.obs, "read_in_place", lambda tensor: False)
+    reads = []
+    original = torch.Tensor.__bool__
+    monkeypatch.setattr(torch.Tensor, "__bool__", lambda self: reads.append(1) or original(self))
+    monkeypatch.setattr(torch.Tensor, "numpy", lambda self, **kw: pytest.fail("a device value read through numpy"))
+    assert all_finite(torch.ones(3), torch.zeros(2, 2), to_tensor({"v": np.zeros(2, np.float32)})) is True
+    bad = torch.ones(3)
+    bad[1] = float("nan")
+    assert all_finite(torch.ones(3), bad) is False and len(reads) == 2
+
+
 def test_all_finite_stack_cat_and_plain_dicts_on_trees():
     tree = to_tensor({"image": np.zeros((2, 3), np.uint8), "vec": np.zeros((2, 4), np.float32)})
     assert all_finite(tree) is True
