@@ -2,14 +2,12 @@
 task loop (``engine.profile``) to the end-of-run table, ``summary.json`` and TensorBoard."""
 from __future__ import annotations
 
-import glob
 import json
 import os
-import struct
 import time
-from typing import Dict, List
 
 import pytest
+from tensorboard_events import event_scalars  # tests/, on the path as test_doc_commands is
 
 from engine import OnlineRLContext, Task
 from engine.profile import LOOP, StageProfile
@@ -19,24 +17,6 @@ from commands.options import parse_train_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = os.path.join(ROOT, "dizoo", "classic_control", "cartpole", "config", "cartpole_dqn_config.py")
-
-
-def _event_scalars(log_dir: str) -> Dict[str, List[float]]:
-    """The scalars of the tensorboardX event files in ``log_dir`` (TFRecord framing: length, its crc, the
-    serialized Event, its crc), read without TensorBoard itself."""
-    from tensorboardX.proto import event_pb2
-
-    scalars: Dict[str, List[float]] = {}
-    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents*")):
-        data = open(path, "rb").read()
-        pos = 0
-        while pos < len(data):
-            (length,) = struct.unpack("<Q", data[pos:pos + 8])
-            event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
-            pos += 12 + length + 4
-            for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append(value.simple_value)
-    return scalars
 
 
 def test_profile_generator_stage_is_charged_both_halves_and_not_the_stages_inside():
@@ -77,8 +57,8 @@ def test_profile_shares_sum_to_one_in_summary_and_tensorboard(quick_cartpole_con
     with open(tmp_path / "prof" / "summary.json") as f:
         on_disk = json.load(f)["profile"]
     assert on_disk["share"] == pytest.approx(profile["share"]) and on_disk["iterations"] == 30
-    scalars = _event_scalars(str(tmp_path / "prof" / "log"))
-    shares = {tag: values for tag, values in scalars.items() if tag.startswith("profile/")}
+    scalars = event_scalars(str(tmp_path / "prof" / "log"))
+    shares = {tag: [value for _, value in pairs] for tag, pairs in scalars.items() if tag.startswith("profile/")}
     assert {f"profile/{name}_share" for name in ("collector", "learner", "logger", LOOP)} <= set(shares)
     assert sum(values[0] for values in shares.values()) == pytest.approx(1.0, abs=1e-4)
 
