@@ -7,27 +7,15 @@ import doctest
 import math
 import os
 
+import numpy as np
 import pytest
+from tensorboard_events import event_scalars  # tests/, on the path as test_doc_commands is
 
 import middleware.progress_csv
 from engine import OnlineRLContext, Task
 from middleware import OnlineLogger
 from middleware.progress_csv import LEADING_COLUMNS, ProgressCSV, read_progress
 from pipelines import serial_pipeline
-
-
-class FakeWriter:
-    def __init__(self):
-        self.scalars = {}
-
-    def add_scalar(self, tag, value, step):
-        self.scalars.setdefault(tag, []).append((step, value))
-
-    def flush(self):
-        pass
-
-    def close(self):
-        pass
 
 
 def _rows(path):
@@ -54,19 +42,22 @@ def _fake_pipeline(ctx):
 def test_progress_csv_rows_match_the_scalars_sent_to_tensorboard(tmp_path):
     path = str(tmp_path / "progress.csv")
     logger = OnlineLogger(str(tmp_path / "log"), train_show_freq=2, csv_path=path)
-    writer = logger._writer = FakeWriter()
     task = Task()
     with task.start(ctx=OnlineRLContext()):
         task.use(_fake_pipeline)
         task.use(logger)
         task.run(max_step=8)
+    logger.on_finish(task.ctx)  # the event file closed (nothing more to write)
+    scalars = event_scalars(str(tmp_path / "log"))
     header, rows = _rows(path)
     assert header[:4] == list(LEADING_COLUMNS) + ["elapsed_s"]
-    assert set(header[4:]) == set(writer.scalars)  # every tag a column, no column without a tag
+    assert set(header[4:]) == set(scalars)  # every tag a column, no column without a tag
     assert "train/note" not in header
-    from_csv = {tag: [(int(r["env_step"]), float(r[tag])) for r in rows if r[tag] != ""] for tag in header[4:]}
-    assert from_csv == writer.scalars  # the same values at the same env steps, none dropped
-    assert [int(r["env_step"]) for r in rows] == sorted({step for points in writer.scalars.values()
+    # TensorBoard keeps float32 (simple_value)
+    from_csv = {tag: [(int(r["env_step"]), float(np.float32(r[tag]))) for r in rows if r[tag] != ""]
+                for tag in header[4:]}
+    assert from_csv == scalars  # the same values at the same env steps, none dropped
+    assert [int(r["env_step"]) for r in rows] == sorted({step for points in scalars.values()
                                                           for step, _ in points})  # one row per logging step
     eval_rows = [r for r in rows if r["eval/episode_return_mean"] != ""]
     assert [(r["env_step"], r["train_iter"], float(r["eval/episode_return_mean"])) for r in eval_rows] == \
