@@ -20,7 +20,7 @@ round's. Run::
 
     python bench/offpolicy_host.py [--algos sac,td3] [--per-collect 1,8] [--env-steps 3000] [--rounds 3]
         [--root CHECKOUT ...]
-    git worktree add /tmp/before HEAD~3 && python bench/offpolicy_host.py --root /tmp/before --root .
+    git worktree add /tmp/before 2ed97da && python bench/offpolicy_host.py --root /tmp/before --root .
 
 (needs the mujoco extra).
 """

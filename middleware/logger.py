@@ -279,7 +279,9 @@ def _tensorboard_row(writer: Any, scalars: Dict[str, float], step: int) -> None:
     from tensorboardX.summary import scalar
 
     values = [value for tag, number in scalars.items() for value in scalar(tag, number).value]
-    writer.file_writer.add_summary(Summary(value=values), step)
+    # as add_scalar does: the file writer, opened again where the writer was closed (close() drops it)
+    file_writer = writer._get_file_writer() if hasattr(writer, "_get_file_writer") else writer.file_writer
+    file_writer.add_summary(Summary(value=values), step)
 
 
 def _close_writer(writer: Any) -> None:

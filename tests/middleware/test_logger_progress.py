@@ -54,6 +54,16 @@ def test_a_row_is_one_event_with_add_scalar_s_tags_and_values(tmp_path):
     assert "profile/learner_2_share" in event_scalars(str(tmp_path / "row"))
 
 
+def test_a_row_after_the_writer_was_closed_opens_it_again(tmp_path):
+    """``logger.writer`` is public: a row written after someone closed it lands, as add_scalar's would."""
+    logger = OnlineLogger(str(tmp_path))
+    logger._write(10, 1, {"train/loss": 0.5})
+    logger.writer.close()
+    logger._write(20, 2, {"train/loss": 0.25})
+    logger.on_finish(OnlineRLContext())
+    assert (20, 0.25) in event_scalars(str(tmp_path))["train/loss"]  # a new event file (as add_scalar's would be)
+
+
 class Terminal(io.StringIO):
     """A stderr that says it is a terminal, as an interactive shell's is."""
 
