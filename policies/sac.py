@@ -79,8 +79,8 @@ class SACModel(nn.Module):
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)), requires_grad=auto_alpha)
 
     def sample_action(self, obs: Any) -> torch.Tensor:
-        """``sample``'s action alone, from the same random numbers (acting needs no log-probability: its 9 ops
-        were a fifth of an eager collect step's host time)."""
+        """``sample``'s action alone, from the same random numbers: acting reads no log-probability, whose 9 ops
+        each eager acting step paid for (a launch each on a GPU)."""
         mean, log_std = self.actor(obs)
         return torch.tanh(mean + log_std.exp() * torch.randn_like(mean))
 
