@@ -43,7 +43,7 @@ def test_the_table_scores_finished_and_stopped_runs_and_names_the_rest(tmp_path,
     monkeypatch.setitem(seed_table.PLANS, "test", (
         Task("quick", "quick", 0, 3), Task("endless", "endless", 0, 1), Task("crash", "crash", 0, 1),
         Task("silent", "silent", 0, 1)))
-    code = seed_table.main(["--plan", "test", "--root", str(tmp_path / "t"), "--jobs", "6", "--deadline-s", "4"])
+    code = seed_table.main(["--plan", "test", "--root", str(tmp_path / "t"), "--jobs", "6", "--deadline-s", "8"])
     assert code == 1  # a run failed
     rows = {row["label"]: row for row in json.load(open(tmp_path / "t" / "table.json"))}
     assert set(rows) == {"quick", "endless"}
