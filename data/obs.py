@@ -259,25 +259,20 @@ def to_device(value: Obs, device: torch.device) -> Obs:
     return value if all(leaf.device == device for _, leaf in flatten(value)) else value.to(device)
 
 
-def read_in_place(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is read where it lies (host memory: numpy reads it without a copy or a wait for a device).
-    The one switch for that choice here, so that a test can run the device path on CPU tensors by patching it
-    (as ``data.replay.device.host_path``)."""
-    return tensor.is_cpu
-
-
 def all_finite(*values: Obs) -> bool:
     """Whether every float value of ``values`` (tensors or trees) is finite: no NaN, no infinity (integer and bool
     values always are). A host tensor is checked by numpy, which reads it in place (torch's ``isfinite(x).all()``
     dispatches two ops a tensor: about 16 us for an env step's three small tensors against numpy's 5 on the
     development machine, and 5.4 ms against 0.3 ms for a chunk of 8 x 64 images of 84 x 84 floats); device tensors
     by one reduction read back once."""
+    from .replay import device as placement  # the one host/device switch (tests run the device path on CPU tensors)
+
     by_torch = []  # a device's leaves, and bfloat16 (numpy has none)
     for value in values:
         for leaf in (value,) if isinstance(value, torch.Tensor) else (leaf for _, leaf in flatten(value)):
             if not leaf.is_floating_point():
                 continue
-            if leaf.dtype is not torch.bfloat16 and read_in_place(leaf):
+            if leaf.dtype is not torch.bfloat16 and placement.host_path(leaf.device):
                 if not np.isfinite(leaf.numpy(force=leaf.requires_grad or leaf.is_neg() or leaf.is_conj())).all():
                     return False
             else:

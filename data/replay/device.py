@@ -84,8 +84,9 @@ def as_device(device: str | torch.device) -> torch.device:
 def host_path(device: torch.device) -> bool:
     """Whether replay code on ``device`` takes its host path: reads device values as numbers when that is
     free (a CPU), pushes without staging, and keeps the prioritized tree in numpy. Off the host path nothing
-    is read back while sampling and pushing. The one switch for every such choice in ``data.replay``, so a
-    test can run the device path on CPU tensors by patching it."""
+    is read back while sampling and pushing. The one switch for every such choice in ``data.replay`` and for the
+    collector's finite check (``data.obs.all_finite``: numpy reads a host tensor in place), so a test can run the
+    device path on CPU tensors by patching it."""
     return device.type == "cpu"
 
 

@@ -145,9 +145,9 @@ def test_all_finite_reads_every_value_and_every_float_kind():
 
 def test_all_finite_reads_a_device_s_values_back_once(monkeypatch):
     """Off the host (CPU tensors standing for a device's here) every value's check is one reduction, read once."""
-    import data.obs
+    import data.replay.device
 
-    monkeypatch.setattr(data.obs, "read_in_place", lambda tensor: False)
+    monkeypatch.setattr(data.replay.device, "host_path", lambda device: False)
     reads = []
     original = torch.Tensor.__bool__
     monkeypatch.setattr(torch.Tensor, "__bool__", lambda self: reads.append(1) or original(self))

@@ -8,7 +8,7 @@ import importlib
 import pytest
 import torch
 
-import data.obs
+import data.replay.device
 from data.torch_env import TorchVectorEnv
 from dizoo.classic_control.cartpole.torch_env import CartPoleTorch
 from dizoo.classic_control.pendulum.torch_env import PendulumTorch
@@ -62,11 +62,11 @@ def test_device_collector_reads_nothing_back_per_env_step(config, kwargs, on_pol
     and the finished episodes' returns), none per step, from the policy's forward to the envs' autoreset.
     The envs are on the CPU here, standing for a device: a Q-network's numpy acting (``host_acting``), which
     serves only tensors already on the host, is turned off, and so is the finite check's in-place numpy read of host
-    tensors (``data.obs.read_in_place``), so that the path a device's tensors take is counted."""
+    tensors (``data.replay.device.host_path``, the one host/device switch), so that the path a device's tensors take is counted."""
     policy, cfg, env_cls = _policy(config)
     if getattr(policy.model, "host_acting", False):
         monkeypatch.setattr(type(policy.model), "host_acting", property(lambda self: False))
-    monkeypatch.setattr(data.obs, "read_in_place", lambda tensor: False)
+    monkeypatch.setattr(data.replay.device, "host_path", lambda device: False)
     reads = {}
     for steps in (2, 12):
         env = env_cls(8, max_episode_steps=3)  # episodes end in each counted call: autoreset and returns are read

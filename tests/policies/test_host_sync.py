@@ -18,7 +18,6 @@ import pytest
 import torch
 from easydict import EasyDict
 
-import data.obs
 import data.replay.device
 import policies.optim
 from data.batch import make_batch
@@ -67,7 +66,6 @@ def device_path(monkeypatch):
     """The policies' device path on CPU tensors, and a counter of host reads (by where they were made)."""
     monkeypatch.setattr(policies.optim, "host_path", lambda device: False)
     monkeypatch.setattr(data.replay.device, "host_path", lambda device: False)
-    monkeypatch.setattr(data.obs, "read_in_place", lambda tensor: False)
     reads: collections.Counter = collections.Counter()
     counting = [False]
     for name in HOST_READS:
