@@ -307,9 +307,10 @@ class BackgroundEvaluator:
                 return
             else:
                 self.at_finish, self._running = FinishAction.TIMED_OUT, None  # superseded by the final one
-                if not self._worker.cancel(min(self._cancel_timeout, self._finish_timeout)):
+                cancel_s = min(self._cancel_timeout, self._finish_timeout)
+                if not self._worker.cancel(cancel_s):
                     logger.warning("the evaluation process did not stop its evaluation within %.1f s of the cancel: "
-                                   "no final evaluation", min(self._cancel_timeout, self._finish_timeout))
+                                   "no final evaluation", cancel_s)
                     self._end(FinishAction.TIMED_OUT)
                     return
         while self._worker.starting and time.monotonic() < deadline:  # a run shorter than the process's build
